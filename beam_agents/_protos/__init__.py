@@ -1,0 +1,56 @@
+"""The messages of beam_agents.v1 (DESIGN §4), generated from protos/ by `make protos`.
+
+The modules under ``v1/`` are generated; never edit them by hand. This module
+re-exports the message classes under short names, as the seed page imports them
+(``from beam_agents._protos import AgentEnvelope``).
+"""
+
+from beam_agents._protos.v1.envelope_pb2 import AgentEnvelope, Approval, Event, ToolResult
+from beam_agents._protos.v1.intent_pb2 import ToolIntent
+from beam_agents._protos.v1.llm_pb2 import (
+    ChatMessage,
+    LlmRequest,
+    LlmResponse,
+    SamplingParams,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
+from beam_agents._protos.v1.state_pb2 import (
+    Continuation,
+    LlmCacheBody,
+    LlmCacheEntry,
+    PendingIntents,
+    RequestFingerprint,
+    ResumeHistory,
+    ResumeRecord,
+    StateSnapshot,
+    VersionedBlob,
+)
+from beam_agents._protos.v1.trace_pb2 import AttributeValue, TraceEvent
+
+__all__ = [
+    "AgentEnvelope",
+    "Approval",
+    "AttributeValue",
+    "ChatMessage",
+    "Continuation",
+    "Event",
+    "LlmCacheBody",
+    "LlmCacheEntry",
+    "LlmRequest",
+    "LlmResponse",
+    "PendingIntents",
+    "RequestFingerprint",
+    "ResumeHistory",
+    "ResumeRecord",
+    "SamplingParams",
+    "StateSnapshot",
+    "ToolCall",
+    "ToolIntent",
+    "ToolResult",
+    "ToolSpec",
+    "TraceEvent",
+    "Usage",
+    "VersionedBlob",
+]

@@ -1,0 +1,172 @@
+"""The exception tree of beam-agents, drawn once.
+
+    BeamAgentsError                      root: catch this to catch everything of ours
+    ├── AgentDefinitionError             an agent, tool or registry is declared wrongly
+    ├── ConfigError                      AgentConfig / HitlPolicy / sink URI refused at construction
+    ├── AgentCodeError                   agent code broke a rule of the context (raised inside it)
+    │   ├── SideEffectRefusedError       ctx.call on a side_effect=True tool (use ctx.act)
+    │   ├── UnknownToolError             a tool name the registry does not hold
+    │   ├── MemoryValueError             a non-JSON value written to ctx.memory
+    │   └── AgentResultError             start/resume returned something other than Done/Suspend
+    ├── ProviderError                    the model provider could not answer
+    │   └── CacheMissError               the provider that serves nothing was reached (replay)
+    ├── NetworkBlockedError              a connection attempted while the network is blocked (replay)
+    ├── StateError                       a state blob cannot be used
+    │   ├── CorruptBlobError             bytes that do not parse as the blob they claim to be
+    │   ├── BlobTooNewError              a blob or snapshot newer than this package (upgrade)
+    │   └── MigrationGapError            an old version with no migration path to the current one
+    ├── TraceStreamError                 a trace stream that cannot be read
+    │   ├── FrameTooLargeError           a frame longer than MAX_FRAME_BYTES
+    │   └── TruncatedStreamError         the stream ends inside a frame
+    ├── SinkError                        a sink could not deliver a record (fails the bundle)
+    └── ReplayError                      replay could not judge the activation (see beam_agents.replay)
+
+Every error carries typed attributes naming what is wrong, so callers (the
+replay CLI, the DoFn's dead-letter output) never parse messages.
+"""
+
+from __future__ import annotations
+
+
+class BeamAgentsError(Exception):
+    """Root of every error raised by beam-agents."""
+
+
+class AgentDefinitionError(BeamAgentsError):
+    """An agent, tool or registry is declared wrongly (found at definition time)."""
+
+
+class ConfigError(BeamAgentsError):
+    """A configuration value is refused at construction time."""
+
+
+class AgentCodeError(BeamAgentsError):
+    """Agent code broke a rule of the activation context."""
+
+
+class SideEffectRefusedError(AgentCodeError):
+    """``ctx.call`` was used on a ``side_effect=True`` tool; such tools go through ``ctx.act``."""
+
+    def __init__(self, tool: str) -> None:
+        self.tool = tool
+        super().__init__(
+            f"tool {tool!r} is declared side_effect=True, so ctx.call refuses to run it; "
+            f"stage it with ctx.act({tool!r}, ...) and an executor will perform it"
+        )
+
+
+class UnknownToolError(AgentCodeError):
+    """A tool name the registry does not hold."""
+
+    def __init__(self, tool: str, known: list[str]) -> None:
+        self.tool = tool
+        self.known = known
+        super().__init__(
+            f"no tool named {tool!r} in the registry (it has: {', '.join(known) or 'none'})"
+        )
+
+
+class MemoryValueError(AgentCodeError):
+    """A value that is not JSON was written to ``ctx.memory``."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"ctx.memory{path}: {reason}; working memory holds JSON values only")
+
+
+class AgentResultError(AgentCodeError):
+    """``start``/``resume`` returned something other than ``Done`` or ``Suspend``."""
+
+
+class ProviderError(BeamAgentsError):
+    """The model provider could not answer."""
+
+
+class CacheMissError(ProviderError):
+    """A request reached the provider that serves nothing: it is not in the replay cache."""
+
+    def __init__(self, cache_key: str, model: str) -> None:
+        self.cache_key = cache_key
+        self.model = model
+        super().__init__(f"cache miss: no cached response for key {cache_key} (model {model!r})")
+
+
+class NetworkBlockedError(BeamAgentsError):
+    """Code tried to open a network connection while replay blocks the network."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        super().__init__(f"network connection to {address} blocked: replay runs offline")
+
+
+class StateError(BeamAgentsError):
+    """A state blob or snapshot cannot be used."""
+
+
+class CorruptBlobError(StateError):
+    """Bytes that do not parse as the blob they claim to be."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        self.kind = kind
+        self.detail = detail
+        super().__init__(f"the {kind} blob is corrupt: {detail}")
+
+
+class BlobTooNewError(StateError):
+    """A blob (or snapshot) stamped with a schema version newer than this package."""
+
+    def __init__(self, kind: str, found: int, supported: int) -> None:
+        self.kind = kind
+        self.found = found
+        self.supported = supported
+        super().__init__(
+            f"the {kind} is schema version {found}, newer than this beam-agents supports "
+            f"(version {supported}); upgrade beam-agents to a release that reads version {found} "
+            f"(guessing forward would silently misread it)"
+        )
+
+
+class MigrationGapError(StateError):
+    """A blob version with no migration path to the current version."""
+
+    def __init__(self, kind: str, found: int, current: int, missing_step: int) -> None:
+        self.kind = kind
+        self.found = found
+        self.current = current
+        self.missing_step = missing_step
+        super().__init__(
+            f"the {kind} blob is schema version {found} and no migration leads from version "
+            f"{missing_step} to {missing_step + 1} (current is {current}); this blob cannot be read"
+        )
+
+
+class TraceStreamError(BeamAgentsError):
+    """A trace stream that cannot be read."""
+
+    def __init__(self, message: str, *, source: str = "", offset: int = 0) -> None:
+        self.source = source
+        self.offset = offset
+        super().__init__(message)
+
+
+class FrameTooLargeError(TraceStreamError):
+    """A frame declares a length over ``MAX_FRAME_BYTES``."""
+
+
+class TruncatedStreamError(TraceStreamError):
+    """The stream ends in the middle of a frame."""
+
+
+class SinkError(BeamAgentsError):
+    """A sink could not deliver a record; the bundle fails so the runner retries it."""
+
+    def __init__(self, uri: str, record: str, cause: str) -> None:
+        self.uri = uri
+        self.record = record
+        self.cause = cause
+        super().__init__(f"sink {uri} could not deliver {record}: {cause}")
+
+
+class ReplayError(BeamAgentsError):
+    """Replay could not judge the activation (see ``beam_agents.replay`` for its kinds)."""
