@@ -1,0 +1,169 @@
+"""The replay cache's key: a digest of the complete request material, and its fingerprint.
+
+``compute_cache_key`` must change whenever anything that could change the model's
+answer changes (model, messages, tool specs, sampling params, provider name, and
+the key format itself): replay's guarantee that it cannot fabricate a
+plausible-but-wrong reproduction rests on a drifted request being a loud miss.
+
+The key is built in two steps. First a *fingerprint*: one 16-byte digest per
+request component, each domain-separated by the component's name, each over the
+component's deterministic protobuf serialization (field order fixed by field
+number, map entries sorted, proto3 ``optional`` presence kept, so an unset
+temperature differs from 0.0). Then the key: sha256 over the fingerprint in a
+fixed, length-prefixed layout, so the key is a pure function of the fingerprint
+and a cached entry's fingerprint can explain a miss component by component
+("messages[2]") instead of only naming a key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+
+from beam_agents._protos import LlmRequest, RequestFingerprint
+
+CACHE_KEY_FORMAT = 1
+"""Version of the key's material and layout; bumping it changes every key."""
+
+FINGERPRINT_UNAVAILABLE = "fingerprint unavailable (entry written by an older layout)"
+"""What ``fingerprint_differences`` says about an entry that carries no fingerprint."""
+
+_COMPONENT_DIGEST_BYTES = 16
+_COMPONENT_DOMAIN = b"beam-agents/cache-key/component/"
+_KEY_DOMAIN = b"beam-agents/cache-key/v1\x00"
+_U32 = struct.Struct(">I")
+
+
+def _component_digest(label: bytes, payload: bytes) -> bytes:
+    # The label (fixed, NUL-free) and a NUL separate the domains: a model name can
+    # never hash like a message with the same bytes.
+    return hashlib.sha256(_COMPONENT_DOMAIN + label + b"\x00" + payload).digest()[
+        :_COMPONENT_DIGEST_BYTES
+    ]
+
+
+_KEY_FORMAT_DIGEST = _component_digest(b"key_format", str(CACHE_KEY_FORMAT).encode("ascii"))
+
+
+def request_fingerprint(request: LlmRequest, *, provider: str) -> RequestFingerprint:
+    """One short digest per component of ``request`` as sent to ``provider``.
+
+    Args:
+        request: The model request.
+        provider: The provider's name (part of the material: two providers may
+            answer the same request differently).
+
+    Returns:
+        The fingerprint: key format, model, provider, params, one digest per tool
+        spec and one per message (role, content, tool calls, tool_call_id, name).
+    """
+    return RequestFingerprint(
+        key_format=_KEY_FORMAT_DIGEST,
+        model=_component_digest(b"model", request.model.encode("utf-8")),
+        provider=_component_digest(b"provider", provider.encode("utf-8")),
+        params=_component_digest(b"params", request.params.SerializeToString(deterministic=True)),
+        tools=[
+            _component_digest(b"tool", tool.SerializeToString(deterministic=True))
+            for tool in request.tools
+        ],
+        messages=[
+            _component_digest(b"message", message.SerializeToString(deterministic=True))
+            for message in request.messages
+        ],
+    )
+
+
+def cache_key_from_fingerprint(fingerprint: RequestFingerprint) -> str:
+    """The cache key (64 hex digits) that ``fingerprint`` determines.
+
+    Every component is length-prefixed and the two lists are count-prefixed, so
+    no two different fingerprints share a byte layout.
+    """
+    digest = hashlib.sha256(_KEY_DOMAIN)
+    for single in (
+        fingerprint.key_format,
+        fingerprint.model,
+        fingerprint.provider,
+        fingerprint.params,
+    ):
+        digest.update(_U32.pack(len(single)))
+        digest.update(single)
+    for repeated in (fingerprint.tools, fingerprint.messages):
+        digest.update(_U32.pack(len(repeated)))
+        for item in repeated:
+            digest.update(_U32.pack(len(item)))
+            digest.update(item)
+    return digest.hexdigest()
+
+
+def cache_key_and_fingerprint(
+    request: LlmRequest, *, provider: str
+) -> tuple[str, RequestFingerprint]:
+    """The cache key and the fingerprint of ``request`` in one pass (the hot path).
+
+    Args:
+        request: The model request.
+        provider: The provider's name.
+
+    Returns:
+        ``(cache_key, fingerprint)``, where ``cache_key == compute_cache_key(request,
+        provider=provider)``.
+    """
+    fingerprint = request_fingerprint(request, provider=provider)
+    return cache_key_from_fingerprint(fingerprint), fingerprint
+
+
+def compute_cache_key(request: LlmRequest, *, provider: str) -> str:
+    """The replay-cache key of ``request`` as sent to ``provider``: 64 hex digits of sha256.
+
+    Args:
+        request: The model request.
+        provider: The provider's name.
+
+    Returns:
+        A key that changes whenever any part of the request material changes
+        (model, any message, any tool spec, sampling params, provider name, key
+        format) and is the same on every machine and every Python process.
+    """
+    return cache_key_from_fingerprint(request_fingerprint(request, provider=provider))
+
+
+def fingerprint_differences(cached: RequestFingerprint, wanted: RequestFingerprint) -> list[str]:
+    """Name the request components in which ``cached`` and ``wanted`` differ.
+
+    Args:
+        cached: The fingerprint stored with a cache entry.
+        wanted: The fingerprint of the request being looked up.
+
+    Returns:
+        Component names in a stable order: ``"key format"``, ``"model"``,
+        ``"provider"``, ``"params"``, then ``"tools[i]"`` for each differing index
+        up to the shorter list and ``"tools: N vs M"`` (cached vs wanted) if the
+        counts differ, then the same for ``"messages"``. Empty if they are equal.
+        If either fingerprint is empty (an entry migrated from a layout that kept
+        none), the one name ``FINGERPRINT_UNAVAILABLE``: nothing can be compared.
+    """
+    if not cached.key_format or not wanted.key_format:
+        return [FINGERPRINT_UNAVAILABLE]
+    differences = [
+        name
+        for name, left, right in (
+            ("key format", cached.key_format, wanted.key_format),
+            ("model", cached.model, wanted.model),
+            ("provider", cached.provider, wanted.provider),
+            ("params", cached.params, wanted.params),
+        )
+        if left != right
+    ]
+    for name, left_list, right_list in (
+        ("tools", cached.tools, wanted.tools),
+        ("messages", cached.messages, wanted.messages),
+    ):
+        differences.extend(
+            f"{name}[{index}]"
+            for index, (left, right) in enumerate(zip(left_list, right_list, strict=False))
+            if left != right
+        )
+        if len(left_list) != len(right_list):
+            differences.append(f"{name}: {len(left_list)} vs {len(right_list)}")
+    return differences
