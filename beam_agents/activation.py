@@ -1,0 +1,437 @@
+"""``run_activation``: one run of agent code for one key — the one implementation.
+
+The Beam DoFn and the replay engine both call this function with a key's loaded
+state, a trigger and a clock; it returns either an ``ActivationCommit`` (the new
+state and everything to emit) or an ``ActivationFailure`` (the trace, ending in
+``ACTIVATION_FAILED``, and nothing else: invariant 1). It never touches Beam,
+the network, the wall clock or global randomness.
+
+Triggers, and what the key must look like for each (``classify_trigger``):
+
+    event        key not suspended      -> start: agent.start(ctx, event)
+                 key suspended          -> queue in the inbox until it is not
+    tool_result  intent awaited, released -> resume: agent.resume(..., ToolResult)
+    approval     intent pending approval:
+                   approved             -> resume without agent code: release the intent
+                   rejected, awaited    -> resume: agent.resume(..., Approval)
+                   rejected, not awaited-> resume without agent code: drop the intent
+    Timeout      key suspended          -> resume: agent.resume(..., Timeout)
+    anything else                       -> rejected with a reason (the DoFn's .errors)
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from beam_agents import canonical_json
+from beam_agents import trace_events as te
+from beam_agents._protos import (
+    AgentEnvelope,
+    Approval,
+    Continuation,
+    ResumeRecord,
+    ToolIntent,
+    ToolResult,
+    TraceEvent,
+)
+from beam_agents.agent import Agent, Done, Suspend, Timeout
+from beam_agents.context import AgentContext, ProviderFailure, _error_type
+from beam_agents.errors import AgentResultError, CorruptBlobError
+from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
+from beam_agents.key_state import KeyState, StateCells, dump_key_state
+from beam_agents.llm_cache import CachePolicy
+from beam_agents.migrations import CURRENT_VERSIONS
+from beam_agents.provider import Provider
+from beam_agents.tools import ToolRegistry
+
+MAX_RESUME_HISTORY = 8
+DEFAULT_CACHE_POLICY = CachePolicy()
+
+
+class TriggerAction(enum.Enum):
+    START = "start"
+    RESUME = "resume"
+    QUEUE = "queue"
+    EXPORT = "export"
+    REJECT = "reject"
+
+
+@dataclass(frozen=True)
+class TriggerDecision:
+    """What a key in a given state does with one trigger."""
+
+    action: TriggerAction
+    reason: str = ""
+    """For REJECT: why, in one sentence naming the intent or body."""
+
+
+def trigger_name(trigger: AgentEnvelope | Timeout) -> str:
+    """``event``, ``tool_result``, ``approval``, ``export_request``, ``timeout`` or ``none``."""
+    if isinstance(trigger, Timeout):
+        return "timeout"
+    return trigger.WhichOneof("body") or "none"
+
+
+def classify_trigger(state: KeyState, trigger: AgentEnvelope | Timeout) -> TriggerDecision:
+    """Decide what a key in ``state`` does with ``trigger`` (see the module docstring)."""
+    cont = state.continuation
+    pending_ids = {i.intent_id for i in state.pending}
+    body = trigger_name(trigger)
+    if body == "timeout":
+        if cont is None:
+            return TriggerDecision(TriggerAction.REJECT, "HITL timer fired for a key that is not suspended")
+        return TriggerDecision(TriggerAction.RESUME)
+    assert isinstance(trigger, AgentEnvelope)
+    if body == "export_request":
+        return TriggerDecision(TriggerAction.EXPORT)
+    if body == "event":
+        return TriggerDecision(TriggerAction.QUEUE if cont is not None else TriggerAction.START)
+    if body == "tool_result":
+        intent_id = trigger.tool_result.intent_id
+        if intent_id in pending_ids:
+            return TriggerDecision(
+                TriggerAction.REJECT,
+                f"tool_result for intent {intent_id!r}, which still awaits approval "
+                "(an executor must not perform an unapproved intent)",
+            )
+        if cont is not None and intent_id in cont.awaiting_intent_ids:
+            return TriggerDecision(TriggerAction.RESUME)
+        return TriggerDecision(
+            TriggerAction.REJECT,
+            f"tool_result for unknown or already-resolved intent {intent_id!r}",
+        )
+    if body == "approval":
+        intent_id = trigger.approval.intent_id
+        if intent_id in pending_ids:
+            return TriggerDecision(TriggerAction.RESUME)
+        return TriggerDecision(
+            TriggerAction.REJECT, f"approval for unknown or already-resolved intent {intent_id!r}"
+        )
+    return TriggerDecision(TriggerAction.REJECT, "envelope has no body (event, tool_result, approval or export_request)")
+
+
+@dataclass(frozen=True)
+class ActivationCommit:
+    """A successful activation: the state to commit and everything to emit."""
+
+    seq: int
+    kind: str
+    """``start`` or ``resume``."""
+    state: KeyState
+    """The key's state after the activation (in memory)."""
+    cells: StateCells
+    """The same state as the bytes the state cells hold, at the current blob versions."""
+    trace: tuple[TraceEvent, ...]
+    outputs: tuple[bytes, ...] = ()
+    released_intents: tuple[ToolIntent, ...] = ()
+    """Intents for ``.intents``: executors may perform them now."""
+    approval_requests: tuple[ToolIntent, ...] = ()
+    """Approval-gated intents for ``.approvals``; released only when approved."""
+    timer_deadline_ms: int | None = None
+    """Set when the key ended suspended: fire the HITL timer at this event time."""
+    provider_failures: tuple[ProviderFailure, ...] = ()
+    """Model calls the provider did not answer but agent code caught."""
+
+    @property
+    def suspended(self) -> bool:
+        return self.state.continuation is not None
+
+
+@dataclass(frozen=True)
+class ActivationFailure:
+    """A failed activation: nothing is committed but its SEQ and this trace."""
+
+    seq: int
+    kind: str
+    trace: tuple[TraceEvent, ...]
+    error_type: str
+    error: BaseException = field(compare=False)
+    provider_failures: tuple[ProviderFailure, ...] = ()
+
+
+ActivationResult = ActivationCommit | ActivationFailure
+
+
+def envelope_digest(envelope: AgentEnvelope) -> str:
+    """sha256 hex of the envelope's deterministic serialization (traced on ACTIVATION_START)."""
+    return hashlib.sha256(envelope.SerializeToString(deterministic=True)).hexdigest()
+
+
+def run_activation(
+    agent: Agent,
+    registry: ToolRegistry,
+    provider: Provider,
+    state: KeyState,
+    trigger: AgentEnvelope | Timeout,
+    *,
+    now_ms: int,
+    seq: int,
+    entity_key: bytes,
+    hitl: HitlPolicy = DEFAULT_HITL_POLICY,
+    cache_policy: CachePolicy = DEFAULT_CACHE_POLICY,
+    cache_visible_through_seq: int | None = None,
+) -> ActivationResult:
+    """Run one activation of ``agent`` for ``entity_key`` at ``seq`` on the clock ``now_ms``.
+
+    ``state`` is the key's loaded (migrated) state and is not modified; the caller
+    must have checked ``classify_trigger(state, trigger)`` is START or RESUME.
+    ``cache_visible_through_seq`` is for replay: cache entries minted by a later
+    activation than the target are not the responses it consumed.
+    """
+    kind = "start" if trigger_name(trigger) == "event" else "resume"
+    # Private copies: agent code mutates these; a failure simply drops them.
+    work = _copy_state(state)
+    ctx = AgentContext(
+        entity_key=entity_key,
+        seq=seq,
+        now_ms=now_ms,
+        memory=work.memory,
+        cache=work.cache,
+        provider=provider,
+        registry=registry,
+        hitl=hitl,
+        cache_policy=cache_policy,
+        cache_visible_through_seq=cache_visible_through_seq,
+    )
+    try:
+        return _run(agent, ctx, state, work, trigger, kind, hitl)
+    except Exception as exc:
+        ctx.record(TraceEvent.ACTIVATION_FAILED, _error_type(exc), {te.ATTR_ERROR_TYPE: _error_type(exc)})
+        return ActivationFailure(
+            seq=seq,
+            kind=kind,
+            trace=tuple(ctx.events),
+            error_type=_error_type(exc),
+            error=exc,
+            provider_failures=tuple(ctx.provider_failures),
+        )
+
+
+def _copy_state(state: KeyState) -> KeyState:
+    from beam_agents.llm_cache import ReplayCache
+
+    memory = canonical_json.loads(canonical_json.dumps(state.memory)) if state.memory else {}
+    cont = None
+    if state.continuation is not None:
+        cont = Continuation()
+        cont.CopyFrom(state.continuation)
+    return KeyState(
+        memory=memory,
+        cache=ReplayCache.from_body(state.cache.to_body()),
+        continuation=cont,
+        pending=[_copy_intent(i) for i in state.pending],
+        resume_history=list(state.resume_history),
+        migrations_applied=list(state.migrations_applied),
+    )
+
+
+def _copy_intent(intent: ToolIntent) -> ToolIntent:
+    copy = ToolIntent()
+    copy.CopyFrom(intent)
+    return copy
+
+
+def _start_attributes(
+    trigger: AgentEnvelope | Timeout, kind: str, state: KeyState
+) -> dict[str, te.AttrValue]:
+    attrs: dict[str, te.AttrValue] = {
+        te.ATTR_ACTIVATION_KIND: kind,
+        te.ATTR_TRIGGER: trigger_name(trigger),
+    }
+    if isinstance(trigger, Timeout):
+        attrs[te.ATTR_DEADLINE_MS] = trigger.deadline_ms
+        attrs[te.ATTR_INBOUND_STATUS] = "timeout"
+    else:
+        attrs[te.ATTR_ENVELOPE_ID] = trigger.envelope_id
+        attrs[te.ATTR_ENVELOPE_SHA256] = envelope_digest(trigger)
+        body = trigger.WhichOneof("body")
+        if body == "event":
+            attrs[te.ATTR_EVENT_TYPE] = trigger.event.type
+        elif body == "tool_result":
+            attrs[te.ATTR_INBOUND_INTENT_ID] = trigger.tool_result.intent_id
+            attrs[te.ATTR_INBOUND_STATUS] = ToolResult.Status.Name(trigger.tool_result.status)
+        elif body == "approval":
+            attrs[te.ATTR_INBOUND_INTENT_ID] = trigger.approval.intent_id
+            attrs[te.ATTR_INBOUND_STATUS] = "approved" if trigger.approval.approved else "rejected"
+    if kind == "resume" and state.continuation is not None:
+        attrs[te.ATTR_STEP_INDEX] = state.continuation.step_index + 1
+    return attrs
+
+
+def _run(
+    agent: Agent,
+    ctx: AgentContext,
+    state: KeyState,
+    work: KeyState,
+    trigger: AgentEnvelope | Timeout,
+    kind: str,
+    hitl: HitlPolicy,
+) -> ActivationCommit:
+    ctx.record(TraceEvent.ACTIVATION_START, kind, _start_attributes(trigger, kind, state))
+    pre_cont = state.continuation
+    released: list[ToolIntent] = []
+    outcome: Done | Suspend | None = None
+    outcome_name: str
+
+    if kind == "resume":
+        record = ResumeRecord(seq=ctx.seq, pending=[_copy_intent(i) for i in state.pending])
+        if pre_cont is not None:
+            record.continuation.CopyFrom(pre_cont)
+        work.resume_history = [*work.resume_history, record][-MAX_RESUME_HISTORY:]
+
+    if isinstance(trigger, AgentEnvelope) and trigger.WhichOneof("body") == "event":
+        outcome = agent.start(ctx, trigger.event)
+    elif isinstance(trigger, AgentEnvelope) and trigger.WhichOneof("body") == "approval":
+        approval = trigger.approval
+        intent = next(i for i in work.pending if i.intent_id == approval.intent_id)
+        work.pending = [i for i in work.pending if i.intent_id != approval.intent_id]
+        awaited = pre_cont is not None and approval.intent_id in pre_cont.awaiting_intent_ids
+        if approval.approved:
+            released.append(intent)
+        elif awaited:
+            outcome = _resume(agent, ctx, work, pre_cont, approval)
+    else:
+        assert pre_cont is not None, "classify_trigger admits resumes of suspended keys only"
+        inbound: ToolResult | Timeout
+        if isinstance(trigger, Timeout):
+            inbound = trigger
+            awaiting = set(pre_cont.awaiting_intent_ids)
+            # The human did not answer in time: awaited intents still needing approval lapse.
+            work.pending = [i for i in work.pending if i.intent_id not in awaiting]
+        else:
+            inbound = trigger.tool_result
+        outcome = _resume(agent, ctx, work, pre_cont, inbound)
+
+    approval_requests: list[ToolIntent] = []
+    continuation: Continuation | None = work.continuation
+    outputs: tuple[bytes, ...] = ()
+    if outcome is None:
+        outcome_name = "released" if released else "rejected"
+    elif isinstance(outcome, Done):
+        outcome_name = "done"
+        outputs = outcome.all_outputs()
+        for out in outputs:
+            if not isinstance(out, bytes):
+                raise AgentResultError(f"Done outputs must be bytes, got {type(out).__name__}")
+        continuation = None
+    elif isinstance(outcome, Suspend):
+        outcome_name = "suspended"
+        step_index = pre_cont.step_index + 1 if kind == "resume" and pre_cont is not None else 0
+        continuation = _suspend(ctx, work, pre_cont, outcome, hitl, step_index)
+    else:
+        raise AgentResultError(
+            f"{type(agent).__name__}.{'start' if kind == 'start' else 'resume'} returned "
+            f"{type(outcome).__name__}; it must return Done(...) or Suspend(...)"
+        )
+
+    for intent in ctx.staged_intents:
+        if intent.requires_approval:
+            approval_requests.append(intent)
+        else:
+            released.append(intent)
+    work.pending = [*work.pending, *approval_requests]
+    work.continuation = continuation
+
+    # Serialize everything before emitting the closing events, so a value that cannot
+    # be stored fails the activation instead of committing half of it.
+    cells = dump_key_state(work)
+
+    for intent in released:
+        ctx.record(TraceEvent.INTENT_RELEASED, intent.tool, {te.ATTR_INTENT_ID: intent.intent_id})
+    if continuation is not None and outcome_name == "suspended":
+        ctx.record(
+            TraceEvent.SUSPENDED,
+            "suspend",
+            {
+                te.ATTR_STEP_INDEX: continuation.step_index,
+                te.ATTR_AWAITING: ",".join(continuation.awaiting_intent_ids),
+                te.ATTR_DEADLINE_MS: continuation.deadline_ms,
+                te.ATTR_STATE_SHA256: hashlib.sha256(continuation.adapter_snapshot).hexdigest(),
+            },
+        )
+    ctx.record(
+        TraceEvent.ACTIVATION_END,
+        outcome_name,
+        {
+            te.ATTR_OUTCOME: outcome_name,
+            te.ATTR_OUTPUTS_COUNT: len(outputs),
+            te.ATTR_INTENTS_COUNT: len(released),
+        },
+    )
+    return ActivationCommit(
+        seq=ctx.seq,
+        kind=kind,
+        state=work,
+        cells=cells,
+        trace=tuple(ctx.events),
+        outputs=outputs,
+        released_intents=tuple(released),
+        approval_requests=tuple(approval_requests),
+        timer_deadline_ms=continuation.deadline_ms if continuation is not None else None,
+        provider_failures=tuple(ctx.provider_failures),
+    )
+
+
+def _resume(
+    agent: Agent,
+    ctx: AgentContext,
+    work: KeyState,
+    cont: Continuation | None,
+    inbound: ToolResult | Approval | Timeout,
+) -> Done | Suspend:
+    assert cont is not None
+    try:
+        adapter_state: Any = canonical_json.loads(cont.adapter_snapshot) if cont.adapter_snapshot else None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CorruptBlobError("continuation", f"adapter snapshot is not JSON: {exc}") from exc
+    # The continuation is consumed; Suspend may set a new one.
+    work.continuation = None
+    return agent.resume(ctx, adapter_state, cont.step_index + 1, inbound)
+
+
+def _suspend(
+    ctx: AgentContext,
+    work: KeyState,
+    pre_cont: Continuation | None,
+    outcome: Suspend,
+    hitl: HitlPolicy,
+    step_index: int,
+) -> Continuation:
+    why = canonical_json.check_json_value(outcome.state, "Suspend.state")
+    if why is not None:
+        raise AgentResultError(f"{why}; Suspend(state=...) must be a JSON value")
+    # An agent may await what it staged now, what still awaits approval, and what the
+    # suspension it resumed from was still awaiting.
+    known = {i.intent_id for i in ctx.staged_intents} | {i.intent_id for i in work.pending}
+    if pre_cont is not None:
+        known |= set(pre_cont.awaiting_intent_ids)
+    awaiting = [str(i) for i in outcome.awaiting]
+    unknown = [i for i in awaiting if i not in known]
+    if unknown:
+        raise AgentResultError(
+            f"Suspend(awaiting=...) names intents this key never staged: {', '.join(unknown)}"
+        )
+    return Continuation(
+        suspended_seq=ctx.seq,
+        step_index=step_index,
+        adapter_snapshot=canonical_json.dumps(outcome.state),
+        awaiting_intent_ids=awaiting,
+        deadline_ms=ctx.now_ms + hitl.hitl_timeout_ms,
+        schema_version=CURRENT_VERSIONS["continuation"],
+    )
+
+
+__all__ = [
+    "ActivationCommit",
+    "ActivationFailure",
+    "ActivationResult",
+    "TriggerAction",
+    "TriggerDecision",
+    "classify_trigger",
+    "envelope_digest",
+    "run_activation",
+    "trigger_name",
+]

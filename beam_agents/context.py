@@ -1,0 +1,294 @@
+"""The agent context ``ctx``: everything agent code may touch during one activation.
+
+Every method records a trace event; nothing here reads the wall clock or an
+unseeded random source, so the same inputs give the same events (invariant 4).
+The context works on private copies of the key's state (memory, cache, staged
+intents); ``run_activation`` commits them only if the activation succeeds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random as _random
+from collections.abc import Iterator, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+from beam_agents import canonical_json
+from beam_agents import trace_events as te
+from beam_agents._protos import LlmRequest, LlmResponse, RequestFingerprint, ToolIntent, TraceEvent
+from beam_agents.cache_key import cache_key_and_fingerprint
+from beam_agents.errors import AgentCodeError, MemoryValueError, SideEffectRefusedError
+from beam_agents.hitl import HitlPolicy
+from beam_agents.llm_cache import CachePolicy, LookupStatus, ReplayCache, response_digest
+from beam_agents.provider import Provider
+from beam_agents.tools import ToolRegistry
+
+
+class JsonMemory(MutableMapping[str, Any]):
+    """Working memory: a mutable mapping that accepts JSON values only, checked at the write.
+
+    Values nested inside a stored container can still be mutated in place; the
+    whole memory is checked again when the activation commits.
+    """
+
+    def __init__(self, initial: dict[str, Any]) -> None:
+        self._data = initial
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if not isinstance(key, str):
+            raise MemoryValueError(f"[{key!r}]", f"key is a {type(key).__name__}, not a string")
+        why = canonical_json.check_json_value(value, f"[{key!r}]")
+        if why is not None:
+            raise MemoryValueError(f"[{key!r}]", why)
+        self._data[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self._data
+
+    def __repr__(self) -> str:
+        return f"JsonMemory({self._data!r})"
+
+
+@dataclass(frozen=True)
+class ProviderFailure:
+    """A model call that the provider did not answer (in replay: a cache miss)."""
+
+    event_index: int
+    """Index of the LLM_CALL trace event recording the attempt."""
+    cache_key: str
+    model: str
+    lookup_status: LookupStatus
+    """Why the cache could not serve it (ABSENT, EXPIRED, DIGEST_ONLY, MINTED_LATER)."""
+    fingerprint: RequestFingerprint
+    error: BaseException
+
+
+def derive_intent_id(entity_key: bytes, seq: int, ordinal: int) -> str:
+    """The id of the ``ordinal``-th intent staged by activation ``(entity_key, seq)``."""
+    material = b"beam-agents/intent\x00" + entity_key + b"\x00" + f"{seq}:{ordinal}".encode()
+    return "in-" + hashlib.sha256(material).hexdigest()[:24]
+
+
+def seeded_random(entity_key: bytes, seq: int) -> _random.Random:
+    """The activation's random source, seeded from ``(entity_key, seq)``."""
+    material = b"beam-agents/random\x00" + entity_key + b"\x00" + str(seq).encode()
+    return _random.Random(int.from_bytes(hashlib.sha256(material).digest()[:8], "big"))
+
+
+def digest_value(value: Any, what: str) -> str:
+    """sha256 hex of bytes, or of the canonical JSON of a JSON value; refuses anything else."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return hashlib.sha256(bytes(value)).hexdigest()
+    why = canonical_json.check_json_value(value)
+    if why is not None:
+        raise AgentCodeError(f"{what}: {why} (tools take and return JSON values or bytes)")
+    return hashlib.sha256(canonical_json.dumps(value)).hexdigest()
+
+
+class AgentContext:
+    """What agent code receives as ``ctx``."""
+
+    def __init__(
+        self,
+        *,
+        entity_key: bytes,
+        seq: int,
+        now_ms: int,
+        memory: dict[str, Any],
+        cache: ReplayCache,
+        provider: Provider,
+        registry: ToolRegistry,
+        hitl: HitlPolicy,
+        cache_policy: CachePolicy,
+        cache_visible_through_seq: int | None = None,
+    ) -> None:
+        self.entity_key = entity_key
+        """The key this activation runs for."""
+        self.seq = seq
+        """This activation's SEQ."""
+        self.now_ms = now_ms
+        """The activation clock: the trigger's event time. Use it instead of the wall clock."""
+        self.memory = JsonMemory(memory)
+        """Working memory that survives activations (JSON values only)."""
+        self.random = seeded_random(entity_key, seq)
+        """A random source seeded from (entity_key, seq): the only randomness replay reproduces."""
+        self._cache = cache
+        self._provider = provider
+        self._registry = registry
+        self._hitl = hitl
+        self._cache_policy = cache_policy
+        self._visible_through_seq = cache_visible_through_seq
+        self._events: list[TraceEvent] = []
+        self._call_ordinal = 0
+        self.staged_intents: list[ToolIntent] = []
+        self.provider_failures: list[ProviderFailure] = []
+
+    # -- trace --------------------------------------------------------------------------------
+
+    def record(self, kind: int, name: str, attributes: dict[str, te.AttrValue]) -> int:
+        """Append a trace event stamped with the activation clock; returns its index."""
+        index = len(self._events)
+        self._events.append(
+            te.make_event(
+                entity_key=self.entity_key,
+                seq=self.seq,
+                index=index,
+                kind=kind,
+                name=name,
+                now_ms=self.now_ms,
+                attributes=attributes,
+            )
+        )
+        return index
+
+    @property
+    def events(self) -> list[TraceEvent]:
+        return self._events
+
+    # -- model calls --------------------------------------------------------------------------
+
+    def complete(self, request: LlmRequest) -> LlmResponse:
+        """Answer a model request, from the replay cache if it holds it, else from the provider."""
+        if not isinstance(request, LlmRequest):
+            raise AgentCodeError(f"ctx.complete expects an LlmRequest, got {type(request).__name__}")
+        provider_name = self._provider.name
+        key, fingerprint = cache_key_and_fingerprint(request, provider=provider_name)
+        ordinal = self._call_ordinal
+        self._call_ordinal += 1
+        base: dict[str, te.AttrValue] = {
+            te.ATTR_CACHE_KEY: key,
+            te.ATTR_PROVIDER: provider_name,
+            te.ATTR_REQUEST_MODEL: request.model,
+            te.ATTR_CALL_ORDINAL: ordinal,
+        }
+        found = self._cache.lookup(
+            key, now_ms=self.now_ms, visible_through_seq=self._visible_through_seq
+        )
+        if found.status is LookupStatus.HIT and found.response is not None:
+            response = LlmResponse()
+            response.CopyFrom(found.response)
+            self.record(TraceEvent.LLM_CALL, request.model, {**base, **_response_attrs(response, hit=True)})
+            return response
+        try:
+            response = self._provider.complete(request)
+            if not isinstance(response, LlmResponse):
+                raise AgentCodeError(
+                    f"provider {provider_name!r} returned a {type(response).__name__}, "
+                    "not an LlmResponse"
+                )
+        except Exception as exc:
+            index = self.record(
+                TraceEvent.LLM_CALL,
+                request.model,
+                {
+                    **base,
+                    te.ATTR_CACHE_HIT: False,
+                    te.ATTR_BILLED: False,
+                    te.ATTR_ERROR_TYPE: _error_type(exc),
+                },
+            )
+            self.provider_failures.append(
+                ProviderFailure(index, key, request.model, found.status, fingerprint, exc)
+            )
+            raise
+        # A staged insert: it reaches the key's state only if the activation commits.
+        self._cache.insert(
+            key,
+            fingerprint,
+            response,
+            model=request.model,
+            provider=provider_name,
+            now_ms=self.now_ms,
+            seq=self.seq,
+            policy=self._cache_policy,
+        )
+        self.record(TraceEvent.LLM_CALL, request.model, {**base, **_response_attrs(response, hit=False)})
+        return response
+
+    # -- tools --------------------------------------------------------------------------------
+
+    def call(self, tool: str, /, **args: Any) -> Any:
+        """Run a read-only tool now and return its result (JSON value or bytes)."""
+        declared = self._registry.get(tool)
+        attrs: dict[str, te.AttrValue] = {te.ATTR_TOOL_NAME: tool}
+        try:
+            if declared.side_effect:
+                raise SideEffectRefusedError(tool)
+            attrs[te.ATTR_ARGS_SHA256] = digest_value(args, f"arguments of tool {tool!r}")
+            result = declared.fn(**args)
+            attrs[te.ATTR_RESULT_SHA256] = digest_value(result, f"result of tool {tool!r}")
+        except Exception as exc:
+            attrs[te.ATTR_ERROR_TYPE] = _error_type(exc)
+            self.record(TraceEvent.TOOL_CALL, tool, attrs)
+            raise
+        self.record(TraceEvent.TOOL_CALL, tool, attrs)
+        return result
+
+    def act(self, tool: str, /, **args: Any) -> str:
+        """Stage an intent for a side-effecting tool; returns its intent id. Nothing runs now."""
+        declared = self._registry.get(tool)
+        if not declared.side_effect:
+            raise AgentCodeError(
+                f"tool {tool!r} is read-only; run it with ctx.call({tool!r}, ...) "
+                "(ctx.act stages side_effect=True tools for an executor)"
+            )
+        why = canonical_json.check_json_value(args)
+        if why is not None:
+            raise AgentCodeError(f"arguments of tool {tool!r}: {why}")
+        args_json = canonical_json.dumps(args)
+        requires_approval = declared.requires_approval or tool in self._hitl.approval_required_tools
+        intent = ToolIntent(
+            intent_id=derive_intent_id(self.entity_key, self.seq, len(self.staged_intents)),
+            entity_key=self.entity_key,
+            seq=self.seq,
+            tool=tool,
+            args=args_json,
+            created_ms=self.now_ms,
+            expires_at_ms=self.now_ms + self._hitl.intent_ttl_ms,
+            requires_approval=requires_approval,
+            approval_channel=self._hitl.approval_channel if requires_approval else "",
+        )
+        self.staged_intents.append(intent)
+        self.record(
+            TraceEvent.INTENT_STAGED,
+            tool,
+            {
+                te.ATTR_INTENT_ID: intent.intent_id,
+                te.ATTR_TOOL_NAME: tool,
+                te.ATTR_ARGS_SHA256: hashlib.sha256(args_json).hexdigest(),
+                te.ATTR_REQUIRES_APPROVAL: requires_approval,
+                te.ATTR_APPROVAL_CHANNEL: intent.approval_channel,
+                te.ATTR_EXPIRES_AT_MS: intent.expires_at_ms,
+            },
+        )
+        return intent.intent_id
+
+
+def _response_attrs(response: LlmResponse, *, hit: bool) -> dict[str, te.AttrValue]:
+    return {
+        te.ATTR_CACHE_HIT: hit,
+        te.ATTR_BILLED: not hit,
+        te.ATTR_RESPONSE_SHA256: response_digest(response).hex(),
+        te.ATTR_RESPONSE_MODEL: response.model,
+        te.ATTR_USAGE_INPUT: response.usage.input_tokens,
+        te.ATTR_USAGE_OUTPUT: response.usage.output_tokens,
+        te.ATTR_STOP_REASON: response.stop_reason,
+    }
+
+
+def _error_type(exc: BaseException) -> str:
+    cls = type(exc)
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"

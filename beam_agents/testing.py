@@ -1,0 +1,136 @@
+"""Test helpers for agent authors: a scripted model provider and envelope builders.
+
+    provider = ScriptedProvider(lambda req: "It ships tomorrow.")
+    env = event_envelope(b"customer-42", "message", b"where is my order?", time_ms=1_734_000_000_000)
+
+These are the helpers beam-agents' own tests use; they are deterministic and offline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+
+from beam_agents._protos import (
+    AgentEnvelope,
+    Approval,
+    ChatMessage,
+    Event,
+    LlmRequest,
+    LlmResponse,
+    ToolResult,
+    Usage,
+)
+
+Respond = Callable[[LlmRequest], LlmResponse | str]
+
+
+class ScriptedProvider:
+    """A provider answering from a function of the request: deterministic and offline.
+
+    ``respond`` returns an ``LlmResponse`` or a string (wrapped as a response whose
+    usage counts characters). ``requests`` records every request it was asked.
+    """
+
+    def __init__(self, respond: Respond, *, name: str = "scripted") -> None:
+        self.name = name
+        self._respond = respond
+        self.requests: list[LlmRequest] = []
+
+    @property
+    def calls(self) -> int:
+        return len(self.requests)
+
+    def complete(self, request: LlmRequest) -> LlmResponse:
+        self.requests.append(request)
+        answer = self._respond(request)
+        if isinstance(answer, LlmResponse):
+            return answer
+        prompt_chars = sum(len(m.content) for m in request.messages)
+        return LlmResponse(
+            text=answer,
+            stop_reason="end_turn",
+            model=request.model,
+            usage=Usage(input_tokens=prompt_chars, output_tokens=len(answer)),
+        )
+
+
+def chat_request(model: str, *messages: tuple[str, str], **params: float | int) -> LlmRequest:
+    """An ``LlmRequest`` from ``(role, content)`` pairs, e.g. ``chat_request("m", ("user", "hi"))``."""
+    request = LlmRequest(model=model, messages=[ChatMessage(role=r, content=c) for r, c in messages])
+    for name, value in params.items():
+        setattr(request.params, name, value)
+    return request
+
+
+def _default_id(prefix: str, entity_key: bytes, time_ms: int, extra: bytes = b"") -> str:
+    digest = hashlib.sha256(entity_key + b"\x00" + str(time_ms).encode() + b"\x00" + extra).hexdigest()
+    return f"{prefix}-{digest[:16]}"
+
+
+def event_envelope(
+    entity_key: bytes,
+    type: str,
+    payload: bytes = b"",
+    *,
+    time_ms: int,
+    envelope_id: str | None = None,
+    attributes: Mapping[str, str] | None = None,
+) -> AgentEnvelope:
+    """An envelope carrying an ``Event`` (starts an activation)."""
+    return AgentEnvelope(
+        entity_key=entity_key,
+        event_time_ms=time_ms,
+        envelope_id=envelope_id or _default_id("ev", entity_key, time_ms, type.encode() + payload),
+        event=Event(type=type, payload=payload, attributes=dict(attributes or {})),
+    )
+
+
+def tool_result_envelope(
+    entity_key: bytes,
+    intent_id: str,
+    *,
+    time_ms: int,
+    status: int = ToolResult.OK,
+    payload: bytes = b"",
+    error: str = "",
+    envelope_id: str | None = None,
+) -> AgentEnvelope:
+    """An envelope carrying an executor's ``ToolResult`` for ``intent_id``."""
+    return AgentEnvelope(
+        entity_key=entity_key,
+        event_time_ms=time_ms,
+        envelope_id=envelope_id or _default_id("tr", entity_key, time_ms, intent_id.encode()),
+        tool_result=ToolResult(intent_id=intent_id, status=status, payload=payload, error=error),  # type: ignore[arg-type]
+    )
+
+
+def approval_envelope(
+    entity_key: bytes,
+    intent_id: str,
+    *,
+    approved: bool,
+    time_ms: int,
+    approver: str = "",
+    reason: str = "",
+    envelope_id: str | None = None,
+) -> AgentEnvelope:
+    """An envelope carrying a human's ``Approval`` decision on ``intent_id``."""
+    return AgentEnvelope(
+        entity_key=entity_key,
+        event_time_ms=time_ms,
+        envelope_id=envelope_id or _default_id("ap", entity_key, time_ms, intent_id.encode()),
+        approval=Approval(intent_id=intent_id, approved=approved, approver=approver, reason=reason),
+    )
+
+
+def export_request_envelope(
+    entity_key: bytes, request_id: str, *, time_ms: int, envelope_id: str | None = None
+) -> AgentEnvelope:
+    """An envelope asking the pipeline for a ``StateSnapshot`` of ``entity_key``."""
+    return AgentEnvelope(
+        entity_key=entity_key,
+        event_time_ms=time_ms,
+        envelope_id=envelope_id or _default_id("ex", entity_key, time_ms, request_id.encode()),
+        export_request=AgentEnvelope.StateExportRequest(request_id=request_id),
+    )

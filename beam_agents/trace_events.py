@@ -1,0 +1,146 @@
+"""Trace events: builders with deterministic ids, and their deterministic serialization.
+
+A trace event holds only what the same code, given the same inputs, reproduces
+exactly: kinds, names, indices, the activation clock, digests, cache keys,
+intent ids, counts, error types. Never a wall-clock time, a host, a version,
+a latency or a payload (DESIGN §4) — replay compares these byte for byte.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+
+from beam_agents._protos import AttributeValue, TraceEvent
+
+AttrValue = str | int | bool | float | bytes
+
+Kind = TraceEvent.Kind
+
+# Attribute names, in one place so the pipeline, the sinks, replay and the TUI agree.
+ATTR_ACTIVATION_KIND = "beam_agents.activation.kind"  # "start" | "resume"
+ATTR_TRIGGER = "beam_agents.trigger"  # "event" | "tool_result" | "approval" | "timeout"
+ATTR_ENVELOPE_ID = "beam_agents.envelope_id"
+ATTR_ENVELOPE_SHA256 = "beam_agents.envelope_sha256"
+ATTR_EVENT_TYPE = "beam_agents.event.type"
+ATTR_STEP_INDEX = "beam_agents.step_index"
+ATTR_INBOUND_INTENT_ID = "beam_agents.inbound.intent_id"
+ATTR_INBOUND_STATUS = "beam_agents.inbound.status"
+ATTR_CACHE_KEY = "beam_agents.cache_key"
+ATTR_CACHE_HIT = "beam_agents.cache_hit"
+ATTR_BILLED = "beam_agents.billed"
+ATTR_PROVIDER = "beam_agents.provider"
+ATTR_CALL_ORDINAL = "beam_agents.call.ordinal"
+ATTR_RESPONSE_SHA256 = "beam_agents.response_sha256"
+ATTR_REQUEST_MODEL = "gen_ai.request.model"
+ATTR_RESPONSE_MODEL = "gen_ai.response.model"
+ATTR_USAGE_INPUT = "gen_ai.usage.input_tokens"
+ATTR_USAGE_OUTPUT = "gen_ai.usage.output_tokens"
+ATTR_STOP_REASON = "beam_agents.stop_reason"
+ATTR_TOOL_NAME = "gen_ai.tool.name"
+ATTR_ARGS_SHA256 = "beam_agents.args_sha256"
+ATTR_RESULT_SHA256 = "beam_agents.result_sha256"
+ATTR_ERROR_TYPE = "error.type"
+ATTR_INTENT_ID = "beam_agents.intent_id"
+ATTR_REQUIRES_APPROVAL = "beam_agents.requires_approval"
+ATTR_APPROVAL_CHANNEL = "beam_agents.approval_channel"
+ATTR_EXPIRES_AT_MS = "beam_agents.expires_at_ms"
+ATTR_AWAITING = "beam_agents.awaiting_intent_ids"
+ATTR_DEADLINE_MS = "beam_agents.deadline_ms"
+ATTR_STATE_SHA256 = "beam_agents.state_sha256"
+ATTR_OUTPUTS_COUNT = "beam_agents.outputs.count"
+ATTR_INTENTS_COUNT = "beam_agents.intents.count"
+ATTR_OUTCOME = "beam_agents.outcome"  # "done" | "suspended" | "released" | "rejected"
+
+
+def trace_id_for(entity_key: bytes, seq: int) -> bytes:
+    """The 16-byte trace id of activation ``(entity_key, seq)``."""
+    return hashlib.sha256(b"beam-agents/trace\x00" + entity_key + b"\x00" + str(seq).encode()).digest()[:16]
+
+
+def span_id_for(entity_key: bytes, seq: int, index: int) -> bytes:
+    """The 8-byte span id of event ``index`` of activation ``(entity_key, seq)``."""
+    material = b"beam-agents/span\x00" + entity_key + b"\x00" + f"{seq}:{index}".encode()
+    return hashlib.sha256(material).digest()[:8]
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def set_attributes(event: TraceEvent, attributes: Mapping[str, AttrValue]) -> None:
+    """Write typed attributes onto ``event`` (bool before int: bool is an int in Python)."""
+    for name, value in attributes.items():
+        slot: AttributeValue = event.attributes[name]
+        if isinstance(value, bool):
+            slot.bool_value = value
+        elif isinstance(value, int):
+            slot.int_value = value
+        elif isinstance(value, float):
+            slot.double_value = value
+        elif isinstance(value, bytes):
+            slot.bytes_value = value
+        elif isinstance(value, str):
+            slot.string_value = value
+        else:  # pragma: no cover - guarded by the AttrValue type
+            raise TypeError(f"trace attribute {name!r} has unsupported type {type(value).__name__}")
+
+
+def attribute_value(value: AttributeValue) -> AttrValue | None:
+    """The Python value held by an AttributeValue (None if unset)."""
+    which = value.WhichOneof("value")
+    return None if which is None else getattr(value, which)  # type: ignore[no-any-return]
+
+
+def attributes_dict(event: TraceEvent) -> dict[str, AttrValue | None]:
+    """The event's attributes as a plain dict, keys sorted."""
+    return {name: attribute_value(event.attributes[name]) for name in sorted(event.attributes)}
+
+
+def make_event(
+    *,
+    entity_key: bytes,
+    seq: int,
+    index: int,
+    kind: int,
+    name: str,
+    now_ms: int,
+    attributes: Mapping[str, AttrValue] | None = None,
+) -> TraceEvent:
+    """Build one trace event; ids derive from ``(entity_key, seq, index)``, times from the clock.
+
+    Event 0 of an activation is its root span; every other event is its child.
+    """
+    event = TraceEvent(
+        entity_key=entity_key,
+        seq=seq,
+        index=index,
+        kind=kind,  # type: ignore[arg-type]
+        name=name,
+        start_ms=now_ms,
+        end_ms=now_ms,
+        trace_id=trace_id_for(entity_key, seq),
+        span_id=span_id_for(entity_key, seq, index),
+        parent_span_id=b"" if index == 0 else span_id_for(entity_key, seq, 0),
+    )
+    if attributes:
+        set_attributes(event, attributes)
+    return event
+
+
+def serialize_trace_event(event: TraceEvent) -> bytes:
+    """The deterministic bytes of a trace event: same event, same bytes, on every machine.
+
+    Deterministic protobuf serialization writes fields in field-number order and
+    map entries sorted by key, so the bytes depend neither on insertion order
+    nor on PYTHONHASHSEED.
+    """
+    return event.SerializeToString(deterministic=True)
+
+
+def kind_name(kind: int) -> str:
+    """``LLM_CALL`` for TraceEvent.LLM_CALL, or ``KIND_<n>`` for an unknown number."""
+    try:
+        return TraceEvent.Kind.Name(kind)  # type: ignore[arg-type]
+    except ValueError:
+        return f"KIND_{kind}"
