@@ -1,0 +1,249 @@
+"""``ReplayResult``: everything one replay established, as frozen data.
+
+One function (``beam_agents.replay.engine.replay``) produces it; the headless
+report, ``--json`` and the TUI all render it and compute nothing of their own
+(DESIGN §3 rule 3), so they cannot disagree on a verdict.
+
+Verdicts and exit codes are the seed page's table:
+
+    REPRODUCED      0  the re-run matched the traced record
+    WHAT_IF         0  a pending resume that has not run: no traced outcome to diff
+    DIVERGED        1  the first diverging event is named in ``first_divergence``
+    USAGE_ERROR     2  bad input, inputs that do not belong together, or a snapshot newer than us
+    IRREPRODUCIBLE  3  a cache miss, a digest-only entry, a migration gap, a blocked network call,
+                       a resume whose continuation is no longer in the snapshot
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from beam_agents._protos import TraceEvent
+
+
+class Verdict(enum.Enum):
+    REPRODUCED = "reproduced"
+    WHAT_IF = "what-if"
+    DIVERGED = "diverged"
+    USAGE_ERROR = "error"
+    IRREPRODUCIBLE = "irreproducible"
+
+    @property
+    def exit_code(self) -> int:
+        """The CLI's exit code for this verdict (the seed's table)."""
+        return _EXIT_CODES[self]
+
+
+_EXIT_CODES = {
+    Verdict.REPRODUCED: 0,
+    Verdict.WHAT_IF: 0,
+    Verdict.DIVERGED: 1,
+    Verdict.USAGE_ERROR: 2,
+    Verdict.IRREPRODUCIBLE: 3,
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplayHeader:
+    """What was replayed, with what: the seed's header lines and the context around them."""
+
+    version: str
+    """The installed beam-agents version (skew with the pipeline's is a divergence source)."""
+    agent_path: str
+    """``module:ATTR`` of the agent, as given."""
+    registry_path: str
+    entity_key: bytes | None = None
+    seq: int | None = None
+    now_ms: int | None = None
+    """The activation clock: the traced ACTIVATION_START.start_ms (for a what-if: the event's time)."""
+    kind: str = ""
+    """``start`` or ``resume``."""
+    trigger: str = ""
+    """``event``, ``tool_result``, ``approval`` or ``timeout``."""
+    hitl_policy: str = ""
+    """The HitlPolicy the re-run used, every setting on one line."""
+    hitl_source: str = "default"
+    """``default`` or the ``--hitl module:ATTR`` path."""
+    snapshot_seq: int | None = None
+    snapshot_at_ms: int | None = None
+    snapshot_request_id: str = ""
+    state_schema_version: int | None = None
+    migrations_applied: tuple[str, ...] = ()
+    """Blob migrations applied in memory while loading, e.g. ``llm_cache v1→v2``."""
+    continuation_source: str = ""
+    """For a resume: ``snapshot.continuation`` or ``snapshot.resumed_from[seq=N]``."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FieldDiff:
+    """One differing field of an event, traced vs replayed (values rendered as text)."""
+
+    path: str
+    """E.g. ``name``, ``attributes['beam_agents.result_sha256']``."""
+    traced: str
+    replayed: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class EventPair:
+    """One row of the timeline: the traced event and the replayed event at the same index."""
+
+    index: int
+    traced: TraceEvent | None
+    """None when the re-run produced an extra event."""
+    replayed: TraceEvent | None
+    """None when the re-run stopped short of this traced event."""
+    differs: bool
+    """After normalization (``beam_agents.cache_hit``/``billed`` on LLM_CALL only)."""
+    differing_fields: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Divergence:
+    """The first event where the re-run and the trace disagree."""
+
+    index: int
+    kind: str
+    """Kind name of the traced event (or of the replayed one if the trace has none there)."""
+    name: str
+    fields: tuple[FieldDiff, ...]
+    missing: bool = False
+    """The trace has an event here and the re-run did not produce one."""
+    extra: bool = False
+    """The re-run produced an event the trace does not have."""
+    detail: str = ""
+    """A human-readable structured diff of the event (deepdiff, rendered)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class NearestEntry:
+    """The cached entry closest to a request that missed, and how it differs."""
+
+    cache_key: str
+    model: str
+    differences: tuple[str, ...]
+    """E.g. ``("messages[2]",)``."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheMiss:
+    """A model call the replay cache could not serve."""
+
+    event_index: int
+    """Index of the replayed LLM_CALL that missed."""
+    cache_key: str
+    model: str
+    status: str
+    """``absent``, ``expired``, ``digest_only`` or ``minted_later``."""
+    traced_cache_key: str | None = None
+    """The cache key the traced LLM_CALL at that index had, if any."""
+    nearest: NearestEntry | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class IntentRow:
+    """One intent of the ledger: what the trace says happened to it, and what the re-run did."""
+
+    intent_id: str
+    tool: str
+    traced_staged: bool
+    replayed_staged: bool
+    traced_released: bool
+    replayed_released: bool
+    requires_approval: bool = False
+    expires_at_ms: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class BlobDigest:
+    """A reported-not-diffed artefact: its size and sha256."""
+
+    size: int
+    sha256: str
+    payload: bytes = field(default=b"", repr=False)
+    """The bytes themselves, for viewing on request (outputs)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheEntryView:
+    """One replay-cache entry of the snapshot, as the operator needs to see it at ``now_ms``."""
+
+    cache_key: str
+    model: str
+    provider: str
+    age_ms: int
+    ttl_left_ms: int
+    lru_rank: int
+    """1 = most recently used."""
+    digest_only: bool
+    inserted_seq: int
+    hit_in_activation: bool
+    """The re-run was served this entry."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContinuationView:
+    suspended_seq: int
+    step_index: int
+    awaiting_intent_ids: tuple[str, ...]
+    deadline_ms: int
+    adapter_state: Any
+    """The agent's Suspend(state=...) value, decoded JSON."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PendingIntentView:
+    intent_id: str
+    tool: str
+    seq: int
+    created_ms: int
+    expires_at_ms: int
+    requires_approval: bool
+    approval_channel: str
+    args: Any
+    """Decoded JSON arguments."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StateView:
+    """The snapshot's state, as loaded (migrated in memory) — the pre-replay picture."""
+
+    memory: Any
+    """Working memory (JSON object)."""
+    cache_entries: tuple[CacheEntryView, ...]
+    pending: tuple[PendingIntentView, ...]
+    continuation: ContinuationView | None
+    blob_versions: dict[str, int]
+    """Schema version each blob was stored at, before migration."""
+    migrations_applied: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplayResult:
+    """Everything one replay established. Render it; never recompute a verdict from it."""
+
+    verdict: Verdict
+    reason: str
+    """One line saying why this verdict (for ``reproduced``: what matched)."""
+    header: ReplayHeader
+    events: tuple[EventPair, ...] = ()
+    """Traced and replayed events side by side, in order (normalized comparison)."""
+    first_divergence: Divergence | None = None
+    cache_miss: CacheMiss | None = None
+    intents: tuple[IntentRow, ...] = ()
+    outputs: tuple[BlobDigest, ...] = ()
+    memory: BlobDigest | None = None
+    """The post-activation memory blob (no traced counterpart — reported, not diffed)."""
+    state: StateView | None = None
+    provider_calls: int = 0
+    """How many times the re-run reached the provider (each one is a miss)."""
+    network_attempts: tuple[str, ...] = ()
+    """Connections the re-run tried and the guard blocked (``host:port``, with the tool if known)."""
+    error: str = ""
+    """For USAGE_ERROR (and internal errors): the full one-paragraph message."""
+
+    @property
+    def exit_code(self) -> int:
+        return self.verdict.exit_code
