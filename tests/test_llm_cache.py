@@ -1,0 +1,369 @@
+"""The replay cache: LRU-64, TTL on the activation clock, digest-only entries, replay visibility."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from beam_agents._protos import LlmCacheBody, LlmCacheEntry, LlmRequest, LlmResponse
+from beam_agents.cache_key import FINGERPRINT_UNAVAILABLE, cache_key_and_fingerprint
+from beam_agents.errors import ConfigError, CorruptBlobError
+from beam_agents.llm_cache import (
+    DEFAULT_TTL_MS,
+    CachePolicy,
+    LookupStatus,
+    ReplayCache,
+    response_digest,
+)
+
+PROVIDER = "scripted"
+T0 = 1_734_000_000_000
+POLICY = CachePolicy()
+
+
+def request(n: int, *, extra_messages: int = 0) -> LlmRequest:
+    req = LlmRequest(model="gpt-test-1")
+    req.messages.add(role="system", content="You are terse.")
+    req.messages.add(role="user", content=f"question {n}")
+    for i in range(extra_messages):
+        req.messages.add(role="user", content=f"follow-up {i}")
+    return req
+
+
+def response(n: int) -> LlmResponse:
+    resp = LlmResponse(text=f"answer {n}", stop_reason="stop", model="gpt-test-1-0613")
+    resp.usage.input_tokens = 10 + n
+    resp.usage.output_tokens = 3
+    return resp
+
+
+def insert(
+    cache: ReplayCache,
+    n: int,
+    *,
+    now_ms: int = T0,
+    seq: int = 1,
+    policy: CachePolicy = POLICY,
+    resp: LlmResponse | None = None,
+) -> str:
+    key, fingerprint = cache_key_and_fingerprint(request(n), provider=PROVIDER)
+    cache.insert(
+        key,
+        fingerprint,
+        resp if resp is not None else response(n),
+        model="gpt-test-1",
+        provider=PROVIDER,
+        now_ms=now_ms,
+        seq=seq,
+        policy=policy,
+    )
+    return key
+
+
+def test_default_policy_is_lru_64_with_a_six_hour_ttl() -> None:
+    assert POLICY.max_entries == 64
+    assert POLICY.ttl_ms == DEFAULT_TTL_MS == 6 * 3600 * 1000
+    assert POLICY.retain_payloads is True
+    assert POLICY.max_payload_bytes == 1 << 20
+
+
+@pytest.mark.parametrize("field", ["max_payload_bytes", "max_entries", "ttl_ms"])
+@pytest.mark.parametrize("value", [0, -1])
+def test_policy_refuses_non_positive_values(field: str, value: int) -> None:
+    with pytest.raises(ConfigError, match=field):
+        CachePolicy(**{field: value})  # type: ignore[arg-type]
+
+
+def test_a_fresh_entry_is_a_hit_serving_the_response() -> None:
+    cache = ReplayCache.empty()
+    key = insert(cache, 1)
+
+    found = cache.lookup(key, now_ms=T0 + 5)
+
+    assert found.status is LookupStatus.HIT
+    assert found.response == response(1)
+    assert key in cache and len(cache) == 1
+
+
+def test_an_unknown_key_is_absent() -> None:
+    found = ReplayCache.empty().lookup("0" * 64, now_ms=T0)
+
+    assert found.status is LookupStatus.ABSENT
+    assert found.entry is None and found.response is None
+
+
+def test_the_65th_insert_evicts_the_least_recently_used() -> None:
+    cache = ReplayCache.empty()
+    keys = [insert(cache, n, now_ms=T0 + n) for n in range(64)]
+    assert len(cache) == 64
+
+    newcomer = insert(cache, 64, now_ms=T0 + 64)
+
+    assert len(cache) == 64
+    assert keys[0] not in cache
+    assert all(key in cache for key in [*keys[1:], newcomer])
+
+
+def test_a_hit_refreshes_recency_so_the_next_oldest_is_evicted() -> None:
+    cache = ReplayCache.empty()
+    keys = [insert(cache, n, now_ms=T0) for n in range(64)]
+    assert cache.lookup(keys[0], now_ms=T0).status is LookupStatus.HIT
+
+    insert(cache, 64, now_ms=T0)
+
+    assert keys[0] in cache
+    assert keys[1] not in cache
+
+
+def test_entries_by_recency_ranks_the_last_hit_first() -> None:
+    cache = ReplayCache.empty()
+    keys = [insert(cache, n) for n in range(3)]
+    cache.lookup(keys[0], now_ms=T0 + 1)
+
+    ranked = [entry.cache_key for entry in cache.entries_by_recency()]
+
+    assert ranked == [keys[0], keys[2], keys[1]]
+
+
+def test_ttl_is_judged_against_the_activation_clock_passed_in(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cache = ReplayCache.empty()
+    key = insert(cache, 1, now_ms=T0)
+    # Absurd wall clocks, far past and far future: they must change nothing.
+    monkeypatch.setattr(time, "time", lambda: 4_000_000_000.0)
+    monkeypatch.setattr(time, "time_ns", lambda: 4_000_000_000 * 10**9)
+    monkeypatch.setattr(time, "monotonic", lambda: 1e12)
+
+    assert cache.lookup(key, now_ms=T0 + DEFAULT_TTL_MS - 1).status is LookupStatus.HIT
+    assert cache.lookup(key, now_ms=T0 + DEFAULT_TTL_MS).status is LookupStatus.EXPIRED
+
+    monkeypatch.setattr(time, "time", lambda: 0.0)
+    assert cache.lookup(key, now_ms=T0 + DEFAULT_TTL_MS - 1).status is LookupStatus.HIT
+
+
+def test_ttl_comes_from_the_policy_at_insert_time() -> None:
+    cache = ReplayCache.empty()
+    key = insert(cache, 1, policy=CachePolicy(ttl_ms=1000))
+
+    assert cache.lookup(key, now_ms=T0 + 999).status is LookupStatus.HIT
+    assert cache.lookup(key, now_ms=T0 + 1000).status is LookupStatus.EXPIRED
+
+
+def test_insert_purges_entries_expired_at_its_clock() -> None:
+    cache = ReplayCache.empty()
+    old = insert(cache, 1, now_ms=T0)
+    young = insert(cache, 2, now_ms=T0 + 1000)
+
+    insert(cache, 3, now_ms=T0 + DEFAULT_TTL_MS)
+
+    assert old not in cache
+    assert young in cache
+
+
+def test_an_oversized_response_is_stored_digest_only() -> None:
+    cache = ReplayCache.empty()
+    big = response(1)
+    big.text = "x" * 2000
+    key = insert(cache, 1, resp=big, policy=CachePolicy(max_payload_bytes=1000))
+
+    entry = cache.get(key)
+    assert entry is not None
+    assert entry.digest_only and not entry.HasField("response")
+    assert entry.response_sha256 == response_digest(big)
+    assert entry.response_size == len(big.SerializeToString(deterministic=True))
+    found = cache.lookup(key, now_ms=T0)
+    assert found.status is LookupStatus.DIGEST_ONLY
+    assert found.response is None
+
+
+def test_a_response_at_the_size_limit_keeps_its_payload() -> None:
+    resp = response(1)
+    limit = len(resp.SerializeToString(deterministic=True))
+    cache = ReplayCache.empty()
+    key = insert(cache, 1, resp=resp, policy=CachePolicy(max_payload_bytes=limit))
+
+    assert cache.lookup(key, now_ms=T0).status is LookupStatus.HIT
+
+
+def test_with_retention_off_every_response_is_digest_only() -> None:
+    cache = ReplayCache.empty()
+    key = insert(cache, 1, policy=CachePolicy(retain_payloads=False))
+
+    entry = cache.get(key)
+    assert entry is not None and entry.digest_only
+    assert entry.response_sha256 == response_digest(response(1))
+    assert cache.lookup(key, now_ms=T0).status is LookupStatus.DIGEST_ONLY
+
+
+def test_an_entry_minted_after_the_replayed_seq_is_not_served() -> None:
+    cache = ReplayCache.empty()
+    key = insert(cache, 1, seq=9)
+
+    assert cache.lookup(key, now_ms=T0, visible_through_seq=8).status is LookupStatus.MINTED_LATER
+    assert cache.lookup(key, now_ms=T0, visible_through_seq=9).status is LookupStatus.HIT
+    assert cache.lookup(key, now_ms=T0).status is LookupStatus.HIT
+
+
+def test_an_entry_of_unknown_seq_is_visible_to_replay() -> None:
+    cache = ReplayCache.empty()
+    key = insert(cache, 1, seq=-1)
+
+    assert cache.lookup(key, now_ms=T0, visible_through_seq=0).status is LookupStatus.HIT
+
+
+def test_expired_is_reported_before_digest_only_and_minted_later() -> None:
+    cache = ReplayCache.empty()
+    key = insert(cache, 1, seq=9, policy=CachePolicy(retain_payloads=False))
+
+    found = cache.lookup(key, now_ms=T0 + DEFAULT_TTL_MS, visible_through_seq=1)
+
+    assert found.status is LookupStatus.EXPIRED
+
+
+def test_a_miss_lookup_does_not_change_recency() -> None:
+    cache = ReplayCache.empty()
+    key = insert(cache, 1, seq=5)
+    before = cache.to_body().SerializeToString(deterministic=True)
+
+    cache.lookup(key, now_ms=T0 + 7, visible_through_seq=1)
+    cache.lookup("f" * 64, now_ms=T0 + 7)
+
+    assert cache.to_body().SerializeToString(deterministic=True) == before
+
+
+def test_reinserting_a_key_replaces_its_entry() -> None:
+    cache = ReplayCache.empty()
+    key = insert(cache, 1, seq=1)
+    replacement = response(99)
+
+    insert(cache, 1, seq=4, now_ms=T0 + 10, resp=replacement)
+
+    assert len(cache) == 1
+    entry = cache.get(key)
+    assert entry is not None and entry.inserted_seq == 4 and entry.response == replacement
+
+
+def test_nearest_names_the_differing_message() -> None:
+    cache = ReplayCache.empty()
+    insert(cache, 1)
+    near_key = insert(cache, 2)
+    wanted = request(2)
+    wanted.messages[0].content = "You are verbose."
+    _, fingerprint = cache_key_and_fingerprint(wanted, provider=PROVIDER)
+
+    found = cache.nearest(fingerprint)
+
+    assert found is not None
+    entry, differences = found
+    assert entry.cache_key == near_key
+    assert differences == ["messages[0]"]
+
+
+def test_nearest_reports_an_appended_message_as_a_count_difference() -> None:
+    cache = ReplayCache.empty()
+    key = insert(cache, 3)
+    _, fingerprint = cache_key_and_fingerprint(request(3, extra_messages=1), provider=PROVIDER)
+
+    found = cache.nearest(fingerprint)
+
+    assert found is not None
+    assert found[0].cache_key == key
+    assert found[1] == ["messages: 2 vs 3"]
+
+
+def test_nearest_breaks_ties_by_recency() -> None:
+    cache = ReplayCache.empty()
+    first = insert(cache, 1)
+    second = insert(cache, 2)
+    _, fingerprint = cache_key_and_fingerprint(request(3), provider=PROVIDER)
+
+    found_before = cache.nearest(fingerprint)
+    cache.lookup(first, now_ms=T0)
+    found_after = cache.nearest(fingerprint)
+
+    assert found_before is not None and found_before[0].cache_key == second
+    assert found_after is not None and found_after[0].cache_key == first
+
+
+def test_nearest_prefers_entries_that_can_be_compared() -> None:
+    cache = ReplayCache.empty()
+    comparable = insert(cache, 1)
+    migrated = LlmCacheEntry(cache_key="a" * 64, inserted_ms=T0, ttl_ms=DEFAULT_TTL_MS)
+    body = cache.to_body()
+    body.entries.append(migrated)
+    cache = ReplayCache.from_body(body)
+    _, fingerprint = cache_key_and_fingerprint(
+        LlmRequest(model="another-model"), provider="another-provider"
+    )
+
+    found = cache.nearest(fingerprint)
+    assert found is not None and found[0].cache_key == comparable
+
+    only_migrated = ReplayCache.from_body(LlmCacheBody(entries=[migrated]))
+    found = only_migrated.nearest(fingerprint)
+    assert found is not None and found[1] == [FINGERPRINT_UNAVAILABLE]
+
+
+def test_nearest_of_an_empty_cache_is_none() -> None:
+    _, fingerprint = cache_key_and_fingerprint(request(1), provider=PROVIDER)
+
+    assert ReplayCache.empty().nearest(fingerprint) is None
+
+
+def _populated() -> ReplayCache:
+    cache = ReplayCache.empty()
+    keys = [insert(cache, n, now_ms=T0 + n, seq=n) for n in range(10)]
+    cache.lookup(keys[3], now_ms=T0 + 50)
+    insert(cache, 11, policy=CachePolicy(retain_payloads=False), seq=12)
+    return cache
+
+
+def test_the_same_operations_give_the_same_body_bytes() -> None:
+    assert _populated().to_body().SerializeToString(
+        deterministic=True
+    ) == _populated().to_body().SerializeToString(deterministic=True)
+
+
+def test_body_round_trip_is_byte_stable() -> None:
+    data = _populated().to_body().SerializeToString(deterministic=True)
+
+    reloaded = ReplayCache.from_body(LlmCacheBody.FromString(data))
+
+    assert reloaded.to_body().SerializeToString(deterministic=True) == data
+    assert [e.cache_key for e in reloaded.entries_by_recency()] == [
+        e.cache_key for e in _populated().entries_by_recency()
+    ]
+
+
+def test_body_entries_are_ordered_by_cache_key() -> None:
+    keys = [entry.cache_key for entry in _populated().to_body().entries]
+
+    assert keys == sorted(keys)
+
+
+def test_a_reloaded_cache_continues_the_recency_tick() -> None:
+    cache = ReplayCache.from_body(_populated().to_body())
+    newest = insert(cache, 20)
+
+    assert cache.entries_by_recency()[0].cache_key == newest
+
+
+def test_from_body_copies_and_copy_is_independent() -> None:
+    body = _populated().to_body()
+    before = body.SerializeToString(deterministic=True)
+    cache = ReplayCache.from_body(body)
+    twin = cache.copy()
+
+    insert(cache, 30)
+
+    assert body.SerializeToString(deterministic=True) == before
+    assert len(twin) == len(cache) - 1
+
+
+def test_a_body_with_two_entries_under_one_key_is_corrupt() -> None:
+    entry = LlmCacheEntry(cache_key="b" * 64)
+
+    with pytest.raises(CorruptBlobError, match="two entries"):
+        ReplayCache.from_body(LlmCacheBody(entries=[entry, entry]))
