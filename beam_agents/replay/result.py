@@ -74,6 +74,10 @@ class ReplayHeader:
     """Blob migrations applied in memory while loading, e.g. ``llm_cache v1→v2``."""
     continuation_source: str = ""
     """For a resume: ``snapshot.continuation`` or ``snapshot.resumed_from[seq=N]``."""
+    provider: str = ""
+    """The provider name the re-run's cache keys were computed with (the traced one)."""
+    envelope_id: str = ""
+    """The triggering envelope's id (empty for a HITL timeout)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -218,6 +222,10 @@ class StateView:
     blob_versions: dict[str, int]
     """Schema version each blob was stored at, before migration."""
     migrations_applied: tuple[str, ...]
+    resumed_continuation: ContinuationView | None = None
+    """For a resume: the continuation the re-run consumed (``header.continuation_source``
+    says where it came from); ``continuation`` is the snapshot's own, which a completed
+    resume has already replaced or cleared."""
 
 
 @dataclass(frozen=True, kw_only=True)
