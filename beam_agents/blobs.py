@@ -1,0 +1,305 @@
+"""State cell bytes <-> typed values: the versioned blob envelope and one loader/dumper per kind.
+
+A state cell holds the bytes of a ``VersionedBlob{kind, schema_version, body}``;
+``b""`` is an empty cell. Loaders check the kind, refuse a newer version, run
+the migrations in memory (``beam_agents.migrations``) and parse the body at the
+current layout; they return the applied migration steps so the DoFn's and
+replay's reports can say what was migrated. Dumpers always write the current
+version with deterministic bytes, so the same state gives the same cell bytes
+on every machine.
+
+Every loader raises ``CorruptBlobError`` for bytes that are not what they claim
+to be (never a parser's own exception), ``BlobTooNewError`` and
+``MigrationGapError`` for versions it cannot read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from beam_agents import canonical_json
+from beam_agents._protos import (
+    Continuation,
+    LlmCacheBody,
+    PendingIntents,
+    ResumeHistory,
+    ResumeRecord,
+    ToolIntent,
+    VersionedBlob,
+)
+from beam_agents.errors import CorruptBlobError, MemoryValueError, StateError
+from beam_agents.llm_cache import ReplayCache
+from beam_agents.migrations import CURRENT_VERSIONS, migrate, parse_json_object, parse_proto
+
+MAX_RESUME_RECORDS = 8
+"""How many consumed continuations the resume history keeps (newest last)."""
+
+# What an empty cell means, as a body at the current version of its kind.
+_EMPTY_BODIES: Mapping[str, bytes] = {
+    "memory": b"{}",
+    "llm_cache": b"",
+    "continuation": b"",
+    "pending": b"",
+    "resume_history": b"",
+}
+
+
+def _current_version(kind: str) -> int:
+    version = CURRENT_VERSIONS.get(kind)
+    if version is None:
+        raise StateError(
+            f"unknown blob kind {kind!r} (kinds: {', '.join(sorted(CURRENT_VERSIONS))})"
+        )
+    return version
+
+
+def encode_blob(kind: str, body: bytes) -> bytes:
+    """Wrap ``body`` (a ``kind`` body at the current version) in a ``VersionedBlob``.
+
+    Returns:
+        Deterministic bytes: the same body always gives the same blob.
+    """
+    blob = VersionedBlob(kind=kind, schema_version=_current_version(kind), body=body)
+    return blob.SerializeToString(deterministic=True)
+
+
+def unwrap_blob(kind: str, raw: bytes) -> tuple[int, bytes]:
+    """The stamped version and the body of a non-empty cell, as stored (nothing migrated).
+
+    Raises:
+        CorruptBlobError: ``raw`` is not a ``VersionedBlob`` of ``kind``.
+    """
+    _current_version(kind)
+    blob = parse_proto(VersionedBlob, kind, raw)
+    if blob.kind != kind:
+        raise CorruptBlobError(kind, f"the cell holds a blob of kind {blob.kind!r}")
+    return blob.schema_version, blob.body
+
+
+def decode_blob(kind: str, raw: bytes) -> tuple[bytes, list[str]]:
+    """The body of a ``kind`` cell at the current version, migrated in memory.
+
+    Args:
+        kind: The blob kind the cell holds.
+        raw: The cell's bytes; ``b""`` is an empty cell.
+
+    Returns:
+        ``(body, applied migration steps)``; an empty cell gives the kind's empty body.
+
+    Raises:
+        CorruptBlobError: Not a ``VersionedBlob`` of this kind.
+        BlobTooNewError: Stamped newer than this package.
+        MigrationGapError: No migration path to the current version.
+    """
+    if raw == b"":
+        _current_version(kind)
+        return _EMPTY_BODIES[kind], []
+    version, body = unwrap_blob(kind, raw)
+    return migrate(kind, version, body)
+
+
+# --- memory ------------------------------------------------------------------------------
+
+
+def load_memory(raw: bytes) -> tuple[dict[str, Any], list[str]]:
+    """Working memory from a ``memory`` cell (empty cell: ``{}``).
+
+    Returns:
+        ``(memory, applied migration steps)``.
+    """
+    body, steps = decode_blob("memory", raw)
+    return parse_json_object("memory", body), steps
+
+
+def _non_json_path(value: object, path: str) -> tuple[str, str] | None:
+    """Where in ``value`` the first non-JSON value sits, and why; None if it is all JSON."""
+    why = canonical_json.check_json_value(value)
+    if why is None:
+        return None
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return path, why
+            found = _non_json_path(item, f"{path}[{key!r}]")
+            if found is not None:
+                return found
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            found = _non_json_path(item, f"{path}[{index}]")
+            if found is not None:
+                return found
+    return path, why
+
+
+def dump_memory(memory: Mapping[str, Any]) -> bytes:
+    """A ``memory`` cell holding ``memory`` as canonical JSON.
+
+    Raises:
+        MemoryValueError: ``memory`` holds a value that is not JSON (the error names
+            its path, e.g. ``['order']['items'][2]``).
+    """
+    if not isinstance(memory, Mapping):
+        raise MemoryValueError("", f"memory is a {type(memory).__name__}, not a JSON object")
+    found = _non_json_path(memory, "")
+    if found is not None:
+        raise MemoryValueError(*found)
+    try:
+        body = canonical_json.dumps(dict(memory))
+    except ValueError as exc:  # e.g. an int too long to print
+        raise MemoryValueError("", str(exc)) from exc
+    return encode_blob("memory", body)
+
+
+# --- llm_cache ---------------------------------------------------------------------------
+
+
+def load_llm_cache(raw: bytes) -> tuple[ReplayCache, list[str]]:
+    """The replay cache from an ``llm_cache`` cell (empty cell: an empty cache).
+
+    Returns:
+        ``(cache, applied migration steps)``.
+    """
+    body, steps = decode_blob("llm_cache", raw)
+    parsed = parse_proto(LlmCacheBody, "llm_cache", body)
+    return ReplayCache.from_body(parsed, copy=False), steps
+
+
+def dump_llm_cache(cache: ReplayCache) -> bytes:
+    """An ``llm_cache`` cell holding ``cache`` (entries in cache-key order)."""
+    return encode_blob("llm_cache", cache.to_body().SerializeToString(deterministic=True))
+
+
+# --- continuation ------------------------------------------------------------------------
+
+
+def load_continuation_at(version: int, body: bytes) -> tuple[Continuation, list[str]]:
+    """A continuation from its body stamped ``version`` (how a snapshot carries it).
+
+    Returns:
+        ``(continuation at the current layout, applied migration steps)``.
+
+    Raises:
+        CorruptBlobError: The body does not parse, or its own ``schema_version``
+            disagrees with the version it is stamped with.
+    """
+    current_body, steps = migrate("continuation", version, body)
+    continuation = parse_proto(Continuation, "continuation", current_body)
+    current = CURRENT_VERSIONS["continuation"]
+    if continuation.schema_version != current:
+        raise CorruptBlobError(
+            "continuation",
+            f"its body says schema_version {continuation.schema_version}, "
+            f"but it is stamped (or migrated to) version {current}",
+        )
+    return continuation, steps
+
+
+def load_continuation(raw: bytes) -> tuple[Continuation | None, list[str]]:
+    """The continuation of a suspended key from its cell (empty cell: None, not suspended).
+
+    Returns:
+        ``(continuation or None, applied migration steps)``.
+    """
+    if raw == b"":
+        return None, []
+    version, body = unwrap_blob("continuation", raw)
+    return load_continuation_at(version, body)
+
+
+def _stamped(continuation: Continuation) -> Continuation:
+    # A Continuation object in memory is the current layout (the generated class is
+    # the current layout), whatever its schema_version field says.
+    copy = Continuation()
+    copy.CopyFrom(continuation)
+    copy.schema_version = CURRENT_VERSIONS["continuation"]
+    return copy
+
+
+def dump_continuation(continuation: Continuation | None) -> bytes:
+    """A ``continuation`` cell; None (not suspended) is the empty cell ``b""``.
+
+    The stored copy's ``schema_version`` is set to the current version; the
+    argument is not changed.
+    """
+    if continuation is None:
+        return b""
+    body = _stamped(continuation).SerializeToString(deterministic=True)
+    return encode_blob("continuation", body)
+
+
+# --- pending -----------------------------------------------------------------------------
+
+
+def load_pending_at(version: int, body: bytes) -> tuple[list[ToolIntent], list[str]]:
+    """Pending intents from a ``PendingIntents`` body stamped ``version``."""
+    current_body, steps = migrate("pending", version, body)
+    return list(parse_proto(PendingIntents, "pending", current_body).intents), steps
+
+
+def load_pending(raw: bytes) -> tuple[list[ToolIntent], list[str]]:
+    """The pending intents from a ``pending`` cell (empty cell: none).
+
+    Returns:
+        ``(intents in stored order, applied migration steps)``.
+    """
+    if raw == b"":
+        return [], []
+    version, body = unwrap_blob("pending", raw)
+    return load_pending_at(version, body)
+
+
+def dump_pending(intents: Iterable[ToolIntent]) -> bytes:
+    """A ``pending`` cell holding ``intents`` in the given order."""
+    body = PendingIntents(intents=list(intents)).SerializeToString(deterministic=True)
+    return encode_blob("pending", body)
+
+
+# --- resume_history ----------------------------------------------------------------------
+
+
+def load_resume_history_at(version: int, body: bytes) -> tuple[list[ResumeRecord], list[str]]:
+    """Resume records from a ``ResumeHistory`` body stamped ``version``.
+
+    Each record's continuation is migrated by its own ``schema_version``.
+    """
+    current_body, steps = migrate("resume_history", version, body)
+    records = list(parse_proto(ResumeHistory, "resume_history", current_body).records)
+    for record in records:
+        if record.HasField("continuation"):
+            stored = record.continuation
+            continuation, continuation_steps = load_continuation_at(
+                stored.schema_version, stored.SerializeToString(deterministic=True)
+            )
+            record.continuation.CopyFrom(continuation)
+            steps.extend(step for step in continuation_steps if step not in steps)
+    return records, steps
+
+
+def load_resume_history(raw: bytes) -> tuple[list[ResumeRecord], list[str]]:
+    """The consumed continuations of the key's latest resumes (newest last; empty cell: none).
+
+    Returns:
+        ``(records, applied migration steps)``.
+    """
+    if raw == b"":
+        return [], []
+    version, body = unwrap_blob("resume_history", raw)
+    return load_resume_history_at(version, body)
+
+
+def dump_resume_history(records: Sequence[ResumeRecord]) -> bytes:
+    """A ``resume_history`` cell keeping the newest ``MAX_RESUME_RECORDS`` of ``records``.
+
+    Args:
+        records: Oldest first, newest last.
+    """
+    kept: list[ResumeRecord] = []
+    for record in records[-MAX_RESUME_RECORDS:]:
+        copy = ResumeRecord()
+        copy.CopyFrom(record)
+        if record.HasField("continuation"):
+            copy.continuation.CopyFrom(_stamped(record.continuation))
+        kept.append(copy)
+    body = ResumeHistory(records=kept).SerializeToString(deterministic=True)
+    return encode_blob("resume_history", body)

@@ -1,0 +1,207 @@
+"""State blob versions and the migrations between them: one implementation, two call sites.
+
+Every state cell holds a ``VersionedBlob{kind, schema_version, body}``. When a
+blob's layout changes, its kind's current version goes up by one and a
+migration ``body at vN -> body at vN+1`` is registered here. The DoFn runs these
+lazily on read (and writes the current version on its next commit); replay runs
+the very same functions on a snapshot's blobs and writes nothing back
+(invariant 5). A blob newer than this package is refused, never guessed forward;
+a version with no path to the current one is a gap, never guessed either.
+
+Layouts, by kind (``body`` of the ``VersionedBlob``):
+
+- ``memory`` v1: JSON text of an object, any formatting (old writers used
+  ``json.dumps`` defaults). v2: canonical JSON (``beam_agents.canonical_json``).
+- ``llm_cache`` v1: ``LlmCacheBody`` whose entries lack ``fingerprint``,
+  ``inserted_seq``, ``ttl_ms`` and ``last_used_tick``. v2: all of them set.
+- ``continuation`` v1: ``Continuation`` with ``schema_version = 1``.
+- ``pending`` v1: ``PendingIntents``.
+- ``resume_history`` v1: ``ResumeHistory`` (each record's continuation carries
+  its own ``schema_version``; its pending intents are at ``pending`` v1).
+
+A migration is a frozen historical fact: it encodes what an old writer did, so
+it never reads a constant that a later release might change.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any, TypeVar
+
+from google.protobuf.message import DecodeError, Message
+
+from beam_agents import canonical_json
+from beam_agents._protos import LlmCacheBody
+from beam_agents.errors import BlobTooNewError, CorruptBlobError, MigrationGapError, StateError
+
+STATE_SCHEMA_VERSION = 2
+"""The package's state schema version, carried by ``StateSnapshot.state_schema_version``."""
+
+Migration = Callable[[bytes], bytes]
+"""A migration: the body at version N in, the body at version N+1 out."""
+
+MessageT = TypeVar("MessageT", bound=Message)
+
+
+def parse_proto(message_type: type[MessageT], kind: str, data: bytes) -> MessageT:
+    """Parse ``data`` as ``message_type``, or raise ``CorruptBlobError(kind, ...)``."""
+    try:
+        return message_type.FromString(data)
+    except DecodeError as exc:
+        raise CorruptBlobError(
+            kind, f"{len(data)} bytes do not parse as {message_type.DESCRIPTOR.name} ({exc})"
+        ) from exc
+
+
+def _refuse_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def parse_json_object(kind: str, body: bytes) -> dict[str, Any]:
+    """Parse ``body`` as JSON text of an object (any formatting), or raise ``CorruptBlobError``.
+
+    NaN and infinities are refused: no canonical JSON writer produces them.
+    """
+    try:
+        value = json.loads(body.decode("utf-8"), parse_constant=_refuse_constant)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise CorruptBlobError(kind, f"the body is not JSON text ({exc})") from exc
+    if not isinstance(value, dict):
+        raise CorruptBlobError(kind, f"the body is JSON {type(value).__name__}, not an object")
+    return value
+
+
+def step_name(kind: str, from_version: int) -> str:
+    """How an applied migration step is reported, e.g. ``"llm_cache v1→v2"``."""
+    return f"{kind} v{from_version}→v{from_version + 1}"
+
+
+class MigrationRegistry:
+    """The current version of each blob kind, and the migration steps that lead to it."""
+
+    def __init__(self, current_versions: Mapping[str, int]) -> None:
+        """A registry with no steps yet.
+
+        Args:
+            current_versions: The current layout version of each kind (at least 1).
+        """
+        self.current_versions: Mapping[str, int] = MappingProxyType(dict(current_versions))
+        self.steps: dict[tuple[str, int], Migration] = {}
+
+    def register(self, kind: str, from_version: int) -> Callable[[Migration], Migration]:
+        """Decorator registering the migration of ``kind`` from ``from_version`` to the next.
+
+        Raises:
+            ValueError: A programming error: unknown kind, a version outside
+                ``1 .. current-1``, or a step registered twice.
+        """
+        current = self.current_versions.get(kind)
+        if current is None:
+            raise ValueError(f"no blob kind {kind!r} (kinds: {sorted(self.current_versions)})")
+        if not 1 <= from_version < current:
+            raise ValueError(
+                f"a {kind} migration from v{from_version} cannot exist: current is v{current}"
+            )
+        if (kind, from_version) in self.steps:
+            raise ValueError(f"migration {step_name(kind, from_version)} registered twice")
+
+        def add(function: Migration) -> Migration:
+            self.steps[(kind, from_version)] = function
+            return function
+
+        return add
+
+    def migrate(self, kind: str, version: int, body: bytes) -> tuple[bytes, list[str]]:
+        """Bring ``body``, a ``kind`` body at ``version``, to the current version, in memory.
+
+        Args:
+            kind: The blob kind.
+            version: The version the body is stamped with.
+            body: The body at that version.
+
+        Returns:
+            ``(body at the current version, applied steps)``, e.g.
+            ``(b"...", ["llm_cache v1→v2"])``; no steps when already current.
+
+        Raises:
+            StateError: ``kind`` is not a blob kind.
+            BlobTooNewError: ``version`` is newer than this package supports.
+            MigrationGapError: No step leads from some version on the way (a version
+                of 0 or below is a gap too).
+            CorruptBlobError: A step found the body does not parse at its version.
+        """
+        current = self.current_versions.get(kind)
+        if current is None:
+            raise StateError(
+                f"unknown blob kind {kind!r} (kinds: {', '.join(sorted(self.current_versions))})"
+            )
+        if version > current:
+            raise BlobTooNewError(kind, version, current)
+        if version < 1:
+            raise MigrationGapError(kind, version, current, version)
+        applied: list[str] = []
+        for step in range(version, current):
+            function = self.steps.get((kind, step))
+            if function is None:
+                raise MigrationGapError(kind, version, current, step)
+            body = function(body)
+            applied.append(step_name(kind, step))
+        return body, applied
+
+
+REGISTRY = MigrationRegistry(
+    {"memory": 2, "llm_cache": 2, "continuation": 1, "pending": 1, "resume_history": 1}
+)
+"""The package's registry: every state cell's kind, its current version and its steps."""
+
+CURRENT_VERSIONS: Mapping[str, int] = REGISTRY.current_versions
+"""The current layout version of each blob kind (read-only)."""
+
+migration = REGISTRY.register
+
+
+def migrate(kind: str, version: int, body: bytes) -> tuple[bytes, list[str]]:
+    """Bring a ``kind`` body at ``version`` to the current version (see ``MigrationRegistry``)."""
+    return REGISTRY.migrate(kind, version, body)
+
+
+# ---------------------------------------------------------------------------------------
+# The steps. Each one raises CorruptBlobError (never another error) on a body that
+# does not parse at its from-version.
+
+
+@migration("memory", 1)
+def _memory_v1_to_v2(body: bytes) -> bytes:
+    """v1 writers used ``json.dumps`` defaults; v2 is canonical JSON of the same object."""
+    value = parse_json_object("memory", body)
+    try:
+        return canonical_json.dumps(value)
+    except (ValueError, RecursionError) as exc:
+        raise CorruptBlobError("memory", f"the v1 body cannot be canonicalized ({exc})") from exc
+
+
+# Every v1 writer applied this TTL; written out here so a later change of the
+# default can never change what a v1 entry meant.
+_LLM_CACHE_V1_TTL_MS = 6 * 3600 * 1000
+_UNKNOWN_SEQ = -1
+
+
+@migration("llm_cache", 1)
+def _llm_cache_v1_to_v2(body: bytes) -> bytes:
+    """Give v1 entries the fields v2 added.
+
+    ``ttl_ms`` is the v1 TTL; ``inserted_seq`` is unknown (-1, visible to replay);
+    the fingerprint stays empty (a miss then says it is unavailable rather than
+    inventing one); recency ticks follow ``last_used_ms``, ties by cache key.
+    """
+    parsed = parse_proto(LlmCacheBody, "llm_cache", body)
+    by_recency = sorted(parsed.entries, key=lambda entry: (entry.last_used_ms, entry.cache_key))
+    for tick, entry in enumerate(by_recency, start=1):
+        entry.ttl_ms = _LLM_CACHE_V1_TTL_MS
+        entry.inserted_seq = _UNKNOWN_SEQ
+        entry.ClearField("fingerprint")
+        entry.last_used_tick = tick
+    parsed.tick = len(by_recency)
+    return parsed.SerializeToString(deterministic=True)
