@@ -1,0 +1,254 @@
+"""A key's state in its three forms: the DoFn's cells, the in-memory state, and a snapshot.
+
+This is the one conversion between them, used by the DoFn and by replay alike
+(DESIGN §3, rule 1): ``load_key_state`` for an activation's pre-state,
+``dump_key_state`` for its commit, ``make_snapshot`` for an export request,
+``load_snapshot`` for replay. Loading version-checks and migrates every blob in
+memory; nothing is ever written back by a load (invariant 5). An export copies
+the committed blobs exactly as the cells hold them, old versions included, and
+replay migrates them with the same code the DoFn would (invariant 2: exports are
+read-only and re-encode nothing).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from beam_agents._protos import (
+    Continuation,
+    PendingIntents,
+    ResumeHistory,
+    ResumeRecord,
+    StateSnapshot,
+    ToolIntent,
+)
+from beam_agents.blobs import (
+    dump_continuation,
+    dump_llm_cache,
+    dump_memory,
+    dump_pending,
+    dump_resume_history,
+    load_continuation,
+    load_continuation_at,
+    load_llm_cache,
+    load_memory,
+    load_pending,
+    load_pending_at,
+    load_resume_history,
+    load_resume_history_at,
+    unwrap_blob,
+)
+from beam_agents.errors import BlobTooNewError, CorruptBlobError, StateError
+from beam_agents.llm_cache import ReplayCache
+from beam_agents.migrations import CURRENT_VERSIONS, STATE_SCHEMA_VERSION, parse_proto
+
+SNAPSHOT_RESUME_HISTORY_VERSION = 1
+"""The ``resume_history`` layout of ``StateSnapshot.resumed_from``.
+
+A snapshot has no field stamping the version of ``resumed_from`` (its records'
+continuations carry their own), so it is fixed here; a ``resume_history`` v2 needs
+a ``resumed_from_schema_version`` field in ``StateSnapshot`` first.
+"""
+
+
+@dataclass(kw_only=True)
+class KeyState:
+    """The state of one key, in memory, at the current layout of every blob."""
+
+    memory: dict[str, Any] = field(default_factory=dict)
+    """Working memory: a JSON object."""
+    cache: ReplayCache = field(default_factory=ReplayCache.empty)
+    """The replay cache."""
+    continuation: Continuation | None = None
+    """What a suspended key needs to resume; None when not suspended."""
+    pending: list[ToolIntent] = field(default_factory=list)
+    """Pending intents, in order."""
+    resume_history: list[ResumeRecord] = field(default_factory=list)
+    """Continuations consumed by the latest resumes, newest last, at most 8."""
+    migrations_applied: list[str] = field(default_factory=list)
+    """Migration steps run while loading, e.g. ``["llm_cache v1→v2"]``, for reports."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StateCells:
+    """The raw bytes of the DoFn's state cells (``b""`` is an empty cell)."""
+
+    memory: bytes = b""
+    """The ``memory`` blob."""
+    llm_cache: bytes = b""
+    """The ``llm_cache`` blob."""
+    continuation: bytes = b""
+    """The ``continuation`` blob; empty when the key is not suspended."""
+    pending: bytes = b""
+    """The ``pending`` blob."""
+    resume_history: bytes = b""
+    """The ``resume_history`` blob."""
+
+
+def load_key_state(cells: StateCells) -> KeyState:
+    """The in-memory state of a key's cells: every blob version-checked and migrated in memory.
+
+    Raises:
+        CorruptBlobError: A cell does not hold what it claims to.
+        BlobTooNewError: A cell is newer than this package.
+        MigrationGapError: A cell has no migration path to the current version.
+    """
+    memory, memory_steps = load_memory(cells.memory)
+    cache, cache_steps = load_llm_cache(cells.llm_cache)
+    continuation, continuation_steps = load_continuation(cells.continuation)
+    pending, pending_steps = load_pending(cells.pending)
+    history, history_steps = load_resume_history(cells.resume_history)
+    return KeyState(
+        memory=memory,
+        cache=cache,
+        continuation=continuation,
+        pending=pending,
+        resume_history=history,
+        migrations_applied=[
+            *memory_steps,
+            *cache_steps,
+            *continuation_steps,
+            *pending_steps,
+            *history_steps,
+        ],
+    )
+
+
+def dump_key_state(state: KeyState) -> StateCells:
+    """The cells holding ``state``: every blob at its current version, deterministic bytes.
+
+    Raises:
+        MemoryValueError: ``state.memory`` holds a value that is not JSON.
+    """
+    return StateCells(
+        memory=dump_memory(state.memory),
+        llm_cache=dump_llm_cache(state.cache),
+        continuation=dump_continuation(state.continuation),
+        pending=dump_pending(state.pending),
+        resume_history=dump_resume_history(state.resume_history),
+    )
+
+
+def make_snapshot(
+    cells: StateCells, *, entity_key: bytes, seq: int, snapshot_at_ms: int, request_id: str
+) -> StateSnapshot:
+    """The ``StateSnapshot`` an export request answers with; reads the cells, changes nothing.
+
+    ``memory`` and ``llm_cache`` are the cells' bytes exactly. The continuation and
+    the pending intents are parsed out of their blobs as stored, with their
+    stamped versions (``continuation.schema_version``, ``pending_schema_version``);
+    nothing is migrated, so an old-version cell is exported old and replay
+    migrates it.
+
+    Args:
+        cells: The key's committed cells.
+        entity_key: The key.
+        seq: The key's SEQ counter at export.
+        snapshot_at_ms: The export request envelope's ``event_time_ms``.
+        request_id: Echoed from the export request.
+
+    Raises:
+        CorruptBlobError: The continuation, pending or resume-history cell does not
+            parse, or a continuation's own version disagrees with its stamp.
+        BlobTooNewError: The resume-history cell is newer than this package (a
+            snapshot cannot stamp its version).
+    """
+    snapshot = StateSnapshot(
+        state_schema_version=STATE_SCHEMA_VERSION,
+        entity_key=entity_key,
+        seq=seq,
+        snapshot_at_ms=snapshot_at_ms,
+        memory=cells.memory,
+        llm_cache=cells.llm_cache,
+        request_id=request_id,
+        pending_schema_version=CURRENT_VERSIONS["pending"],
+    )
+    if cells.continuation:
+        version, body = unwrap_blob("continuation", cells.continuation)
+        continuation = parse_proto(Continuation, "continuation", body)
+        if continuation.schema_version != version:
+            raise CorruptBlobError(
+                "continuation",
+                f"its body says schema_version {continuation.schema_version}, "
+                f"but it is stamped version {version}",
+            )
+        snapshot.continuation.CopyFrom(continuation)
+    if cells.pending:
+        version, body = unwrap_blob("pending", cells.pending)
+        snapshot.pending.extend(parse_proto(PendingIntents, "pending", body).intents)
+        snapshot.pending_schema_version = version
+    if cells.resume_history:
+        version, body = unwrap_blob("resume_history", cells.resume_history)
+        if version != SNAPSHOT_RESUME_HISTORY_VERSION:
+            if version > CURRENT_VERSIONS["resume_history"]:
+                raise BlobTooNewError("resume_history", version, CURRENT_VERSIONS["resume_history"])
+            raise StateError(
+                f"the resume_history cell is version {version}; a snapshot carries "
+                f"resumed_from at version {SNAPSHOT_RESUME_HISTORY_VERSION} only"
+            )
+        snapshot.resumed_from.extend(parse_proto(ResumeHistory, "resume_history", body).records)
+    return snapshot
+
+
+def load_snapshot(data: bytes) -> tuple[StateSnapshot, KeyState]:
+    """Parse a serialized ``StateSnapshot``, version-check it and migrate its blobs in memory.
+
+    Args:
+        data: The snapshot bytes (a snapshot sink's message value).
+
+    Returns:
+        ``(snapshot as parsed, the key's state at the current layouts)``.
+
+    Raises:
+        CorruptBlobError: ``data`` (kind ``"snapshot"``) or an embedded blob does not
+            parse as what it claims to be.
+        BlobTooNewError: The snapshot (kind ``"snapshot"``) or an embedded blob (its
+            own kind) is newer than this package.
+        MigrationGapError: An embedded blob has no migration path to the current version.
+    """
+    snapshot = parse_proto(StateSnapshot, "snapshot", data)
+    found = snapshot.state_schema_version
+    if found > STATE_SCHEMA_VERSION:
+        raise BlobTooNewError("snapshot", found, STATE_SCHEMA_VERSION)
+    if found < 1:
+        raise CorruptBlobError(
+            "snapshot", f"{len(data)} bytes with no state_schema_version: not a StateSnapshot"
+        )
+
+    memory, memory_steps = load_memory(snapshot.memory)
+    cache, cache_steps = load_llm_cache(snapshot.llm_cache)
+    continuation: Continuation | None = None
+    continuation_steps: list[str] = []
+    if snapshot.HasField("continuation"):
+        embedded = snapshot.continuation
+        continuation, continuation_steps = load_continuation_at(
+            embedded.schema_version, embedded.SerializeToString(deterministic=True)
+        )
+    pending: list[ToolIntent] = []
+    pending_steps: list[str] = []
+    # An unstamped empty list is empty at every version; anything else is checked.
+    if snapshot.pending or snapshot.pending_schema_version != 0:
+        pending, pending_steps = load_pending_at(
+            snapshot.pending_schema_version,
+            PendingIntents(intents=snapshot.pending).SerializeToString(deterministic=True),
+        )
+    history, history_steps = load_resume_history_at(
+        SNAPSHOT_RESUME_HISTORY_VERSION,
+        ResumeHistory(records=snapshot.resumed_from).SerializeToString(deterministic=True),
+    )
+    state = KeyState(
+        memory=memory,
+        cache=cache,
+        continuation=continuation,
+        pending=pending,
+        resume_history=history,
+        migrations_applied=[
+            *memory_steps,
+            *cache_steps,
+            *continuation_steps,
+            *pending_steps,
+            *history_steps,
+        ],
+    )
+    return snapshot, state
