@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from beam_agents._version import __version__
+from beam_agents._version import __version__ as __version__
 from beam_agents.agent import Agent, Done, Suspend
 from beam_agents.cache_key import compute_cache_key
 from beam_agents.errors import BeamAgentsError

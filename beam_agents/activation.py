@@ -82,7 +82,9 @@ def classify_trigger(state: KeyState, trigger: AgentEnvelope | Timeout) -> Trigg
     body = trigger_name(trigger)
     if body == "timeout":
         if cont is None:
-            return TriggerDecision(TriggerAction.REJECT, "HITL timer fired for a key that is not suspended")
+            return TriggerDecision(
+                TriggerAction.REJECT, "HITL timer fired for a key that is not suspended"
+            )
         return TriggerDecision(TriggerAction.RESUME)
     assert isinstance(trigger, AgentEnvelope)
     if body == "export_request":
@@ -110,7 +112,10 @@ def classify_trigger(state: KeyState, trigger: AgentEnvelope | Timeout) -> Trigg
         return TriggerDecision(
             TriggerAction.REJECT, f"approval for unknown or already-resolved intent {intent_id!r}"
         )
-    return TriggerDecision(TriggerAction.REJECT, "envelope has no body (event, tool_result, approval or export_request)")
+    return TriggerDecision(
+        TriggerAction.REJECT,
+        "envelope has no body (event, tool_result, approval or export_request)",
+    )
 
 
 @dataclass(frozen=True)
@@ -199,7 +204,9 @@ def run_activation(
     try:
         return _run(agent, ctx, state, work, trigger, kind, hitl)
     except Exception as exc:
-        ctx.record(TraceEvent.ACTIVATION_FAILED, _error_type(exc), {te.ATTR_ERROR_TYPE: _error_type(exc)})
+        ctx.record(
+            TraceEvent.ACTIVATION_FAILED, _error_type(exc), {te.ATTR_ERROR_TYPE: _error_type(exc)}
+        )
         return ActivationFailure(
             seq=seq,
             kind=kind,
@@ -211,8 +218,6 @@ def run_activation(
 
 
 def _copy_state(state: KeyState) -> KeyState:
-    from beam_agents.llm_cache import ReplayCache
-
     memory = canonical_json.loads(canonical_json.dumps(state.memory)) if state.memory else {}
     cont = None
     if state.continuation is not None:
@@ -220,7 +225,7 @@ def _copy_state(state: KeyState) -> KeyState:
         cont.CopyFrom(state.continuation)
     return KeyState(
         memory=memory,
-        cache=ReplayCache.from_body(state.cache.to_body()),
+        cache=state.cache.copy(),
         continuation=cont,
         pending=[_copy_intent(i) for i in state.pending],
         resume_history=list(state.resume_history),
@@ -384,7 +389,9 @@ def _resume(
 ) -> Done | Suspend:
     assert cont is not None
     try:
-        adapter_state: Any = canonical_json.loads(cont.adapter_snapshot) if cont.adapter_snapshot else None
+        adapter_state: Any = (
+            canonical_json.loads(cont.adapter_snapshot) if cont.adapter_snapshot else None
+        )
     except (ValueError, UnicodeDecodeError) as exc:
         raise CorruptBlobError("continuation", f"adapter snapshot is not JSON: {exc}") from exc
     # The continuation is consumed; Suspend may set a new one.

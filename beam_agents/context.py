@@ -163,7 +163,9 @@ class AgentContext:
     def complete(self, request: LlmRequest) -> LlmResponse:
         """Answer a model request, from the replay cache if it holds it, else from the provider."""
         if not isinstance(request, LlmRequest):
-            raise AgentCodeError(f"ctx.complete expects an LlmRequest, got {type(request).__name__}")
+            raise AgentCodeError(
+                f"ctx.complete expects an LlmRequest, got {type(request).__name__}"
+            )
         provider_name = self._provider.name
         key, fingerprint = cache_key_and_fingerprint(request, provider=provider_name)
         ordinal = self._call_ordinal
@@ -180,7 +182,9 @@ class AgentContext:
         if found.status is LookupStatus.HIT and found.response is not None:
             response = LlmResponse()
             response.CopyFrom(found.response)
-            self.record(TraceEvent.LLM_CALL, request.model, {**base, **_response_attrs(response, hit=True)})
+            self.record(
+                TraceEvent.LLM_CALL, request.model, {**base, **_response_attrs(response, hit=True)}
+            )
             return response
         try:
             response = self._provider.complete(request)
@@ -215,7 +219,9 @@ class AgentContext:
             seq=self.seq,
             policy=self._cache_policy,
         )
-        self.record(TraceEvent.LLM_CALL, request.model, {**base, **_response_attrs(response, hit=False)})
+        self.record(
+            TraceEvent.LLM_CALL, request.model, {**base, **_response_attrs(response, hit=False)}
+        )
         return response
 
     # -- tools --------------------------------------------------------------------------------
@@ -291,4 +297,6 @@ def _response_attrs(response: LlmResponse, *, hit: bool) -> dict[str, te.AttrVal
 
 def _error_type(exc: BaseException) -> str:
     cls = type(exc)
-    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    return (
+        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    )

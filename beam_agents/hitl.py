@@ -30,9 +30,7 @@ class HitlPolicy:
         if self.intent_ttl_ms <= 0:
             raise ConfigError(f"HitlPolicy.intent_ttl_ms must be > 0, got {self.intent_ttl_ms}")
         if self.hitl_timeout_ms <= 0:
-            raise ConfigError(
-                f"HitlPolicy.hitl_timeout_ms must be > 0, got {self.hitl_timeout_ms}"
-            )
+            raise ConfigError(f"HitlPolicy.hitl_timeout_ms must be > 0, got {self.hitl_timeout_ms}")
         if not self.approval_channel:
             raise ConfigError("HitlPolicy.approval_channel must be a non-empty string")
         object.__setattr__(self, "approval_required_tools", frozenset(self.approval_required_tools))

@@ -39,17 +39,9 @@ from beam_agents.blobs import (
     load_resume_history_at,
     unwrap_blob,
 )
-from beam_agents.errors import BlobTooNewError, CorruptBlobError, StateError
+from beam_agents.errors import BlobTooNewError, CorruptBlobError
 from beam_agents.llm_cache import ReplayCache
 from beam_agents.migrations import CURRENT_VERSIONS, STATE_SCHEMA_VERSION, parse_proto
-
-SNAPSHOT_RESUME_HISTORY_VERSION = 1
-"""The ``resume_history`` layout of ``StateSnapshot.resumed_from``.
-
-A snapshot has no field stamping the version of ``resumed_from`` (its records'
-continuations carry their own), so it is fixed here; a ``resume_history`` v2 needs
-a ``resumed_from_schema_version`` field in ``StateSnapshot`` first.
-"""
 
 
 @dataclass(kw_only=True)
@@ -179,15 +171,12 @@ def make_snapshot(
         snapshot.pending.extend(parse_proto(PendingIntents, "pending", body).intents)
         snapshot.pending_schema_version = version
     if cells.resume_history:
+        # Copied at the cell's own version, like every blob: an export rewrites nothing.
         version, body = unwrap_blob("resume_history", cells.resume_history)
-        if version != SNAPSHOT_RESUME_HISTORY_VERSION:
-            if version > CURRENT_VERSIONS["resume_history"]:
-                raise BlobTooNewError("resume_history", version, CURRENT_VERSIONS["resume_history"])
-            raise StateError(
-                f"the resume_history cell is version {version}; a snapshot carries "
-                f"resumed_from at version {SNAPSHOT_RESUME_HISTORY_VERSION} only"
-            )
+        if version > CURRENT_VERSIONS["resume_history"]:
+            raise BlobTooNewError("resume_history", version, CURRENT_VERSIONS["resume_history"])
         snapshot.resumed_from.extend(parse_proto(ResumeHistory, "resume_history", body).records)
+        snapshot.resumed_from_schema_version = version
     return snapshot
 
 
@@ -233,10 +222,14 @@ def load_snapshot(data: bytes) -> tuple[StateSnapshot, KeyState]:
             snapshot.pending_schema_version,
             PendingIntents(intents=snapshot.pending).SerializeToString(deterministic=True),
         )
-    history, history_steps = load_resume_history_at(
-        SNAPSHOT_RESUME_HISTORY_VERSION,
-        ResumeHistory(records=snapshot.resumed_from).SerializeToString(deterministic=True),
-    )
+    history: list[ResumeRecord] = []
+    history_steps: list[str] = []
+    # Like pending: an unstamped empty list is empty at every version.
+    if snapshot.resumed_from or snapshot.resumed_from_schema_version != 0:
+        history, history_steps = load_resume_history_at(
+            snapshot.resumed_from_schema_version,
+            ResumeHistory(records=snapshot.resumed_from).SerializeToString(deterministic=True),
+        )
     state = KeyState(
         memory=memory,
         cache=cache,

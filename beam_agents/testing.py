@@ -57,14 +57,18 @@ class ScriptedProvider:
 
 def chat_request(model: str, *messages: tuple[str, str], **params: float | int) -> LlmRequest:
     """An ``LlmRequest`` from ``(role, content)`` pairs, e.g. ``chat_request("m", ("user", "hi"))``."""
-    request = LlmRequest(model=model, messages=[ChatMessage(role=r, content=c) for r, c in messages])
+    request = LlmRequest(
+        model=model, messages=[ChatMessage(role=r, content=c) for r, c in messages]
+    )
     for name, value in params.items():
         setattr(request.params, name, value)
     return request
 
 
 def _default_id(prefix: str, entity_key: bytes, time_ms: int, extra: bytes = b"") -> str:
-    digest = hashlib.sha256(entity_key + b"\x00" + str(time_ms).encode() + b"\x00" + extra).hexdigest()
+    digest = hashlib.sha256(
+        entity_key + b"\x00" + str(time_ms).encode() + b"\x00" + extra
+    ).hexdigest()
     return f"{prefix}-{digest[:16]}"
 
 

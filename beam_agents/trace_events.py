@@ -55,7 +55,9 @@ ATTR_OUTCOME = "beam_agents.outcome"  # "done" | "suspended" | "released" | "rej
 
 def trace_id_for(entity_key: bytes, seq: int) -> bytes:
     """The 16-byte trace id of activation ``(entity_key, seq)``."""
-    return hashlib.sha256(b"beam-agents/trace\x00" + entity_key + b"\x00" + str(seq).encode()).digest()[:16]
+    return hashlib.sha256(
+        b"beam-agents/trace\x00" + entity_key + b"\x00" + str(seq).encode()
+    ).digest()[:16]
 
 
 def span_id_for(entity_key: bytes, seq: int, index: int) -> bytes:
@@ -89,7 +91,7 @@ def set_attributes(event: TraceEvent, attributes: Mapping[str, AttrValue]) -> No
 def attribute_value(value: AttributeValue) -> AttrValue | None:
     """The Python value held by an AttributeValue (None if unset)."""
     which = value.WhichOneof("value")
-    return None if which is None else getattr(value, which)  # type: ignore[no-any-return]
+    return None if which is None else getattr(value, which)
 
 
 def attributes_dict(event: TraceEvent) -> dict[str, AttrValue | None]:

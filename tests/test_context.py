@@ -91,7 +91,9 @@ def test_unservable_provider_miss_is_recorded_with_key_and_status() -> None:
 
 
 def test_act_stamps_expiry_and_approval_from_the_policy() -> None:
-    hitl = HitlPolicy(intent_ttl_ms=50, approval_channel="refunds", approval_required_tools={"send_email"})
+    hitl = HitlPolicy(
+        intent_ttl_ms=50, approval_channel="refunds", approval_required_tools={"send_email"}
+    )
     ctx = make_ctx(hitl=hitl)
     intent_id = ctx.act("send_email", to="a", body="b")
     (intent,) = ctx.staged_intents

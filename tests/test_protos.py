@@ -33,7 +33,6 @@ def test_seed_import_path_and_message_names() -> None:
         Event,
         LlmRequest,
         LlmResponse,
-        StateSnapshot,
         ToolIntent,
         ToolResult,
         TraceEvent,
@@ -69,6 +68,7 @@ def test_field_numbers_are_the_designs() -> None:
         "request_id": 9,
         "resumed_from": 10,
         "pending_schema_version": 11,
+        "resumed_from_schema_version": 12,
     }
     assert numbers(AgentEnvelope) == {
         "entity_key": 1,

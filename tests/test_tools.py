@@ -37,6 +37,6 @@ def test_registry_refuses_duplicate_names_and_names_unknown_tools() -> None:
     with pytest.raises(AgentDefinitionError, match="'a'"):
         ToolRegistry([a, a])
     registry = ToolRegistry([a])
-    with pytest.raises(UnknownToolError, match="no tool named 'b'.*has: a"):
+    with pytest.raises(UnknownToolError, match=r"no tool named 'b'.*has: a"):
         registry.get("b")
     assert "a" in registry and len(registry) == 1

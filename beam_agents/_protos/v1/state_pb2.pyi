@@ -107,6 +107,7 @@ class StateSnapshot(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     RESUMED_FROM_FIELD_NUMBER: _builtins.int
     PENDING_SCHEMA_VERSION_FIELD_NUMBER: _builtins.int
+    RESUMED_FROM_SCHEMA_VERSION_FIELD_NUMBER: _builtins.int
     state_schema_version: _builtins.int
     entity_key: _builtins.bytes
     seq: _builtins.int
@@ -117,6 +118,8 @@ class StateSnapshot(_message.Message):
     request_id: _builtins.str
     pending_schema_version: _builtins.int
     """Layout version of `pending` (ToolIntent list)."""
+    resumed_from_schema_version: _builtins.int
+    """Layout version of `resumed_from` (the resume_history blob's records)."""
     @_builtins.property
     def continuation(self) -> Global___Continuation:
         """Present only while the key is suspended."""
@@ -143,10 +146,11 @@ class StateSnapshot(_message.Message):
         request_id: _builtins.str = ...,
         resumed_from: _abc.Iterable[Global___ResumeRecord] | None = ...,
         pending_schema_version: _builtins.int = ...,
+        resumed_from_schema_version: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["continuation", b"continuation"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["continuation", b"continuation", "entity_key", b"entity_key", "llm_cache", b"llm_cache", "memory", b"memory", "pending", b"pending", "pending_schema_version", b"pending_schema_version", "request_id", b"request_id", "resumed_from", b"resumed_from", "seq", b"seq", "snapshot_at_ms", b"snapshot_at_ms", "state_schema_version", b"state_schema_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["continuation", b"continuation", "entity_key", b"entity_key", "llm_cache", b"llm_cache", "memory", b"memory", "pending", b"pending", "pending_schema_version", b"pending_schema_version", "request_id", b"request_id", "resumed_from", b"resumed_from", "resumed_from_schema_version", b"resumed_from_schema_version", "seq", b"seq", "snapshot_at_ms", b"snapshot_at_ms", "state_schema_version", b"state_schema_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -162,7 +166,7 @@ class VersionedBlob(_message.Message):
     SCHEMA_VERSION_FIELD_NUMBER: _builtins.int
     BODY_FIELD_NUMBER: _builtins.int
     kind: _builtins.str
-    """"memory", "llm_cache", "continuation" or "pending"."""
+    """"memory", "llm_cache", "continuation", "pending" or "resume_history"."""
     schema_version: _builtins.int
     body: _builtins.bytes
     def __init__(
