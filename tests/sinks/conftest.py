@@ -1,0 +1,73 @@
+"""Session-scoped real peers for the sink tests, each started on first use and stopped at the end.
+
+Nothing needs to be set up beforehand: ``make test`` on a fresh machine builds
+the BigQuery emulator's venv under ``.peers/`` the first time (about a
+minute), and reuses it afterwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from .peers import (
+    BigQueryEmulator,
+    KafkaMockCluster,
+    OtlpReceiver,
+    PubSubEmulator,
+    pubsub_emulator_launcher,
+)
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster() -> Iterator[KafkaMockCluster]:
+    cluster = KafkaMockCluster()
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.fixture(scope="session")
+def pubsub_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PubSubEmulator]:
+    launcher = pubsub_emulator_launcher()
+    if launcher is None:
+        # Google's emulator is a Debian package of this machine image; where it
+        # is missing the Pub/Sub tests skip (also under CI: issue 4 requires
+        # Kafka, BigQuery and OTLP there, and Pub/Sub "when present").
+        pytest.skip(
+            "Google's Pub/Sub emulator is not installed "
+            "(Debian package google-cloud-cli-pubsub-emulator)"
+        )
+    emulator = PubSubEmulator(launcher, tmp_path_factory.mktemp("pubsub-emulator"))
+    try:
+        yield emulator
+    finally:
+        emulator.close()
+
+
+@pytest.fixture(scope="session")
+def bigquery_emulator() -> Iterator[BigQueryEmulator]:
+    emulator = BigQueryEmulator()
+    try:
+        yield emulator
+    finally:
+        emulator.close()
+
+
+@pytest.fixture(scope="session")
+def otlp_receiver() -> Iterator[OtlpReceiver]:
+    receiver = OtlpReceiver()
+    try:
+        yield receiver
+    finally:
+        receiver.close()
+
+
+@pytest.fixture
+def otlp(otlp_receiver: OtlpReceiver) -> Iterator[OtlpReceiver]:
+    """The session's OTLP receiver, emptied and answering normally for this test."""
+    otlp_receiver.reset()
+    yield otlp_receiver
+    otlp_receiver.reset()
