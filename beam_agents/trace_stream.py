@@ -18,6 +18,7 @@ subclasses), each naming the source and the byte offset of the bad frame.
 
 from __future__ import annotations
 
+import itertools
 import os
 import uuid
 from collections.abc import Generator, Iterable
@@ -421,7 +422,8 @@ def read_trace_stream(
     that does not start with field 1 (an event with an empty key, or a
     foreign writer's field order) is parsed and its key compared, and a
     matching prefix is confirmed on the parsed event: the result is the same
-    as parsing every frame and comparing keys.
+    as parsing every frame and comparing keys (for frames that hold field 1
+    at most once, as every protobuf writer produces them).
 
     Memory and file handling are as for ``iter_frames``.
 
@@ -454,18 +456,49 @@ def _all_events(chunks: _Chunks) -> Generator[TraceEvent, None, None]:
         frames.close()
 
 
+_PROBE_SAMPLE = 512
+
+
+def _probe_position(buf: bytes, prefix: bytes) -> int:
+    """The position in ``prefix`` where the keys of the first frames of ``buf`` vary most.
+
+    Counts the distinct byte values at each position over a sample of frames
+    (a position with ``d`` values lets about ``1/d`` of other keys through);
+    ties go to the later position, where ids and counters vary. Only a speed
+    choice: a frame that passes the probe is still compared in full.
+    """
+    size = len(prefix)
+    seen: list[set[int]] = [set() for _ in range(size)]
+    sample = _frames(_Chunks(buf, len(buf) or 1))
+    try:
+        for _, frame in itertools.islice(sample, _PROBE_SAMPLE):
+            if len(frame) >= size and frame[0] == 0x0A:
+                for i in range(1, size):
+                    seen[i].add(frame[i])
+    except TraceStreamError:
+        pass  # the end of the first chunk, or a bad frame the real scan will report
+    finally:
+        sample.close()
+    best = size - 1
+    for i in range(size - 1, 0, -1):
+        if len(seen[i]) > len(seen[best]):
+            best = i
+    return best
+
+
 def _key_events(chunks: _Chunks, key: bytes) -> Generator[TraceEvent, None, None]:
     prefix = b"\x0a" + _varint(len(key)) + key
-    # The prefix's last byte (the key's last byte) tells most other keys apart
-    # with one index, cheaper than a startswith call: keys are ids and counters
-    # that differ most at their end.
-    last = len(prefix) - 1
-    last_byte = prefix[last]
     try:
         # The splitting loop of _frames with the key test in place of the
         # yield: a frame of another key (nearly every frame) costs a byte
         # comparison or two, or one startswith; no slice and no parse.
-        buf: bytes | None = chunks.first()
+        first = chunks.first()
+        # One byte of the prefix, compared by index, tells most other keys
+        # apart more cheaply than a startswith call: the byte where the keys of
+        # the first frames vary most (where keys vary depends on their shape).
+        probe = _probe_position(first, prefix)
+        probe_byte = prefix[probe]
+        buf: bytes | None = first
         while buf is not None:
             startswith = buf.startswith
             end = len(buf)
@@ -489,11 +522,11 @@ def _key_events(chunks: _Chunks, key: bytes) -> Generator[TraceEvent, None, None
                         need = q - pos
                         break
                     # Skip at once a frame starting with field 1 whose byte at the
-                    # prefix's last position differs. Otherwise parse when the
-                    # prefix matches, or when the frame does not start with field 1
+                    # probe position differs. Otherwise parse when the prefix
+                    # matches, or when the frame does not start with field 1
                     # (p == q guards the index: an empty frame).
-                    at = p + last
-                    if at < q and buf[at] != last_byte and buf[p] == 0x0A:
+                    at = p + probe
+                    if at < q and buf[at] != probe_byte and buf[p] == 0x0A:
                         pos = q
                         continue
                     if startswith(prefix, p, q) or p == q or buf[p] != 0x0A:

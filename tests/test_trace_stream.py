@@ -191,6 +191,18 @@ def test_filtering_for_the_empty_key_includes_an_empty_frame() -> None:
     assert len(list(read_trace_stream(data, entity_key=b"k1"))) == 3
 
 
+def test_filtering_is_exact_when_later_keys_vary_where_the_first_keys_did_not() -> None:
+    # The filter samples the first frames to pick which key byte to test first;
+    # a stream whose keys change shape later must still filter exactly.
+    early = _events(keys=[b"x%d-eu" % i for i in range(10)], activations=20)  # 600 events
+    late = _events(keys=[b"x0-e%d" % i for i in range(10)] + [b"x0-eu"], activations=2)
+    events = early + late
+    data = _stream(events)
+    for key in (b"x0-eu", b"x0-e5", b"x5-eu", b"x0-e"):
+        got = read_trace_stream(data, entity_key=key)
+        assert _serialized(got) == _serialized(e for e in events if e.entity_key == key)
+
+
 # --------------------------------------------------------------------------- chunking
 
 
