@@ -1,0 +1,295 @@
+"""``make demo``: run the support desk in a Beam pipeline, then replay its incidents.
+
+Usage (from the repository root; ``make demo`` runs exactly this):
+
+    .venv/bin/python scripts/demo.py [--out DIR]
+    DEMO_HEADLESS=1 .venv/bin/python scripts/demo.py     # no TUI at the end (CI)
+
+What it does, in order:
+
+1. Runs ``examples.support_desk`` (agent v1) with ``RunAgent`` on Beam's
+   DirectRunner, streaming, over the bundled stream of four customers: Bob's
+   refund makes an approval round trip, Carol's mistyped order id makes an
+   activation fail, and export requests for Bob and Carol follow. Traces and
+   snapshots go to ``file://`` sinks under ``demo-out/``; every envelope of the
+   stream is written to ``demo-out/events/<envelope_id>.pb`` (the replay needs
+   the triggering envelope, and the demo has it because it produced the stream).
+2. Prints the exact ``beam-agents-replay`` command of each incident, runs it
+   headless and prints its report: Bob's refund replayed with v1 (reproduced,
+   exit 0) and with v2 (diverged, exit 1), Carol's failed activation
+   (irreproducible: a cache miss, exit 3).
+3. Unless ``DEMO_HEADLESS=1``, opens the TUI on the diverged incident.
+
+It exits 0 when every incident gave its expected verdict, 1 otherwise.
+Re-running starts from a clean ``demo-out/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# `examples` is imported from the repository root, like the replay CLI imports it.
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from beam_agents import read_trace_stream  # noqa: E402
+from beam_agents._protos import TraceEvent  # noqa: E402
+from beam_agents.trace_stream import trace_stream_files  # noqa: E402
+from examples.support_desk.stream import INCIDENTS, REGISTRY, STREAM, Incident  # noqa: E402
+
+MARKER = ".beam-agents-demo"
+"""A file the demo leaves in its output directory: it only ever deletes a directory holding it."""
+
+VERDICT_WORDS = ("reproduced", "diverged", "irreproducible", "what-if", "error")
+TUI_INCIDENT = "refund-v2"
+"""The incident the TUI opens on: the one where the changed agent diverges."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one headless replay said."""
+
+    incident: Incident
+    exit_code: int
+    verdict: str
+    report: str
+
+    @property
+    def as_expected(self) -> bool:
+        return self.exit_code == self.incident.exit_code and self.verdict == self.incident.verdict
+
+
+def _display(path: Path) -> str:
+    """``path`` relative to the repository root when it is inside it (the commands run there)."""
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path.resolve())
+
+
+def replay_program() -> Path:
+    """The ``beam-agents-replay`` script installed next to this interpreter."""
+    return Path(sys.executable).parent / "beam-agents-replay"
+
+
+def prepare_out(out: Path) -> None:
+    """Empty ``out`` (creating it); refuse a non-empty directory the demo did not create."""
+    if out.exists():
+        if not out.is_dir() or (any(out.iterdir()) and not (out / MARKER).exists()):
+            raise SystemExit(
+                f"demo: {out} exists and was not made by the demo; "
+                "remove it or pass --out with another directory"
+            )
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    (out / MARKER).write_text("made by scripts/demo.py; deleted and rebuilt on every run\n")
+
+
+def write_events(out: Path) -> Path:
+    """Write every envelope of the stream to ``events/<envelope_id>.pb``; returns the directory."""
+    events = out / "events"
+    events.mkdir()
+    for envelope in STREAM:
+        (events / f"{envelope.envelope_id}.pb").write_bytes(envelope.SerializeToString())
+    return events
+
+
+def find_snapshot(snapshots: Path, incident: Incident) -> Path:
+    """The snapshot file the incident's export request produced (``{key hex}-{seq}-{id}.pb``)."""
+    pattern = f"{incident.entity_key.hex()}-*-{incident.snapshot_request_id}.pb"
+    found = sorted(snapshots.glob(pattern))
+    if len(found) != 1:
+        raise SystemExit(
+            f"demo: expected one snapshot {pattern} in {snapshots}, found {len(found)}"
+        )
+    return found[0]
+
+
+def replay_args(incident: Incident, out: Path) -> list[str]:
+    """The replay flags of one incident (without the program name)."""
+    snapshot = find_snapshot(out / "snapshots", incident)
+    return [
+        "--snapshot",
+        _display(snapshot),
+        "--traces",
+        _display(out / "traces"),
+        "--event",
+        _display(out / "events" / f"{incident.event.envelope_id}.pb"),
+        "--agent",
+        incident.agent,
+        "--registry",
+        REGISTRY,
+        "--seq",
+        str(incident.seq),
+    ]
+
+
+def format_command(argv: list[str]) -> str:
+    """A copy-pasteable command, one flag per line."""
+    program, *rest = argv
+    lines = [shlex.quote(program)]
+    while rest and not rest[0].startswith("--"):  # a subcommand stays on the first line
+        lines[0] += " " + shlex.quote(rest.pop(0))
+    i = 0
+    while i < len(rest):
+        if rest[i].startswith("--") and i + 1 < len(rest) and not rest[i + 1].startswith("--"):
+            lines.append(f"{rest[i]} {shlex.quote(rest[i + 1])}")
+            i += 2
+        else:
+            lines.append(shlex.quote(rest[i]))
+            i += 1
+    return " \\\n      ".join(lines)
+
+
+def parse_verdict(report: str) -> str:
+    """The verdict word of a headless report (the first line that starts with one)."""
+    for line in report.splitlines():
+        word = line.strip().split(":", 1)[0].split(" ", 1)[0].lower()
+        if word in VERDICT_WORDS and not line.startswith(" "):
+            return word
+    return "?"
+
+
+def run_replay(incident: Incident, out: Path) -> Outcome:
+    """Run one incident's replay headless (from the repository root, as printed)."""
+    argv = [str(replay_program()), *replay_args(incident, out)]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=False, timeout=120)
+    report = done.stdout + (done.stderr if done.stderr.strip() else "")
+    return Outcome(incident, done.returncode, parse_verdict(done.stdout), report)
+
+
+def summarize_traces(traces: Path) -> Counter[str]:
+    """Activations by outcome, counted from the traces the pipeline wrote."""
+    counts: Counter[str] = Counter()
+    for path in trace_stream_files(traces):
+        for event in read_trace_stream(path):
+            if event.kind == TraceEvent.ACTIVATION_START:
+                counts["activations"] += 1
+            elif event.kind == TraceEvent.ACTIVATION_FAILED:
+                counts["failed"] += 1
+            elif event.kind == TraceEvent.LLM_CALL:
+                counts["model calls"] += 1
+    return counts
+
+
+def _shorten(text: str, width: int = 96) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def run_pipeline(out: Path) -> float:
+    """Run the pipeline into ``out`` and print what the support desk did; returns its seconds."""
+    # Beam logs import-time warnings about cloud clients the demo does not use.
+    logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
+    started = time.monotonic()
+    from examples.support_desk.pipeline import run_pipeline as run
+
+    result = run(STREAM, out)
+    seconds = time.monotonic() - started
+    counts = summarize_traces(result.traces_dir)
+    records = result.records
+    keys = sorted({env.entity_key.decode() for env in STREAM})
+    print(
+        f"  {len(STREAM)} envelopes for {len(keys)} customers -> {counts['activations']} "
+        f"activations ({counts['failed']} failed), {counts['model calls']} model calls, "
+        f"in {seconds:.1f} s"
+    )
+    print(
+        f"  replies sent: {len(records['outputs'])}   intents released: "
+        f"{len(records['intents'])}   approval requests: {len(records['approvals'])}   "
+        f"errors: {len(records['errors'])}"
+    )
+    for record in sorted(records["outputs"], key=lambda r: r["entity_key"]):
+        print(f"    -> {record['entity_key']}: {_shorten(record['payload']['text'])}")
+    for record in records["approvals"]:
+        args = record["args"]
+        print(
+            f"    approval asked: {record['tool']} {args.get('order_id')} "
+            f"{args.get('amount_cents')} cents ({record['intent_id']})"
+        )
+    for record in records["errors"]:
+        print(f"    error: {record['code']}: {record['reason']}")
+    snapshots = sorted(p.name for p in result.snapshots_dir.glob("*.pb"))
+    print(
+        f"  traces:    {_display(result.traces_dir)}/ ({len(trace_stream_files(result.traces_dir))} files)"
+    )
+    print(f"  snapshots: {_display(result.snapshots_dir)}/ {', '.join(snapshots)}")
+    return seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the demo; returns the process exit code."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=ROOT / "demo-out",
+        help="output directory (default: demo-out/ in the repository root)",
+    )
+    args = parser.parse_args(argv)
+    headless = os.environ.get("DEMO_HEADLESS", "") not in ("", "0")
+    out: Path = args.out.resolve()
+    started = time.monotonic()
+
+    print("beam-agents demo: a support desk on Apache Beam, and three incidents replayed\n")
+    print("1. The pipeline (RunAgent on the DirectRunner, streaming, file:// sinks)")
+    prepare_out(out)
+    run_pipeline(out)
+    events = write_events(out)
+    print(f"  events:    {_display(events)}/ ({len(STREAM)} envelopes, by envelope id)\n")
+
+    print("2. The incidents, replayed headless (run from the repository root)")
+    outcomes: list[Outcome] = []
+    for number, incident in enumerate(INCIDENTS, start=1):
+        print(f"\n  [{number}] {incident.title}")
+        print(f"  $ {format_command([_display(replay_program()), *replay_args(incident, out)])}")
+        outcome = run_replay(incident, out)
+        outcomes.append(outcome)
+        for line in outcome.report.rstrip("\n").splitlines():
+            print(f"    | {line}")
+        print(f"    exit code {outcome.exit_code}")
+
+    print("\n3. Verdicts")
+    for outcome in outcomes:
+        mark = (
+            "ok"
+            if outcome.as_expected
+            else (
+                f"UNEXPECTED: wanted {outcome.incident.verdict} (exit {outcome.incident.exit_code})"
+            )
+        )
+        print(
+            f"  {outcome.incident.name:<11} {outcome.verdict:<15} exit {outcome.exit_code}   {mark}"
+        )
+    all_expected = all(outcome.as_expected for outcome in outcomes)
+    print(f"\ndemo finished in {time.monotonic() - started:.1f} s")
+
+    tui = next(o for o in outcomes if o.incident.name == TUI_INCIDENT)
+    tui_argv = [str(replay_program()), "tui", *replay_args(tui.incident, out)]
+    print(
+        f"\nOpen the incident view yourself with:\n  $ {format_command([_display(replay_program()), *tui_argv[1:]])}"
+    )
+    if headless:
+        print("(DEMO_HEADLESS is set: not opening the TUI)")
+    elif not sys.stdin.isatty() or not sys.stdout.isatty():
+        print("(not a terminal: not opening the TUI)")
+    else:
+        print("Opening it now on the diverged incident; press q to quit, ? for help.")
+        sys.stdout.flush()
+        code = subprocess.run(tui_argv, cwd=ROOT, check=False).returncode
+        print(f"the TUI exited with code {code}, as the headless replay did ({tui.exit_code})")
+    return 0 if all_expected else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
