@@ -1,0 +1,105 @@
+"""``AgentConfig``: how ``RunAgent`` runs an agent — its model client, sinks, HITL and cache policy.
+
+Beam-free on purpose: ``beam_agents.AgentConfig`` is loaded lazily from here and
+replay may read a pipeline's configuration without importing Apache Beam.
+
+Every value is checked when the config is built (like Beam's
+``validate_stateful_dofn``), not at the first write: a bad sink URI fails the
+pipeline author's ``AgentConfig(...)`` line, naming the URI and what to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from beam_agents.errors import ConfigError
+from beam_agents.hitl import HitlPolicy
+from beam_agents.llm_cache import CachePolicy
+from beam_agents.provider import Provider
+from beam_agents.sinks.uri import Role, SinkUri, check_sink_options, parse_sink_uri
+
+DEFAULT_INBOX_LIMIT = 100
+
+
+def _default_hitl() -> HitlPolicy:
+    return HitlPolicy()
+
+
+def _default_cache() -> CachePolicy:
+    return CachePolicy()
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentConfig:
+    """The configuration of one ``RunAgent``.
+
+    Example (the seed page's)::
+
+        config = AgentConfig(
+            provider_factory=make_client,
+            traces_to="kafka://broker:9092/traces",
+            snapshots_to="kafka://broker:9092/snapshots",  # or pubsub://
+        )
+    """
+
+    provider_factory: Callable[[], Provider]
+    """Builds the model client; called once per DoFn instance (in ``setup``), never pickled."""
+    traces_to: str | None = None
+    """Where trace events go (``kafka://``, ``pubsub://``, ``bigquery://``, ``otlp://``,
+    ``file://``); None: ``.traces`` is exposed and unconsumed."""
+    snapshots_to: str | None = None
+    """Where state snapshots go (``kafka://``, ``pubsub://``, ``file://``). No default:
+    it is the egress of the state-disclosure primitive (seed page §1)."""
+    hitl: HitlPolicy = field(default_factory=_default_hitl)
+    """Intent TTL, HITL timeout, approval channel and approval-gated tools."""
+    cache: CachePolicy = field(default_factory=_default_cache)
+    """Replay-cache policy: payload retention, payload size limit, capacity, TTL."""
+    sink_options: Mapping[str, str] = field(default_factory=dict)
+    """Options passed to every sink this config opens (e.g. producer settings)."""
+    inbox_limit: int = DEFAULT_INBOX_LIMIT
+    """Start events a suspended key may hold waiting; more go to ``.errors``."""
+
+    def __post_init__(self) -> None:
+        if not callable(self.provider_factory):
+            raise ConfigError(
+                f"AgentConfig.provider_factory must be a callable returning a provider, "
+                f"got {self.provider_factory!r}"
+            )
+        if not isinstance(self.hitl, HitlPolicy):
+            raise ConfigError(f"AgentConfig.hitl must be a HitlPolicy, got {self.hitl!r}")
+        if not isinstance(self.cache, CachePolicy):
+            raise ConfigError(f"AgentConfig.cache must be a CachePolicy, got {self.cache!r}")
+        if (
+            isinstance(self.inbox_limit, bool)
+            or not isinstance(self.inbox_limit, int)
+            or self.inbox_limit < 1
+        ):
+            raise ConfigError(
+                f"AgentConfig.inbox_limit must be a positive int, got {self.inbox_limit!r}"
+            )
+        options = dict(self.sink_options)
+        for name, value in options.items():
+            if not isinstance(name, str) or not isinstance(value, str):
+                raise ConfigError(
+                    f"AgentConfig.sink_options maps str to str; got {name!r}: {value!r}"
+                )
+        # A plain dict copy: the caller's mapping cannot change under a running pipeline,
+        # and the config stays picklable (a MappingProxyType is not).
+        object.__setattr__(self, "sink_options", options)
+        roles: tuple[tuple[Role, str | None], ...] = (
+            ("traces", self.traces_to),
+            ("snapshots", self.snapshots_to),
+        )
+        sinks: list[SinkUri] = []
+        for role, uri in roles:
+            if uri is None:
+                continue
+            if not isinstance(uri, str):
+                raise ConfigError(
+                    f"AgentConfig.{role}_to must be a URI string or None, got {uri!r}"
+                )
+            # Refuses an unknown scheme, a malformed URI, and bigquery:// or otlp:// for
+            # snapshots, naming the URI and what to write instead.
+            sinks.append(parse_sink_uri(uri, role=role))
+        check_sink_options(sinks, options)

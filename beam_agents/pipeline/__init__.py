@@ -1,0 +1,11 @@
+"""The Beam side of beam-agents: ``RunAgent`` and its outputs (the only Beam-importing package).
+
+``RunAgent(agent, registry, config)`` runs an agent over a PCollection of
+serialized ``AgentEnvelope``s; see docs/pipeline.md for the wiring, the element
+types of ``RunAgentOutputs`` and the ``ErrorRecord`` of ``.errors``.
+"""
+
+from beam_agents.pipeline.dead_letter import ERROR_CODES, ErrorRecord
+from beam_agents.pipeline.transform import RunAgent, RunAgentOutputs
+
+__all__ = ["ERROR_CODES", "ErrorRecord", "RunAgent", "RunAgentOutputs"]

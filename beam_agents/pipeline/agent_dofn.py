@@ -1,0 +1,494 @@
+"""``AgentDoFn``: the stateful DoFn that runs one key's serial history of activations.
+
+Input: ``(entity_key, envelope bytes)`` in the global window (``RunAgent`` routes
+and keys them). Per key it holds the state cells below and one event-time timer,
+and for each envelope does what ``classify_trigger`` decides:
+
+    START / RESUME  take the next SEQ, call ``run_activation`` (the one
+                    implementation), commit the cells on success (only SEQ on a
+                    failure), emit the trace and, on success, outputs/intents/
+                    approvals; arm or clear the HITL timer; when the key stops
+                    being suspended, run the events waiting in its inbox.
+    QUEUE           append the envelope to the key's bounded inbox.
+    EXPORT          emit one ``StateSnapshot`` of the cells as they are. Read-only:
+                    no cell written, no timer touched, SEQ unchanged.
+    REJECT          an ``ErrorRecord`` on ``errors``; nothing changes.
+
+Nothing here decides agent semantics: triggers are classified by
+``beam_agents.activation.classify_trigger``, blobs are read by
+``beam_agents.key_state.load_key_state`` (which migrates old versions in memory;
+the current version is written back only by the next commit) and exported by
+``make_snapshot``. This module only moves bytes between Beam's state cells, the
+core, and the outputs.
+
+Every output element is ``(entity_key, bytes)`` of deterministic serializations,
+except ``errors`` (``ErrorRecord``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf.message import DecodeError
+
+from beam_agents._protos import AgentEnvelope
+from beam_agents.activation import (
+    ActivationCommit,
+    ActivationResult,
+    TriggerAction,
+    classify_trigger,
+    run_activation,
+    trigger_name,
+)
+from beam_agents.agent import Agent, Timeout
+from beam_agents.config import AgentConfig
+from beam_agents.errors import StateError
+from beam_agents.key_state import KeyState, StateCells, load_key_state, make_snapshot
+from beam_agents.pipeline._beam import (
+    BytesCoder,
+    IterableCoder,
+    Metrics,
+    ReadModifyWriteStateSpec,
+    TimeDomain,
+    TimerSpec,
+    Timestamp,
+    VarIntCoder,
+    beam,
+    on_timer,
+)
+from beam_agents.pipeline.dead_letter import (
+    INBOX_OVERFLOW,
+    MALFORMED_ENVELOPE,
+    NO_BODY,
+    REJECTED_TRIGGER,
+    STATE_UNREADABLE,
+    ErrorRecord,
+)
+from beam_agents.provider import Provider
+from beam_agents.tools import ToolRegistry
+from beam_agents.trace_events import serialize_trace_event
+
+METRICS_NAMESPACE = "beam_agents"
+
+_BLOB_CELLS = ("memory", "llm_cache", "continuation", "pending", "resume_history")
+"""The ``StateCells`` fields, each held in the Beam state cell of the same name."""
+
+
+def _deadline_of(state: KeyState) -> int | None:
+    return None if state.continuation is None else state.continuation.deadline_ms
+
+
+def _timestamp(ms: int) -> Timestamp:
+    return Timestamp(micros=ms * 1000)
+
+
+SEQ_SPEC = ReadModifyWriteStateSpec("seq", VarIntCoder())
+MEMORY_SPEC = ReadModifyWriteStateSpec("memory", BytesCoder())
+LLM_CACHE_SPEC = ReadModifyWriteStateSpec("llm_cache", BytesCoder())
+CONTINUATION_SPEC = ReadModifyWriteStateSpec("continuation", BytesCoder())
+PENDING_SPEC = ReadModifyWriteStateSpec("pending", BytesCoder())
+RESUME_HISTORY_SPEC = ReadModifyWriteStateSpec("resume_history", BytesCoder())
+INBOX_SPEC = ReadModifyWriteStateSpec("inbox", IterableCoder(BytesCoder()))
+HITL_TIMER_SPEC = TimerSpec("hitl_deadline", TimeDomain.WATERMARK)
+
+# The DoFn parameters that ask Beam for each cell (module-level: they are shared defaults).
+SEQ_PARAM = beam.DoFn.StateParam(SEQ_SPEC)
+MEMORY_PARAM = beam.DoFn.StateParam(MEMORY_SPEC)
+LLM_CACHE_PARAM = beam.DoFn.StateParam(LLM_CACHE_SPEC)
+CONTINUATION_PARAM = beam.DoFn.StateParam(CONTINUATION_SPEC)
+PENDING_PARAM = beam.DoFn.StateParam(PENDING_SPEC)
+RESUME_HISTORY_PARAM = beam.DoFn.StateParam(RESUME_HISTORY_SPEC)
+INBOX_PARAM = beam.DoFn.StateParam(INBOX_SPEC)
+HITL_TIMER_PARAM = beam.DoFn.TimerParam(HITL_TIMER_SPEC)
+KEY_PARAM = beam.DoFn.KeyParam
+TIMESTAMP_PARAM = beam.DoFn.TimestampParam
+
+
+@dataclass
+class _KeyRun:
+    """One key's state while one element (or timer) is handled; written back once at the end."""
+
+    seq: int
+    """The SEQ cell: the last activation's seq (0 before the first)."""
+    stored: StateCells
+    """The blob cells as read."""
+    cells: StateCells
+    """The blob cells as they will be written (``stored`` until a commit)."""
+    state: KeyState
+    """``cells`` loaded."""
+    timer_at: int | None
+    """Where the HITL timer is set now (None: not set)."""
+    timer_target: int | None
+    """Where it must be set when the element is done (None: cleared)."""
+    outputs: list[Any] = field(default_factory=list)
+
+
+class AgentDoFn(beam.DoFn):  # type: ignore[misc]
+    """Runs ``agent`` for each key of a ``(entity_key, envelope bytes)`` PCollection.
+
+    Main output: ``(entity_key, output bytes)`` (``Done`` outputs); tagged outputs
+    ``TAG_INTENTS``, ``TAG_APPROVALS``, ``TAG_TRACES``, ``TAG_SNAPSHOTS`` (all
+    ``(entity_key, bytes)``) and ``TAG_ERRORS`` (``ErrorRecord``).
+    """
+
+    TAG_INTENTS = "intents"
+    """Released ``ToolIntent`` bytes: an executor may perform them now."""
+    TAG_APPROVALS = "approvals"
+    """Approval-gated ``ToolIntent`` bytes for the approval service."""
+    TAG_TRACES = "traces"
+    """``serialize_trace_event`` bytes, in activation order."""
+    TAG_SNAPSHOTS = "snapshots"
+    """``StateSnapshot`` bytes (deterministic serialization), one per export request."""
+    TAG_ERRORS = "errors"
+    """``ErrorRecord`` of every refused trigger."""
+    TAG_OUTPUTS = "outputs"
+    """The main output's name in ``RunAgentOutputs``."""
+
+    SEQ = SEQ_SPEC
+    """SEQ: the last activation's seq (absent before the first)."""
+    MEMORY = MEMORY_SPEC
+    LLM_CACHE = LLM_CACHE_SPEC
+    CONTINUATION = CONTINUATION_SPEC
+    PENDING = PENDING_SPEC
+    RESUME_HISTORY = RESUME_HISTORY_SPEC
+    INBOX = INBOX_SPEC
+    """Raw envelope bytes of start events waiting for the key to stop being suspended."""
+    HITL_TIMER = HITL_TIMER_SPEC
+    """Set at the continuation's ``deadline_ms`` while the key is suspended."""
+
+    def __init__(self, agent: Agent, registry: ToolRegistry, config: AgentConfig) -> None:
+        super().__init__()
+        self._agent = agent
+        self._registry = registry
+        self._config = config
+        self._provider: Provider | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The provider is built per instance in setup() and is never shipped to workers.
+        state = dict(self.__dict__)
+        state["_provider"] = None
+        return state
+
+    def setup(self) -> None:
+        self._provider = self._config.provider_factory()
+        self._activations = Metrics.counter(METRICS_NAMESPACE, "activations")
+        self._failures = Metrics.counter(METRICS_NAMESPACE, "activation_failures")
+        self._provider_failures = Metrics.counter(METRICS_NAMESPACE, "provider_failures")
+        self._exports = Metrics.counter(METRICS_NAMESPACE, "exports")
+        self._queued = Metrics.counter(METRICS_NAMESPACE, "inbox_queued")
+        self._dead_letters = Metrics.counter(METRICS_NAMESPACE, "dead_letters")
+        self._stale_timers = Metrics.counter(METRICS_NAMESPACE, "stale_hitl_timers")
+        self._latency = Metrics.distribution(METRICS_NAMESPACE, "activation_wall_ms")
+
+    # -- Beam entry points ----------------------------------------------------------------
+
+    def process(
+        self,
+        element: tuple[bytes, bytes],
+        seq_cell: Any = SEQ_PARAM,
+        memory_cell: Any = MEMORY_PARAM,
+        llm_cache_cell: Any = LLM_CACHE_PARAM,
+        continuation_cell: Any = CONTINUATION_PARAM,
+        pending_cell: Any = PENDING_PARAM,
+        resume_history_cell: Any = RESUME_HISTORY_PARAM,
+        inbox_cell: Any = INBOX_PARAM,
+        timer: Any = HITL_TIMER_PARAM,
+    ) -> Iterator[Any]:
+        key, raw = element
+        store = _CellStore(
+            seq_cell,
+            (memory_cell, llm_cache_cell, continuation_cell, pending_cell, resume_history_cell),
+            inbox_cell,
+        )
+        return _tagged(self.handle_envelope(key, raw, store, timer))
+
+    @on_timer(HITL_TIMER_SPEC)  # type: ignore[untyped-decorator]
+    def on_hitl_deadline(
+        self,
+        key: Any = KEY_PARAM,
+        fired_at: Any = TIMESTAMP_PARAM,
+        seq_cell: Any = SEQ_PARAM,
+        memory_cell: Any = MEMORY_PARAM,
+        llm_cache_cell: Any = LLM_CACHE_PARAM,
+        continuation_cell: Any = CONTINUATION_PARAM,
+        pending_cell: Any = PENDING_PARAM,
+        resume_history_cell: Any = RESUME_HISTORY_PARAM,
+        inbox_cell: Any = INBOX_PARAM,
+        timer: Any = HITL_TIMER_PARAM,
+    ) -> Iterator[Any]:
+        store = _CellStore(
+            seq_cell,
+            (memory_cell, llm_cache_cell, continuation_cell, pending_cell, resume_history_cell),
+            inbox_cell,
+        )
+        return _tagged(self.handle_deadline(key, fired_at.micros // 1000, store, timer))
+
+    # -- the logic, on plain objects (state cells: read/write/clear; timer: set/clear) ------
+
+    def handle_envelope(
+        self, key: bytes, raw: bytes, store: _CellStore, timer: Any
+    ) -> Iterator[tuple[str, Any]]:
+        """Handle one routed envelope of ``key``; yields ``(tag, element)`` pairs."""
+        try:
+            envelope = AgentEnvelope.FromString(raw)
+        except DecodeError as exc:  # RunAgent routes only parsed envelopes; a hand-fed one
+            yield self._error(MALFORMED_ENVELOPE, f"bytes that do not parse ({exc})", key, raw)
+            return
+        if envelope.WhichOneof("body") == "export_request":
+            # Before loading the state: an export must work even when this binary cannot
+            # load the key's blobs (that is when an operator needs the snapshot most), and
+            # it only copies the cells.
+            yield self._export(key, raw, envelope, store)
+            return
+        run = self._read(store, timer_at_from_state=True)
+        if isinstance(run, StateError):
+            yield self._error(
+                STATE_UNREADABLE, str(run), key, raw, envelope_id=envelope.envelope_id
+            )
+            return
+        decision = classify_trigger(run.state, envelope)
+        if decision.action is TriggerAction.REJECT:
+            code = NO_BODY if trigger_name(envelope) == "none" else REJECTED_TRIGGER
+            yield self._error(code, decision.reason, key, raw, envelope_id=envelope.envelope_id)
+            return
+        if decision.action is TriggerAction.QUEUE:
+            yield from self._enqueue(key, raw, envelope, store)
+            return
+        was_suspended = run.state.continuation is not None
+        self._activate(key, run, envelope, now_ms=envelope.event_time_ms)
+        if was_suspended and run.state.continuation is None:
+            self._drain_inbox(key, run, store)
+        self._write(run, store, timer)
+        yield from run.outputs
+
+    def handle_deadline(
+        self, key: bytes, fired_ms: int, store: _CellStore, timer: Any
+    ) -> Iterator[tuple[str, Any]]:
+        """Handle the HITL timer of ``key`` firing at ``fired_ms``; yields ``(tag, element)``."""
+        run = self._read(store, timer_at_from_state=False)
+        if isinstance(run, StateError):
+            yield self._error(STATE_UNREADABLE, f"HITL timer at {fired_ms}: {run}", key, b"")
+            return
+        cont = run.state.continuation
+        if cont is None or cont.deadline_ms != fired_ms:
+            # A timer set for a suspension that has since ended or been replaced.
+            self._stale_timers.inc()
+            return
+        trigger = Timeout(deadline_ms=fired_ms, awaiting_intent_ids=tuple(cont.awaiting_intent_ids))
+        if classify_trigger(run.state, trigger).action is not TriggerAction.RESUME:
+            return
+        self._activate(key, run, trigger, now_ms=fired_ms)
+        if run.state.continuation is None:
+            self._drain_inbox(key, run, store)
+        self._write(run, store, timer)
+        yield from run.outputs
+
+    # -- steps -----------------------------------------------------------------------------
+
+    def _read(self, store: _CellStore, *, timer_at_from_state: bool) -> _KeyRun | StateError:
+        cells = store.read_cells()
+        try:
+            state = load_key_state(cells)
+        except StateError as exc:
+            return exc
+        # While suspended the timer is set at the continuation's deadline (every commit
+        # that suspends sets it); once it has fired it is set nowhere.
+        timer_at = _deadline_of(state) if timer_at_from_state else None
+        return _KeyRun(
+            seq=store.read_seq(),
+            stored=cells,
+            cells=cells,
+            state=state,
+            timer_at=timer_at,
+            timer_target=timer_at,
+        )
+
+    def _activate(
+        self, key: bytes, run: _KeyRun, trigger: AgentEnvelope | Timeout, *, now_ms: int
+    ) -> None:
+        provider = self._provider
+        if provider is None:  # process() before setup(): a runner bug, or a hand-made call
+            raise RuntimeError("AgentDoFn.setup() was not called before processing")
+        seq = run.seq + 1
+        started = time.perf_counter()
+        result: ActivationResult = run_activation(
+            self._agent,
+            self._registry,
+            provider,
+            run.state,
+            trigger,
+            now_ms=now_ms,
+            seq=seq,
+            entity_key=key,
+            hitl=self._config.hitl,
+            cache_policy=self._config.cache,
+        )
+        self._latency.update(int((time.perf_counter() - started) * 1000))
+        self._activations.inc()
+        # Each activation takes its SEQ, failed or not (invariant 1 keeps only this and
+        # the trace of a failure).
+        run.seq = seq
+        out = run.outputs
+        for event in result.trace:
+            out.append((AgentDoFn.TAG_TRACES, (key, serialize_trace_event(event))))
+        if result.provider_failures:
+            self._provider_failures.inc(len(result.provider_failures))
+        if not isinstance(result, ActivationCommit):
+            self._failures.inc()
+            return
+        run.cells = result.cells
+        run.state = result.state
+        run.timer_target = result.timer_deadline_ms
+        for payload in result.outputs:
+            out.append((AgentDoFn.TAG_OUTPUTS, (key, payload)))
+        for intent in result.released_intents:
+            out.append((AgentDoFn.TAG_INTENTS, (key, intent.SerializeToString(deterministic=True))))
+        for intent in result.approval_requests:
+            out.append(
+                (AgentDoFn.TAG_APPROVALS, (key, intent.SerializeToString(deterministic=True)))
+            )
+
+    def _drain_inbox(self, key: bytes, run: _KeyRun, store: _CellStore) -> None:
+        """Run the key's queued start events in arrival order until one suspends it again.
+
+        Each is its own activation with its own SEQ, on its own envelope's clock.
+        Only a suspended key queues, so a key that was not suspended has an empty inbox.
+        """
+        inbox = store.read_inbox()
+        if not inbox:
+            return
+        done = 0
+        for raw in inbox:
+            if run.state.continuation is not None:
+                break
+            done += 1
+            envelope = AgentEnvelope.FromString(raw)
+            # As a separate element would: from the committed bytes, exactly what replay
+            # loads from a snapshot taken between the two.
+            run.state = load_key_state(run.cells)
+            if classify_trigger(run.state, envelope).action is not TriggerAction.START:
+                continue  # unreachable: only events queue, and the key is not suspended
+            self._activate(key, run, envelope, now_ms=envelope.event_time_ms)
+        store.write_inbox(inbox[done:])
+
+    def _enqueue(
+        self, key: bytes, raw: bytes, envelope: AgentEnvelope, store: _CellStore
+    ) -> Iterator[tuple[str, Any]]:
+        inbox = store.read_inbox()
+        limit = self._config.inbox_limit
+        if len(inbox) >= limit:
+            yield self._error(
+                INBOX_OVERFLOW,
+                f"key {key.hex()} is suspended and its inbox already holds {len(inbox)} "
+                f"start events (AgentConfig.inbox_limit={limit}); this event was not queued",
+                key,
+                raw,
+                envelope_id=envelope.envelope_id,
+            )
+            return
+        store.write_inbox([*inbox, raw])
+        self._queued.inc()
+
+    def _export(
+        self, key: bytes, raw: bytes, envelope: AgentEnvelope, store: _CellStore
+    ) -> tuple[str, Any]:
+        try:
+            snapshot = make_snapshot(
+                store.read_cells(),
+                entity_key=key,
+                seq=store.read_seq(),
+                snapshot_at_ms=envelope.event_time_ms,
+                request_id=envelope.export_request.request_id,
+            )
+        except StateError as exc:
+            return self._error(
+                STATE_UNREADABLE,
+                f"export {envelope.export_request.request_id!r}: {exc}",
+                key,
+                raw,
+                envelope_id=envelope.envelope_id,
+            )
+        self._exports.inc()
+        return AgentDoFn.TAG_SNAPSHOTS, (key, snapshot.SerializeToString(deterministic=True))
+
+    def _write(self, run: _KeyRun, store: _CellStore, timer: Any) -> None:
+        store.write_seq(run.seq)
+        store.write_changed(run.stored, run.cells)
+        if run.timer_target != run.timer_at:
+            if run.timer_target is None:
+                timer.clear()
+            else:
+                timer.set(_timestamp(run.timer_target))
+
+    def _error(
+        self, code: str, reason: str, key: bytes, raw: bytes, *, envelope_id: str = ""
+    ) -> tuple[str, ErrorRecord]:
+        self._dead_letters.inc()
+        return AgentDoFn.TAG_ERRORS, ErrorRecord(
+            code, reason, entity_key=key, envelope_id=envelope_id, raw=raw
+        )
+
+
+class _CellStore:
+    """The Beam state cells of one key, read and written as ``StateCells`` and ints."""
+
+    __slots__ = ("_blobs", "_inbox", "_seq")
+
+    def __init__(self, seq: Any, blobs: tuple[Any, ...], inbox: Any) -> None:
+        self._seq = seq
+        self._blobs = blobs
+        self._inbox = inbox
+
+    def read_seq(self) -> int:
+        value = self._seq.read()
+        return 0 if value is None else int(value)
+
+    def write_seq(self, seq: int) -> None:
+        self._seq.write(seq)
+
+    def read_cells(self) -> StateCells:
+        values = [cell.read() or b"" for cell in self._blobs]
+        return StateCells(
+            memory=values[0],
+            llm_cache=values[1],
+            continuation=values[2],
+            pending=values[3],
+            resume_history=values[4],
+        )
+
+    def write_changed(self, before: StateCells, after: StateCells) -> None:
+        """Write the blob cells whose bytes changed (an empty value clears its cell)."""
+        if after is before:
+            return
+        for cell, name in zip(self._blobs, _BLOB_CELLS, strict=True):
+            new = getattr(after, name)
+            if new == getattr(before, name):
+                continue
+            if new:
+                cell.write(new)
+            else:
+                cell.clear()
+
+    def read_inbox(self) -> list[bytes]:
+        value = self._inbox.read()
+        return [] if value is None else list(value)
+
+    def write_inbox(self, inbox: list[bytes]) -> None:
+        if inbox:
+            self._inbox.write(inbox)
+        else:
+            self._inbox.clear()
+
+
+def _tagged(pairs: Iterable[tuple[str, Any]]) -> Iterator[Any]:
+    for tag, value in pairs:
+        if tag == AgentDoFn.TAG_OUTPUTS:
+            yield value
+        else:
+            yield beam.pvalue.TaggedOutput(tag, value)
+
+
+__all__ = ["AgentDoFn"]

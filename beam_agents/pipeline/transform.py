@@ -1,0 +1,116 @@
+"""``RunAgent``: the PTransform a pipeline author applies to a PCollection of envelopes.
+
+    outs = envelopes | RunAgent(AGENT, TOOLS, config)   # RunAgentOutputs
+    outs.intents, outs.approvals, outs.outputs, outs.traces, outs.snapshots, outs.errors
+
+Steps: route each element to ``(entity_key, envelope bytes)`` (refusals to
+``errors``), re-window into the global window if needed, run ``AgentDoFn``
+keyed by ``entity_key``, and, when ``traces_to`` / ``snapshots_to`` are set,
+write ``traces`` / ``snapshots`` to those sinks. See docs/pipeline.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from apache_beam.pvalue import PCollection
+
+from beam_agents.agent import Agent
+from beam_agents.config import AgentConfig
+from beam_agents.errors import ConfigError
+from beam_agents.pipeline._beam import GlobalWindows, beam
+from beam_agents.pipeline.agent_dofn import AgentDoFn
+from beam_agents.pipeline.dead_letter import ErrorRecord
+from beam_agents.pipeline.envelope_input import TAG_ERRORS, RouteEnvelopes
+from beam_agents.pipeline.sink_writers import WriteSnapshots, WriteTraces
+from beam_agents.tools import ToolRegistry
+
+_KEYED = "keyed"
+
+
+class RunAgentOutputs(NamedTuple):
+    """The outputs of ``RunAgent``. Every element is ``(entity_key, bytes)`` except ``errors``.
+
+    A NamedTuple (not a dataclass) so Beam registers each field as a named output
+    of the composite transform.
+    """
+
+    intents: PCollection[tuple[bytes, bytes]]
+    """Released ``ToolIntent``s (``SerializeToString(deterministic=True)``): perform them."""
+    approvals: PCollection[tuple[bytes, bytes]]
+    """Approval-gated ``ToolIntent``s for the approval service; released only when approved."""
+    outputs: PCollection[tuple[bytes, bytes]]
+    """The bytes of every ``Done(output=..., outputs=...)``, in emission order per activation."""
+    traces: PCollection[tuple[bytes, bytes]]
+    """``serialize_trace_event`` bytes of every activation's trace events, failed ones too."""
+    snapshots: PCollection[tuple[bytes, bytes]]
+    """``StateSnapshot`` bytes (deterministic), one per export request."""
+    errors: PCollection[ErrorRecord]
+    """``beam_agents.pipeline.ErrorRecord``: refused inputs, with a code, a reason, the raw bytes."""
+
+
+class RunAgent(beam.PTransform):  # type: ignore[misc]
+    """Run ``agent`` with ``registry`` over a PCollection of serialized ``AgentEnvelope``s.
+
+    Input elements are ``bytes`` (a Pub/Sub read) or ``(key, bytes)`` (a Kafka read),
+    told apart per element. Per key, in arrival order: events start activations,
+    tool results and approvals resume them, export requests emit a snapshot.
+    """
+
+    def __init__(
+        self, agent: Agent, registry: ToolRegistry, config: AgentConfig, label: str | None = None
+    ) -> None:
+        """Check the arguments now, naming the culprit (not at the first element).
+
+        Raises:
+            ConfigError: ``agent`` is not an ``Agent``, ``registry`` not a ``ToolRegistry``,
+                or ``config`` not an ``AgentConfig``.
+        """
+        super().__init__(label)
+        if not isinstance(agent, Agent):
+            raise ConfigError(f"RunAgent: agent must be an Agent instance, got {agent!r}")
+        if not isinstance(registry, ToolRegistry):
+            raise ConfigError(f"RunAgent: registry must be a ToolRegistry, got {registry!r}")
+        if not isinstance(config, AgentConfig):
+            raise ConfigError(f"RunAgent: config must be an AgentConfig, got {config!r}")
+        self._agent = agent
+        self._registry = registry
+        self._config = config
+
+    def expand(self, pcoll: PCollection[Any]) -> RunAgentOutputs:
+        routed = pcoll | "RouteEnvelopes" >> beam.ParDo(RouteEnvelopes()).with_output_types(
+            tuple[bytes, bytes]
+        ).with_outputs(TAG_ERRORS, main=_KEYED)
+        keyed: Any = routed[_KEYED]
+        if not isinstance(keyed.windowing.windowfn, GlobalWindows):
+            # One serial history per key: state must not be split by window.
+            keyed = keyed | "GlobalWindow" >> beam.WindowInto(GlobalWindows())
+        results = keyed | "AgentDoFn" >> beam.ParDo(
+            AgentDoFn(self._agent, self._registry, self._config)
+        ).with_output_types(tuple[bytes, bytes]).with_outputs(
+            AgentDoFn.TAG_INTENTS,
+            AgentDoFn.TAG_APPROVALS,
+            AgentDoFn.TAG_TRACES,
+            AgentDoFn.TAG_SNAPSHOTS,
+            AgentDoFn.TAG_ERRORS,
+            main=AgentDoFn.TAG_OUTPUTS,
+        )
+        errors = (routed[TAG_ERRORS], results[AgentDoFn.TAG_ERRORS]) | "Errors" >> beam.Flatten()
+        outs = RunAgentOutputs(
+            intents=results[AgentDoFn.TAG_INTENTS],
+            approvals=results[AgentDoFn.TAG_APPROVALS],
+            outputs=results[AgentDoFn.TAG_OUTPUTS],
+            traces=results[AgentDoFn.TAG_TRACES],
+            snapshots=results[AgentDoFn.TAG_SNAPSHOTS],
+            errors=errors,
+        )
+        options = self._config.sink_options
+        if self._config.traces_to is not None:
+            _ = outs.traces | "WriteTraces" >> beam.ParDo(
+                WriteTraces(self._config.traces_to, options)
+            )
+        if self._config.snapshots_to is not None:
+            _ = outs.snapshots | "WriteSnapshots" >> beam.ParDo(
+                WriteSnapshots(self._config.snapshots_to, options)
+            )
+        return outs

@@ -1,0 +1,119 @@
+"""AgentConfig (beam_agents/config.py): refused at construction, naming the culprit; Beam-free.
+
+Lives with the pipeline tests because RunAgent is its only consumer.
+"""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+
+import pytest
+from agents import make_provider
+
+from beam_agents import AgentConfig, HitlPolicy
+from beam_agents.errors import ConfigError
+from beam_agents.llm_cache import CachePolicy
+
+
+def test_the_seed_page_config_is_accepted() -> None:
+    config = AgentConfig(
+        provider_factory=make_provider,
+        traces_to="kafka://broker:9092/traces",
+        snapshots_to="kafka://broker:9092/snapshots",
+    )
+    assert config.hitl == HitlPolicy()
+    assert config.cache == CachePolicy()
+    assert config.inbox_limit == 100
+
+
+def test_snapshots_have_no_default_destination() -> None:
+    assert AgentConfig(provider_factory=make_provider).snapshots_to is None
+
+
+def test_bigquery_snapshots_are_refused_with_the_seed_reason() -> None:
+    with pytest.raises(ConfigError) as refused:
+        AgentConfig(provider_factory=make_provider, snapshots_to="bigquery://proj-1.ds.snaps")
+    message = str(refused.value)
+    assert "bigquery://proj-1.ds.snaps" in message
+    assert "opaque per-key state image with no row layout" in message
+
+
+def test_otlp_snapshots_are_refused_as_traces_only() -> None:
+    with pytest.raises(ConfigError, match="traces-only"):
+        AgentConfig(provider_factory=make_provider, snapshots_to="otlp://collector:4317")
+    # ...while both are fine for traces.
+    AgentConfig(provider_factory=make_provider, traces_to="otlp://collector:4317")
+    AgentConfig(provider_factory=make_provider, traces_to="bigquery://proj-1.ds.traces")
+
+
+@pytest.mark.parametrize(
+    ("field", "uri", "named"),
+    [
+        ("traces_to", "s3://bucket/traces", "unknown scheme"),
+        ("snapshots_to", "ftp://host/snaps", "unknown scheme"),
+        ("traces_to", "kafka://broker/traces", "host:port"),
+        ("snapshots_to", "file://relative/dir", "absolute directory"),
+        ("traces_to", "not a uri", "not a URI"),
+    ],
+)
+def test_an_unknown_scheme_or_malformed_uri_is_refused_naming_it(
+    field: str, uri: str, named: str
+) -> None:
+    with pytest.raises(ConfigError) as refused:
+        AgentConfig(provider_factory=make_provider, **{field: uri})
+    assert uri in str(refused.value)
+    assert named in str(refused.value)
+
+
+def test_a_sink_option_no_configured_sink_takes_is_refused() -> None:
+    with pytest.raises(ConfigError, match="bogus"):
+        AgentConfig(
+            provider_factory=make_provider,
+            snapshots_to="file:///tmp/snaps",
+            sink_options={"bogus": "1"},
+        )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [
+        ({"provider_factory": "make_client"}, "provider_factory"),
+        ({"inbox_limit": 0}, "inbox_limit"),
+        ({"inbox_limit": True}, "inbox_limit"),
+        ({"hitl": {"hitl_timeout_ms": 5}}, "hitl"),
+        ({"cache": None}, "cache"),
+        ({"traces_to": b"file:///tmp"}, "traces_to"),
+        ({"sink_options": {"timeout_s": 5}}, "sink_options"),
+    ],
+)
+def test_bad_values_are_refused_naming_the_field(kwargs: dict[str, object], named: str) -> None:
+    arguments: dict[str, object] = {"provider_factory": make_provider, **kwargs}
+    with pytest.raises(ConfigError, match=named):
+        AgentConfig(**arguments)  # type: ignore[arg-type]
+
+
+def test_config_is_keyword_only_frozen_and_picklable() -> None:
+    with pytest.raises(TypeError):
+        AgentConfig(make_provider)  # type: ignore[misc]
+    options = {"timeout_s": "5"}
+    config = AgentConfig(
+        provider_factory=make_provider, traces_to="kafka://b:9092/t", sink_options=options
+    )
+    options["timeout_s"] = "50"  # the config kept its own copy
+    assert config.sink_options == {"timeout_s": "5"}
+    with pytest.raises(AttributeError):
+        config.inbox_limit = 5  # type: ignore[misc]
+    assert pickle.loads(pickle.dumps(config)) == config
+
+
+def test_importing_and_building_a_config_does_not_import_beam() -> None:
+    code = (
+        "import sys; from beam_agents import AgentConfig; "
+        "AgentConfig(provider_factory=print, snapshots_to='file:///tmp/x'); "
+        "print(sorted(m for m in ('apache_beam', 'confluent_kafka', 'google.cloud.pubsub') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -1,0 +1,29 @@
+"""ErrorRecord: the .errors element, and its JSON form for a dead-letter topic."""
+
+from __future__ import annotations
+
+import base64
+import json
+import pickle
+
+from beam_agents.pipeline import ERROR_CODES, ErrorRecord
+from beam_agents.pipeline.dead_letter import KEY_MISMATCH
+
+
+def test_json_form_is_canonical_and_carries_the_raw_bytes() -> None:
+    record = ErrorRecord(
+        KEY_MISMATCH, "keys differ", entity_key=b"k\x00", envelope_id="e1", raw=b"\xff"
+    )
+    data = record.to_json_bytes()
+    assert data == record.to_json_bytes()
+    parsed = json.loads(data)
+    assert parsed["code"] == KEY_MISMATCH and parsed["envelope_id"] == "e1"
+    assert base64.b64decode(parsed["raw_b64"]) == b"\xff"
+    assert base64.b64decode(parsed["entity_key_b64"]) == b"k\x00"
+    assert list(parsed) == sorted(parsed)
+
+
+def test_records_pickle_for_beam_and_codes_are_distinct() -> None:
+    record = ErrorRecord(ERROR_CODES[0], "why")
+    assert pickle.loads(pickle.dumps(record)) == record
+    assert len(set(ERROR_CODES)) == len(ERROR_CODES) == 6
