@@ -1,0 +1,242 @@
+"""The comparison of replayed trace events with traced ones: normalize two attributes, diff the rest.
+
+The seed page's rule, exactly: on ``LLM_CALL`` events, ``beam_agents.cache_hit``
+and ``beam_agents.billed`` are normalized on both sides (a replay is served
+from the cache where the original may have reached the provider); every other
+field of every event is compared as-is, in order. The list is closed: widening
+it would let a real difference pass as "reproduced", so it is a frozen module
+constant pinned by a test.
+
+Finding the first difference is a byte comparison of the two events'
+deterministic serializations (after normalization), which also catches fields
+this version does not know. Only the event where they first differ is rendered
+field by field, and only then is DeepDiff imported (it is slow to import and
+to run on large inputs; INFRA).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from beam_agents._protos import TraceEvent
+from beam_agents.replay.event_data import attribute_text, event_to_dict
+from beam_agents.replay.result import Divergence, EventPair, FieldDiff
+from beam_agents.trace_events import ATTR_BILLED, ATTR_CACHE_HIT, kind_name, serialize_trace_event
+
+__all__ = [
+    "NORMALIZED_ATTRIBUTES",
+    "EventComparison",
+    "compare_events",
+    "describe_divergence",
+    "field_differences",
+    "normalize",
+]
+
+NORMALIZED_ATTRIBUTES = frozenset({ATTR_CACHE_HIT, ATTR_BILLED})
+"""The only attributes normalized before comparison, and only on ``LLM_CALL`` events. Closed."""
+
+_NORMALIZED_VALUES: Mapping[str, bool] = MappingProxyType(
+    {ATTR_CACHE_HIT: True, ATTR_BILLED: False}
+)
+"""What each normalized attribute is set to on both sides: served from the cache, not billed."""
+
+if frozenset(_NORMALIZED_VALUES) != NORMALIZED_ATTRIBUTES:  # pragma: no cover - a coding error
+    raise ImportError("compare: _NORMALIZED_VALUES must name exactly NORMALIZED_ATTRIBUTES")
+
+_SCALAR_FIELDS = ("entity_key", "seq", "index", "kind", "name", "start_ms", "end_ms")
+_ID_FIELDS = ("trace_id", "span_id", "parent_span_id")
+
+
+def normalize(event: TraceEvent) -> TraceEvent:
+    """``event`` with the normalized attributes set (a copy), or ``event`` itself if none applies.
+
+    Only an attribute the event has is normalized: one side having
+    ``cache_hit`` and the other not is still a difference.
+    """
+    if event.kind != TraceEvent.LLM_CALL or not any(
+        name in event.attributes for name in NORMALIZED_ATTRIBUTES
+    ):
+        return event
+    copy = TraceEvent()
+    copy.CopyFrom(event)
+    for name, value in _NORMALIZED_VALUES.items():
+        if name in copy.attributes:
+            copy.attributes[name].bool_value = value
+    return copy
+
+
+def _comparable(event: TraceEvent) -> bytes:
+    return serialize_trace_event(normalize(event))
+
+
+def _field_text(event: TraceEvent, field: str) -> str:
+    value = getattr(event, field)
+    if field == "kind":
+        return kind_name(value)
+    if isinstance(value, bytes):
+        return value.hex() or '""'
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=True)
+    return str(value)
+
+
+def field_differences(traced: TraceEvent, replayed: TraceEvent) -> list[FieldDiff]:
+    """Every field in which two events differ after normalization, in a stable order.
+
+    Fields first (``entity_key`` … ``end_ms``), then attributes by name
+    (``attributes['…']``), then the span ids. If the serializations differ but
+    no known field does (a field this version does not know), one row named
+    ``(serialized bytes)`` says so: a difference is never dropped.
+    """
+    left, right = normalize(traced), normalize(replayed)
+    rows: list[FieldDiff] = []
+    for field in _SCALAR_FIELDS:
+        if getattr(left, field) != getattr(right, field):
+            rows.append(
+                FieldDiff(
+                    path=field, traced=_field_text(left, field), replayed=_field_text(right, field)
+                )
+            )
+    for name in sorted(set(left.attributes) | set(right.attributes)):
+        lv = left.attributes.get(name, None)
+        rv = right.attributes.get(name, None)
+        if (
+            lv is None
+            or rv is None
+            or lv.SerializeToString(deterministic=True) != rv.SerializeToString(deterministic=True)
+        ):
+            rows.append(
+                FieldDiff(
+                    path=f"attributes[{name!r}]",
+                    traced=attribute_text(lv),
+                    replayed=attribute_text(rv),
+                )
+            )
+    for field in _ID_FIELDS:
+        if getattr(left, field) != getattr(right, field):
+            rows.append(
+                FieldDiff(
+                    path=field, traced=_field_text(left, field), replayed=_field_text(right, field)
+                )
+            )
+    if not rows and serialize_trace_event(left) != serialize_trace_event(right):
+        rows.append(
+            FieldDiff(
+                path="(serialized bytes)",
+                traced=f"{len(serialize_trace_event(left))} bytes",
+                replayed=f"{len(serialize_trace_event(right))} bytes (fields this version does not know)",
+            )
+        )
+    return rows
+
+
+@dataclass(frozen=True)
+class EventComparison:
+    """The traced and replayed events side by side, and where they first differ."""
+
+    pairs: tuple[EventPair, ...]
+    first_difference: int | None
+    """Index of the first pair that differs (a missing or extra event included), or None."""
+
+
+def compare_events(traced: Sequence[TraceEvent], replayed: Sequence[TraceEvent]) -> EventComparison:
+    """Pair the events by position and mark every pair that differs after normalization.
+
+    Args:
+        traced: The activation's traced events, ``index`` 0, 1, … in order.
+        replayed: The re-run's events, in order.
+
+    Returns:
+        One pair per position up to the longer list; a position only one side
+        has is a difference (missing or extra).
+    """
+    pairs: list[EventPair] = []
+    first: int | None = None
+    for i in range(max(len(traced), len(replayed))):
+        t = traced[i] if i < len(traced) else None
+        r = replayed[i] if i < len(replayed) else None
+        fields: tuple[str, ...] = ()
+        if t is None or r is None:
+            differs = True
+        else:
+            differs = _comparable(t) != _comparable(r)
+            if differs:
+                fields = tuple(row.path for row in field_differences(t, r))
+        if differs and first is None:
+            first = i
+        pairs.append(
+            EventPair(index=i, traced=t, replayed=r, differs=differs, differing_fields=fields)
+        )
+    return EventComparison(pairs=tuple(pairs), first_difference=first)
+
+
+def _lines(data: Mapping[str, Any], indent: str = "  ") -> list[str]:
+    out: list[str] = []
+    for key, value in data.items():
+        if isinstance(value, Mapping) and key == "attributes":
+            out.append(f"{indent}attributes:")
+            for name, attr in value.items():
+                out.append(f"{indent}  {name}: {attr['type']} {attr['value']!r}")
+        else:
+            out.append(f"{indent}{key}: {value!r}")
+    return out
+
+
+def _deepdiff_detail(traced: TraceEvent, replayed: TraceEvent, rows: Sequence[FieldDiff]) -> str:
+    left = event_to_dict(normalize(traced))
+    right = event_to_dict(normalize(replayed))
+    try:
+        from deepdiff import DeepDiff
+    except ImportError:  # a stripped install: the field rows say the same, less prettily
+        return "\n".join(
+            f"{row.path}: traced {row.traced}, replayed {row.replayed}" for row in rows
+        )
+    pretty = DeepDiff(left, right, verbose_level=2).pretty()
+    return "traced → replayed (root is the event):\n" + (pretty or "(no field differs)")
+
+
+def describe_divergence(pair: EventPair) -> Divergence:
+    """The structured diff of one differing pair (the first divergence), with a DeepDiff rendering."""
+    if pair.traced is None and pair.replayed is not None:
+        ev = pair.replayed
+        return Divergence(
+            index=pair.index,
+            kind=kind_name(ev.kind),
+            name=ev.name,
+            fields=(),
+            extra=True,
+            detail="\n".join(
+                [
+                    "the re-run produced this event; the trace ends before it:",
+                    *_lines(event_to_dict(ev)),
+                ]
+            ),
+        )
+    if pair.replayed is None and pair.traced is not None:
+        ev = pair.traced
+        return Divergence(
+            index=pair.index,
+            kind=kind_name(ev.kind),
+            name=ev.name,
+            fields=(),
+            missing=True,
+            detail="\n".join(
+                [
+                    "the trace has this event; the re-run ended before it:",
+                    *_lines(event_to_dict(ev)),
+                ]
+            ),
+        )
+    assert pair.traced is not None and pair.replayed is not None
+    rows = field_differences(pair.traced, pair.replayed)
+    return Divergence(
+        index=pair.index,
+        kind=kind_name(pair.traced.kind),
+        name=pair.traced.name,
+        fields=tuple(rows),
+        detail=_deepdiff_detail(pair.traced, pair.replayed, rows),
+    )

@@ -1,0 +1,191 @@
+"""``replay(options) -> ReplayResult``: the one function every replay renderer calls.
+
+Steps (DESIGN §8): load and migrate the snapshot; load the event; import the
+agent, its registry and the HITL policy; scan the traces for the key; plan the
+re-run (target, clock, trigger, pre-state — ``reconstruct``); re-run it through
+the pipeline's own ``run_activation`` with a provider that serves nothing,
+under the network guard; judge it (``judge``) and gather what is reported.
+
+``replay`` never raises for bad input: every failure is a ``ReplayResult``
+with ``USAGE_ERROR`` (exit 2) or ``IRREPRODUCIBLE`` (exit 3) and a one-paragraph
+message. A bug of ours is a ``USAGE_ERROR`` result too, marked as internal
+(exit 2, never 0). Nothing is written: replay reads.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+from beam_agents._version import __version__
+from beam_agents.activation import run_activation
+from beam_agents.agent import Agent
+from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
+from beam_agents.provider import UnservableProvider
+from beam_agents.replay.inputs import import_object, load_event_source, load_snapshot_source
+from beam_agents.replay.judge import judge
+from beam_agents.replay.network_guard import NetworkAttempt, block_network
+from beam_agents.replay.options import ReplayOptions
+from beam_agents.replay.reconstruct import plan_replay
+from beam_agents.replay.refusal import ReplayRefused
+from beam_agents.replay.result import ReplayHeader, ReplayResult, Verdict
+from beam_agents.replay.traced import scan_traces
+from beam_agents.replay.views import blob_digest, intent_ledger, state_view
+from beam_agents.tools import ToolRegistry
+
+__all__ = ["UNKNOWN_PROVIDER", "replay"]
+
+UNKNOWN_PROVIDER = "unknown"
+"""The provider name used when neither the trace nor the cache names one (no model call traced)."""
+
+
+def replay(options: ReplayOptions) -> ReplayResult:
+    """Reconstruct, re-run and judge one activation.
+
+    Args:
+        options: The inputs (files are read here, never before).
+
+    Returns:
+        The result; ``result.exit_code`` is the CLI's exit code. Never raises for
+        bad input, and never for a bug of ours either (see the module docstring).
+    """
+    facts: dict[str, Any] = {
+        "version": __version__,
+        "agent_path": options.agent,
+        "registry_path": options.registry,
+        "hitl_source": options.hitl or "default",
+    }
+    try:
+        with block_network() as attempts:
+            return _replay(options, facts, attempts)
+    except ReplayRefused as refused:
+        return ReplayResult(
+            verdict=refused.verdict,
+            reason=refused.reason,
+            header=ReplayHeader(**facts),
+            error=refused.message,
+        )
+    except Exception as exc:  # a bug of ours: say so, exit 2, never 0, never a traceback
+        return _internal_error(exc, facts)
+
+
+def _internal_error(exc: Exception, facts: dict[str, Any]) -> ReplayResult:
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    message = (
+        f"internal error in beam-agents-replay {__version__}: {type(exc).__name__}: {exc}{where}. "
+        "This is a bug in beam-agents, not a verdict on the activation; please report it with "
+        "the command line and the input files"
+    )
+    return ReplayResult(
+        verdict=Verdict.USAGE_ERROR,
+        reason=f"internal error: {type(exc).__name__}: {exc}",
+        header=ReplayHeader(**{k: v for k, v in facts.items() if k in _HEADER_FIELDS}),
+        error=message,
+    )
+
+
+_HEADER_FIELDS = frozenset(ReplayHeader.__dataclass_fields__)
+
+
+def _replay(
+    options: ReplayOptions, facts: dict[str, Any], attempts: list[NetworkAttempt]
+) -> ReplayResult:
+    snapshot, state, blob_versions = load_snapshot_source(options.snapshot)
+    facts.update(
+        entity_key=snapshot.entity_key,
+        snapshot_seq=snapshot.seq,
+        snapshot_at_ms=snapshot.snapshot_at_ms,
+        snapshot_request_id=snapshot.request_id,
+        state_schema_version=snapshot.state_schema_version,
+        migrations_applied=tuple(state.migrations_applied),
+    )
+    event = load_event_source(options.event) if options.event is not None else None
+    agent = import_object(options.agent, "--agent", Agent)
+    registry = import_object(options.registry, "--registry", ToolRegistry)
+    hitl = (
+        import_object(options.hitl, "--hitl", HitlPolicy)
+        if options.hitl is not None
+        else DEFAULT_HITL_POLICY
+    )
+    facts["hitl_policy"] = hitl.describe()
+
+    traced = scan_traces(options.traces, snapshot.entity_key, seq=options.seq)
+    plan = plan_replay(snapshot, state, traced, event, options.seq)
+    facts.update(
+        seq=plan.seq,
+        now_ms=plan.now_ms,
+        kind=plan.kind,
+        trigger=plan.trigger_name,
+        continuation_source=plan.continuation_source,
+        envelope_id=plan.envelope_id,
+    )
+    provider_name = traced.provider_of_kept() if plan.traced is not None else traced.provider
+    if not provider_name:
+        newest = state.cache.entries_by_recency()
+        provider_name = newest[0].provider if newest else UNKNOWN_PROVIDER
+    facts["provider"] = provider_name
+
+    provider = UnservableProvider(provider_name)
+    try:
+        result = run_activation(
+            agent,
+            registry,
+            provider,
+            plan.state,
+            plan.trigger,
+            now_ms=plan.now_ms,
+            seq=plan.seq,
+            entity_key=snapshot.entity_key,
+            hitl=hitl,
+            cache_visible_through_seq=plan.seq,
+        )
+    except (SystemExit, GeneratorExit) as exc:
+        # run_activation turns every Exception into a failure; these are not Exceptions.
+        raise _AgentExited(type(exc).__name__) from None
+    # Every attempt counts, also one the agent's module made (and caught) at import:
+    # module state built from the network is not the state the pipeline had.
+    run_attempts = list(attempts)
+
+    judgement = judge(
+        plan,
+        result,
+        provider_calls=provider.calls,
+        attempts=run_attempts,
+        cache=plan.state.cache,
+    )
+    commit_cells = getattr(result, "cells", None)
+    outputs = tuple(blob_digest(o) for o in getattr(result, "outputs", ()))
+    return ReplayResult(
+        verdict=judgement.verdict,
+        reason=judgement.reason,
+        header=ReplayHeader(**facts),
+        events=judgement.comparison.pairs,
+        first_divergence=judgement.first_divergence,
+        cache_miss=judgement.cache_miss,
+        intents=intent_ledger(plan.traced, result.trace),
+        outputs=outputs,
+        memory=blob_digest(commit_cells.memory) if commit_cells is not None else None,
+        state=state_view(
+            state,
+            now_ms=plan.now_ms,
+            blob_versions=blob_versions,
+            resumed=plan.state.continuation if plan.kind == "resume" else None,
+            replayed=result.trace,
+        ),
+        provider_calls=provider.calls,
+        network_attempts=tuple(a.describe() for a in run_attempts),
+    )
+
+
+class _AgentExited(ReplayRefused):
+    """Agent code raised SystemExit (or similar) during the re-run: nothing to judge."""
+
+    verdict = Verdict.USAGE_ERROR
+
+    def __init__(self, what: str) -> None:
+        super().__init__(
+            f"the agent code raised {what} during the re-run",
+            "replay cannot judge an activation whose code exits the process; the pipeline "
+            "would have lost its worker there",
+        )

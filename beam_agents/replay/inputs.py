@@ -1,0 +1,188 @@
+"""Loading replay's inputs: files, the snapshot, the event, and the operator's agent code.
+
+Every failure becomes an ``InputError`` (exit 2) naming the flag and the file,
+or a ``CannotReproduce`` (exit 3) for a migration gap; no parser's or
+importer's own exception gets out, so bad input never shows a traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import Any, TypeVar
+
+from google.protobuf.message import DecodeError
+
+from beam_agents._protos import AgentEnvelope, StateSnapshot
+from beam_agents.errors import (
+    BlobTooNewError,
+    CorruptBlobError,
+    MigrationGapError,
+    StateError,
+)
+from beam_agents.key_state import KeyState, load_snapshot
+from beam_agents.replay.options import Source
+from beam_agents.replay.refusal import CannotReproduce, InputError
+
+T = TypeVar("T")
+
+STDIN = "-"
+
+
+def describe_source(source: Source) -> str:
+    """How a source is named in messages: its path, ``<stdin>`` or ``<N bytes>``."""
+    if isinstance(source, bytes):
+        return f"<{len(source)} bytes>"
+    text = os.fspath(source)
+    return "<stdin>" if text == STDIN else text
+
+
+def read_source(source: Source, flag: str) -> bytes:
+    """The bytes of a ``--snapshot`` or ``--event`` source.
+
+    Raises:
+        InputError: The file cannot be read (naming the flag and the file).
+    """
+    if isinstance(source, bytes):
+        return source
+    path = os.fspath(source)
+    try:
+        if path == STDIN:
+            return sys.stdin.buffer.read()
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise InputError(
+            f"cannot read {flag} {path}: {exc.strerror or exc}",
+            f"{flag} takes a file path, or - for standard input",
+        ) from None
+
+
+def load_snapshot_source(source: Source) -> tuple[StateSnapshot, KeyState, dict[str, int]]:
+    """Read, parse, version-check and migrate (in memory) the ``--snapshot`` file.
+
+    Returns:
+        ``(snapshot, key state at the current layouts, stored version of each blob)``.
+
+    Raises:
+        InputError: Unreadable, not a snapshot, a corrupt blob, or newer than this package.
+        CannotReproduce: A blob has no migration path to the current version.
+    """
+    name = describe_source(source)
+    data = read_source(source, "--snapshot")
+    try:
+        snapshot, state = load_snapshot(data)
+    except BlobTooNewError as exc:
+        raise InputError(f"--snapshot {name}: {exc}") from None
+    except MigrationGapError as exc:
+        raise CannotReproduce(
+            f"--snapshot {name}: migration gap: {exc}",
+            "replay migrates old blobs with the same migrations the pipeline uses, and this "
+            "version has none for that step",
+        ) from None
+    except CorruptBlobError as exc:
+        what = (
+            "is not a serialized StateSnapshot"
+            if exc.kind == "snapshot"
+            else f"holds a corrupt {exc.kind} blob"
+        )
+        raise InputError(
+            f"--snapshot {name} {what}: {exc.detail}",
+            "pass the snapshot sink's message value (one StateSnapshot), byte for byte",
+        ) from None
+    except StateError as exc:
+        raise InputError(f"--snapshot {name} cannot be used: {exc}") from None
+    return snapshot, state, _stored_versions(snapshot)
+
+
+def _stored_versions(snapshot: StateSnapshot) -> dict[str, int]:
+    """The schema version each blob of the snapshot was stored at (before migration)."""
+    from beam_agents.blobs import unwrap_blob
+
+    versions: dict[str, int] = {"snapshot": snapshot.state_schema_version}
+    for kind, raw in (("memory", snapshot.memory), ("llm_cache", snapshot.llm_cache)):
+        if raw:
+            versions[kind] = unwrap_blob(kind, raw)[0]
+    if snapshot.HasField("continuation"):
+        versions["continuation"] = snapshot.continuation.schema_version
+    if snapshot.pending or snapshot.pending_schema_version:
+        versions["pending"] = snapshot.pending_schema_version
+    if snapshot.resumed_from or snapshot.resumed_from_schema_version:
+        versions["resume_history"] = snapshot.resumed_from_schema_version
+    return versions
+
+
+def load_event_source(source: Source) -> AgentEnvelope:
+    """Read and parse the ``--event`` file (one serialized ``AgentEnvelope``).
+
+    Raises:
+        InputError: Unreadable, not an envelope, or an envelope with no body.
+    """
+    name = describe_source(source)
+    data = read_source(source, "--event")
+    try:
+        envelope = AgentEnvelope.FromString(data)
+    except DecodeError as exc:
+        raise InputError(
+            f"--event {name} is not a serialized AgentEnvelope ({len(data)} bytes: {exc})",
+            "pass the envelope's bytes exactly as they were on the events topic",
+        ) from None
+    if envelope.WhichOneof("body") is None:
+        raise InputError(
+            f"--event {name} holds an AgentEnvelope with no body ({len(data)} bytes)",
+            "it must carry the event, tool_result or approval that triggered the activation",
+        )
+    return envelope
+
+
+def import_object(path: str, flag: str, expected: type[T]) -> T:
+    """Import ``module:ATTR`` (ATTR may be dotted) and check it is an ``expected``.
+
+    Bytecode caches are not written while importing: replay writes nothing.
+
+    Raises:
+        InputError: A malformed path, a module that fails to import (for any reason,
+            its own exception named), a missing attribute, or a value of another type.
+    """
+    module_name, sep, attr = path.partition(":")
+    if not sep or not module_name or not attr:
+        raise InputError(
+            f"{flag} {path!r} is not of the form module:ATTR",
+            f"e.g. {flag} myapp.agent:{'AGENT' if flag == '--agent' else 'TOOLS'}",
+        )
+    saved = sys.dont_write_bytecode
+    sys.dont_write_bytecode = True
+    try:
+        module = importlib.import_module(module_name)
+    except BaseException as exc:  # the operator's module may raise anything at import
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        raise InputError(
+            f"{flag} {path}: importing module {module_name!r} failed with "
+            f"{type(exc).__name__}: {exc}",
+            "run beam-agents-replay where that module is importable (the current directory "
+            "is on the import path; set PYTHONPATH for others)",
+        ) from None
+    finally:
+        sys.dont_write_bytecode = saved
+    value: Any = module
+    for part in attr.split("."):
+        try:
+            value = getattr(value, part)
+        except AttributeError:
+            raise InputError(
+                f"{flag} {path}: module {module_name!r} has no attribute {attr!r}"
+            ) from None
+    if not isinstance(value, expected):
+        article = "an" if expected.__name__[:1] in "AEIOU" else "a"
+        what = (
+            f"the class {value.__name__}"
+            if isinstance(value, type)
+            else (f"a {type(value).__name__}")
+        )
+        raise InputError(
+            f"{flag} {path} is {what}, not {article} {expected.__name__} instance",
+            f"point {flag} at the {expected.__name__} instance the pipeline was built with",
+        )
+    return value

@@ -1,0 +1,190 @@
+"""``--json``: a ``ReplayResult`` as one JSON document with stable field names.
+
+The schema is documented in docs/replay.md ("JSON output") and versioned by
+``JSON_SCHEMA``: fields may be added in a minor release; renaming or removing
+one, or changing its meaning, bumps it. Bytes are lowercase hex. Trace events
+use the layout of ``beam_agents.replay.event_data.event_to_dict``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from beam_agents.replay.event_data import event_to_dict
+from beam_agents.replay.result import (
+    BlobDigest,
+    CacheMiss,
+    ContinuationView,
+    Divergence,
+    ReplayHeader,
+    ReplayResult,
+    StateView,
+)
+
+__all__ = ["JSON_SCHEMA", "render_json", "result_to_dict"]
+
+JSON_SCHEMA = "beam-agents-replay/1"
+"""The ``schema`` field of every document."""
+
+
+def _blob(digest: BlobDigest | None) -> dict[str, Any] | None:
+    if digest is None:
+        return None
+    return {"size": digest.size, "sha256": digest.sha256, "hex": digest.payload.hex()}
+
+
+def _header(h: ReplayHeader) -> dict[str, Any]:
+    return {
+        "version": h.version,
+        "agent": h.agent_path,
+        "registry": h.registry_path,
+        "entity_key": h.entity_key.hex() if h.entity_key is not None else None,
+        "seq": h.seq,
+        "now_ms": h.now_ms,
+        "kind": h.kind or None,
+        "trigger": h.trigger or None,
+        "envelope_id": h.envelope_id or None,
+        "provider": h.provider or None,
+        "hitl_policy": h.hitl_policy or None,
+        "hitl_source": h.hitl_source,
+        "continuation_source": h.continuation_source or None,
+        "snapshot": {
+            "seq": h.snapshot_seq,
+            "snapshot_at_ms": h.snapshot_at_ms,
+            "request_id": h.snapshot_request_id,
+            "state_schema_version": h.state_schema_version,
+            "migrations_applied": list(h.migrations_applied),
+        },
+    }
+
+
+def _divergence(d: Divergence | None) -> dict[str, Any] | None:
+    if d is None:
+        return None
+    return {
+        "index": d.index,
+        "kind": d.kind,
+        "name": d.name,
+        "missing": d.missing,
+        "extra": d.extra,
+        "fields": [{"path": f.path, "traced": f.traced, "replayed": f.replayed} for f in d.fields],
+        "detail": d.detail,
+    }
+
+
+def _miss(m: CacheMiss | None) -> dict[str, Any] | None:
+    if m is None:
+        return None
+    return {
+        "event_index": m.event_index,
+        "cache_key": m.cache_key,
+        "model": m.model,
+        "status": m.status,
+        "traced_cache_key": m.traced_cache_key,
+        "nearest": None
+        if m.nearest is None
+        else {
+            "cache_key": m.nearest.cache_key,
+            "model": m.nearest.model,
+            "differences": list(m.nearest.differences),
+        },
+    }
+
+
+def _continuation(c: ContinuationView | None) -> dict[str, Any] | None:
+    if c is None:
+        return None
+    return {
+        "suspended_seq": c.suspended_seq,
+        "step_index": c.step_index,
+        "awaiting_intent_ids": list(c.awaiting_intent_ids),
+        "deadline_ms": c.deadline_ms,
+        "adapter_state": c.adapter_state,
+    }
+
+
+def _state(s: StateView | None) -> dict[str, Any] | None:
+    if s is None:
+        return None
+    return {
+        "memory": s.memory,
+        "cache_entries": [
+            {
+                "cache_key": e.cache_key,
+                "model": e.model,
+                "provider": e.provider,
+                "age_ms": e.age_ms,
+                "ttl_left_ms": e.ttl_left_ms,
+                "lru_rank": e.lru_rank,
+                "digest_only": e.digest_only,
+                "inserted_seq": e.inserted_seq,
+                "hit_in_activation": e.hit_in_activation,
+            }
+            for e in s.cache_entries
+        ],
+        "pending": [
+            {
+                "intent_id": p.intent_id,
+                "tool": p.tool,
+                "seq": p.seq,
+                "created_ms": p.created_ms,
+                "expires_at_ms": p.expires_at_ms,
+                "requires_approval": p.requires_approval,
+                "approval_channel": p.approval_channel,
+                "args": p.args,
+            }
+            for p in s.pending
+        ],
+        "continuation": _continuation(s.continuation),
+        "resumed_continuation": _continuation(s.resumed_continuation),
+        "blob_versions": dict(s.blob_versions),
+        "migrations_applied": list(s.migrations_applied),
+    }
+
+
+def result_to_dict(result: ReplayResult) -> dict[str, Any]:
+    """The JSON document of ``result`` as Python data (see docs/replay.md for the schema)."""
+    return {
+        "schema": JSON_SCHEMA,
+        "verdict": result.verdict.value,
+        "exit_code": result.exit_code,
+        "reason": result.reason,
+        "error": result.error or None,
+        "header": _header(result.header),
+        "provider_calls": result.provider_calls,
+        "network_attempts": list(result.network_attempts),
+        "first_divergence": _divergence(result.first_divergence),
+        "cache_miss": _miss(result.cache_miss),
+        "events": [
+            {
+                "index": pair.index,
+                "differs": pair.differs,
+                "differing_fields": list(pair.differing_fields),
+                "traced": event_to_dict(pair.traced) if pair.traced is not None else None,
+                "replayed": event_to_dict(pair.replayed) if pair.replayed is not None else None,
+            }
+            for pair in result.events
+        ],
+        "intents": [
+            {
+                "intent_id": row.intent_id,
+                "tool": row.tool,
+                "traced_staged": row.traced_staged,
+                "replayed_staged": row.replayed_staged,
+                "traced_released": row.traced_released,
+                "replayed_released": row.replayed_released,
+                "requires_approval": row.requires_approval,
+                "expires_at_ms": row.expires_at_ms,
+            }
+            for row in result.intents
+        ],
+        "outputs": [_blob(o) for o in result.outputs],
+        "memory": _blob(result.memory),
+        "state": _state(result.state),
+    }
+
+
+def render_json(result: ReplayResult) -> str:
+    """The JSON document of ``result``: ASCII, indented, one trailing newline."""
+    return json.dumps(result_to_dict(result), indent=2, ensure_ascii=True, allow_nan=False) + "\n"

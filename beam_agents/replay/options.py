@@ -1,0 +1,29 @@
+"""``ReplayOptions``: the inputs of one replay, as the CLI (or any caller) gives them."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+Source = str | os.PathLike[str] | bytes
+"""A file: its path, ``"-"`` for standard input, or its bytes."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplayOptions:
+    """Everything ``beam_agents.replay.engine.replay`` needs; nothing is read until it runs."""
+
+    snapshot: Source
+    """One serialized ``StateSnapshot`` (the snapshot sink's message value)."""
+    traces: tuple[Source, ...]
+    """Trace-stream files or directories of ``*.pb`` files (or stream bytes), read in order."""
+    agent: str
+    """``module:ATTR`` of the ``Agent`` instance the pipeline ran."""
+    registry: str
+    """``module:ATTR`` of its ``ToolRegistry``."""
+    event: Source | None = None
+    """The serialized ``AgentEnvelope`` that triggered the activation; None for a HITL timeout."""
+    seq: int | None = None
+    """Replay this traced activation instead of the key's highest traced one."""
+    hitl: str | None = None
+    """``module:ATTR`` of the pipeline's ``HitlPolicy``; None for the default policy."""

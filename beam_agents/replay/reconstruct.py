@@ -1,0 +1,356 @@
+"""Reconstructing the activation to re-run: its target, clock, trigger and pre-state.
+
+Seed §3: state blobs (and, for a resume, the continuation) come from the
+snapshot; the target ``(entity_key, seq)`` and the clock come from the trace.
+
+- **Target.** ``--seq``, else the key's highest traced seq. ``now_ms`` is the
+  target's traced ``ACTIVATION_START.start_ms``; its kind and trigger are that
+  event's ``beam_agents.activation.kind`` / ``beam_agents.trigger``.
+- **Belonging together** (else exit 2, naming what differs): the event's key is
+  the snapshot's; its body is the traced trigger; its ``envelope_id`` and
+  sha256 are the traced ones; the snapshot is not older than the target; a
+  timeout target takes no ``--event`` and every other target needs one.
+- **Pre-state of a start**: the snapshot's memory and cache, no continuation
+  (a start never runs on a suspended key), and the pending intents staged
+  before the target.
+- **Pre-state of a resume**: the continuation it consumed, from
+  ``snapshot.resumed_from`` (the record of that very resume, with the pending
+  intents it saw). A resume that failed committed nothing, so its continuation
+  is still the key's current one: ``snapshot.continuation`` or, if a later
+  resume consumed it, that resume's record (recognisable by a
+  ``suspended_seq`` before the target). Neither → exit 3: it is gone.
+- **What-if**: an event (``tool_result``/``approval``) that resumes the
+  snapshot's *current* state and has no traced activation, or ``--seq`` naming
+  the untraced ``snapshot.seq + 1`` of a suspended key (without ``--event``: its
+  HITL timeout). It runs at ``snapshot.seq + 1`` on the event's time (the
+  deadline for a timeout), with nothing traced to diff against.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from beam_agents._protos import AgentEnvelope, Continuation, StateSnapshot, ToolIntent, TraceEvent
+from beam_agents.activation import (
+    TriggerAction,
+    classify_trigger,
+    envelope_digest,
+    trigger_name,
+)
+from beam_agents.agent import Timeout
+from beam_agents.key_state import KeyState
+from beam_agents.replay.refusal import CannotReproduce, InputError
+from beam_agents.replay.traced import TracedKey, check_complete, seq_ranges
+from beam_agents.trace_events import (
+    ATTR_ACTIVATION_KIND,
+    ATTR_ENVELOPE_ID,
+    ATTR_ENVELOPE_SHA256,
+    ATTR_TRIGGER,
+)
+
+__all__ = ["Plan", "plan_replay"]
+
+_ENVELOPE_TRIGGERS = ("event", "tool_result", "approval")
+_TRIGGERS = (*_ENVELOPE_TRIGGERS, "timeout")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One activation to re-run, fully determined."""
+
+    seq: int
+    now_ms: int
+    kind: str
+    """``start`` or ``resume``."""
+    trigger_name: str
+    """``event``, ``tool_result``, ``approval`` or ``timeout``."""
+    trigger: AgentEnvelope | Timeout
+    state: KeyState
+    """The reconstructed pre-state (shares the snapshot's objects; run_activation copies)."""
+    traced: tuple[TraceEvent, ...] | None
+    """The traced events to compare with; None for a what-if."""
+    continuation_source: str = ""
+    envelope_id: str = ""
+
+    @property
+    def what_if(self) -> bool:
+        """True when nothing was traced for this activation (a pending resume)."""
+        return self.traced is None
+
+
+def _string_attr(event: TraceEvent, name: str) -> str:
+    return event.attributes[name].string_value if name in event.attributes else ""
+
+
+def _traced_seq_of(traced: TracedKey, envelope: AgentEnvelope) -> int | None:
+    """The traced activation this envelope triggered (same id and digest), if any."""
+    digest = envelope_digest(envelope)
+    for seq in sorted(traced.starts):
+        start = traced.starts[seq]
+        if (
+            _string_attr(start, ATTR_ENVELOPE_ID) == envelope.envelope_id
+            and _string_attr(start, ATTR_ENVELOPE_SHA256) == digest
+        ):
+            return seq
+    return None
+
+
+def _timeout_for(continuation: Continuation, fired_ms: int) -> Timeout:
+    # Exactly what the DoFn hands run_activation when the HITL timer fires.
+    return Timeout(
+        deadline_ms=fired_ms, awaiting_intent_ids=tuple(continuation.awaiting_intent_ids)
+    )
+
+
+def plan_replay(
+    snapshot: StateSnapshot,
+    state: KeyState,
+    traced: TracedKey,
+    event: AgentEnvelope | None,
+    seq: int | None,
+) -> Plan:
+    """Decide what to re-run from the loaded inputs.
+
+    Args:
+        snapshot: The snapshot as parsed.
+        state: Its state, migrated.
+        traced: The scan of the traces for the snapshot's key (``seq`` kept if given).
+        event: The ``--event`` envelope, or None.
+        seq: ``--seq``, or None.
+
+    Raises:
+        InputError: The inputs do not belong together (the message names what differs).
+        CannotReproduce: The resume's continuation is no longer in the snapshot.
+    """
+    key = snapshot.entity_key
+    if event is not None:
+        if event.entity_key != key:
+            raise InputError(
+                f"--event is for key {event.entity_key.hex()}, but the snapshot is of key "
+                f"{key.hex()}",
+                "the snapshot, the traces and the event must all be of the same key",
+            )
+        if trigger_name(event) == "export_request":
+            raise InputError(
+                "--event is an export_request, which runs no activation",
+                "pass the envelope that triggered the activation (an event, a tool_result "
+                "or an approval)",
+            )
+    next_seq = snapshot.seq + 1
+    if seq is not None:
+        if seq in traced.seqs:
+            return _plan_traced(snapshot, state, traced, event, seq)
+        if seq == next_seq and next_seq not in traced.seqs and _what_if_possible(state, event):
+            return _plan_what_if(snapshot, state, event)
+        raise InputError(
+            f"--seq {seq}: the traces hold no activation of key {key.hex()} at seq {seq} "
+            f"(traced seqs: {seq_ranges(traced.seqs)})",
+            "pick a traced seq, or pass the traces that hold it",
+        )
+    highest = traced.highest_seq
+    if event is not None:
+        matched = _traced_seq_of(traced, event)
+        if matched is not None and matched != highest:
+            raise InputError(
+                f"--event {event.envelope_id!r} triggered the traced activation at seq {matched}, "
+                f"not the highest traced one (seq {highest})",
+                f"pass --seq {matched} to replay it",
+            )
+        if (
+            matched is None
+            and next_seq not in traced.seqs
+            and (highest is None or highest <= snapshot.seq)
+            and _what_if_possible(state, event)
+        ):
+            return _plan_what_if(snapshot, state, event)
+    if highest is None:
+        raise InputError(
+            f"the traces hold no event of key {key.hex()} (the snapshot's key)",
+            "pass the trace streams of the pipeline the snapshot came from",
+        )
+    return _plan_traced(snapshot, state, traced, event, highest)
+
+
+def _what_if_possible(state: KeyState, event: AgentEnvelope | None) -> bool:
+    if event is None:
+        return state.continuation is not None
+    if trigger_name(event) not in ("tool_result", "approval"):
+        return False
+    return classify_trigger(state, event).action is TriggerAction.RESUME
+
+
+def _plan_what_if(snapshot: StateSnapshot, state: KeyState, event: AgentEnvelope | None) -> Plan:
+    cont = state.continuation
+    trigger: AgentEnvelope | Timeout
+    if event is None:
+        assert cont is not None  # _what_if_possible
+        trigger, now_ms = _timeout_for(cont, cont.deadline_ms), cont.deadline_ms
+    else:
+        trigger, now_ms = event, event.event_time_ms
+    return Plan(
+        seq=snapshot.seq + 1,
+        now_ms=now_ms,
+        kind="resume",
+        trigger_name=trigger_name(trigger),
+        trigger=trigger,
+        state=state,
+        traced=None,
+        continuation_source="snapshot.continuation" if cont is not None else "",
+        envelope_id=event.envelope_id if event is not None else "",
+    )
+
+
+def _plan_traced(
+    snapshot: StateSnapshot,
+    state: KeyState,
+    traced: TracedKey,
+    event: AgentEnvelope | None,
+    seq: int,
+) -> Plan:
+    key = snapshot.entity_key
+    if traced.kept_seq != seq:  # pragma: no cover - scan_traces keeps the planned seq
+        raise AssertionError(f"the scan kept seq {traced.kept_seq}, not {seq}")
+    events = traced.activation()
+    check_complete(events, key, seq)
+    start = events[0]
+    kind = _string_attr(start, ATTR_ACTIVATION_KIND)
+    trigger = _string_attr(start, ATTR_TRIGGER)
+    if trigger not in _TRIGGERS or kind != ("start" if trigger == "event" else "resume"):
+        raise InputError(
+            f"the traced ACTIVATION_START of key {key.hex()} seq {seq} says kind {kind!r}, "
+            f"trigger {trigger!r}, which this version cannot replay",
+            "the trace may come from a newer beam-agents; replay it with that version",
+        )
+    if snapshot.seq < seq:
+        raise InputError(
+            f"the snapshot was exported at seq {snapshot.seq}, before the target activation "
+            f"(seq {seq}): it cannot hold that activation's state or its cached responses",
+            f"export the key again after seq {seq}, or pass --seq {snapshot.seq} or lower",
+        )
+    envelope_id = _string_attr(start, ATTR_ENVELOPE_ID)
+    if trigger == "timeout":
+        if event is not None:
+            raise InputError(
+                f"the activation at seq {seq} was a HITL timeout, which no envelope triggers, "
+                "but --event was given",
+                "leave --event out to replay a timeout",
+            )
+    else:
+        _check_event(
+            event, key, seq, trigger, envelope_id, _string_attr(start, ATTR_ENVELOPE_SHA256)
+        )
+    if kind == "start":
+        pre = KeyState(
+            memory=state.memory,
+            cache=state.cache,
+            continuation=None,
+            pending=[i for i in state.pending if i.seq < seq],
+            resume_history=[r for r in state.resume_history if r.seq < seq],
+            migrations_applied=state.migrations_applied,
+        )
+        source = ""
+    else:
+        continuation, pending, source = _resumed_continuation(snapshot, state, seq)
+        pre = KeyState(
+            memory=state.memory,
+            cache=state.cache,
+            continuation=continuation,
+            pending=[i for i in pending if i.seq < seq],
+            resume_history=[r for r in state.resume_history if r.seq < seq],
+            migrations_applied=state.migrations_applied,
+        )
+    trigger_obj: AgentEnvelope | Timeout
+    if event is not None:
+        trigger_obj = event
+    else:
+        if pre.continuation is None:  # pragma: no cover - _resumed_continuation raises first
+            raise CannotReproduce(f"no continuation for the timeout at seq {seq}")
+        trigger_obj = _timeout_for(pre.continuation, start.start_ms)
+    decision = classify_trigger(pre, trigger_obj)
+    expected = TriggerAction.START if kind == "start" else TriggerAction.RESUME
+    if decision.action is not expected:
+        raise InputError(
+            f"the state reconstructed from the snapshot for seq {seq} does not accept this "
+            f"{trigger}: {decision.reason or decision.action.value}",
+            "the snapshot, the traces and the event do not describe the same history",
+        )
+    return Plan(
+        seq=seq,
+        now_ms=start.start_ms,
+        kind=kind,
+        trigger_name=trigger,
+        trigger=trigger_obj,
+        state=pre,
+        traced=tuple(events),
+        continuation_source=source,
+        envelope_id=envelope_id,
+    )
+
+
+def _check_event(
+    event: AgentEnvelope | None,
+    key: bytes,
+    seq: int,
+    trigger: str,
+    envelope_id: str,
+    envelope_sha256: str,
+) -> None:
+    if event is None:
+        raise InputError(
+            f"--event is missing: the activation of key {key.hex()} at seq {seq} was triggered "
+            f"by a {trigger} envelope (envelope_id {envelope_id!r})",
+            "pass that envelope's bytes from the events topic with --event",
+        )
+    body = trigger_name(event)
+    if body != trigger:
+        raise InputError(
+            f"--event carries a {body}, but the activation at seq {seq} was triggered by a "
+            f"{trigger}",
+            "pass the envelope that triggered this activation, or --seq for another one",
+        )
+    if event.envelope_id != envelope_id:
+        raise InputError(
+            f"--event has envelope_id {event.envelope_id!r}, but the activation at seq {seq} "
+            f"was triggered by envelope_id {envelope_id!r}",
+            "pass the envelope that triggered this activation, or --seq for another one",
+        )
+    digest = envelope_digest(event)
+    if digest != envelope_sha256:
+        raise InputError(
+            f"--event has the traced envelope_id {envelope_id!r} but different bytes: its "
+            f"sha256 is {digest}, the traced one {envelope_sha256}",
+            "pass the envelope exactly as it was on the topic (a re-encoded or edited copy "
+            "is another input)",
+        )
+
+
+def _resumed_continuation(
+    snapshot: StateSnapshot, state: KeyState, seq: int
+) -> tuple[Continuation | None, list[ToolIntent], str]:
+    """The continuation resume ``seq`` consumed, the pending intents it saw, and where from."""
+    records = sorted(state.resume_history, key=lambda r: r.seq)
+    for record in records:
+        if record.seq == seq:
+            cont = record.continuation if record.HasField("continuation") else None
+            return cont, list(record.pending), f"snapshot.resumed_from[seq={seq}]"
+    # A failed resume committed nothing: its continuation lived on, so it is the one
+    # a later resume consumed, or the key's current one (created before the target).
+    later = [r for r in records if r.seq > seq]
+    if later:
+        first = later[0]
+        if first.HasField("continuation") and first.continuation.suspended_seq < seq:
+            return (
+                first.continuation,
+                list(first.pending),
+                f"snapshot.resumed_from[seq={first.seq}]",
+            )
+    elif state.continuation is not None and state.continuation.suspended_seq < seq:
+        return state.continuation, list(state.pending), "snapshot.continuation"
+    kept = ", ".join(str(r.seq) for r in records) or "none"
+    raise CannotReproduce(
+        f"the continuation the resume at seq {seq} consumed is no longer in the snapshot "
+        f"(snapshot.resumed_from holds the resumes at seqs: {kept}; the snapshot is at seq "
+        f"{snapshot.seq})",
+        "a snapshot keeps the continuations of the key's 8 most recent resumes: export the "
+        "key sooner after the activation you want to replay",
+    )

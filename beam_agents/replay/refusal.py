@@ -1,0 +1,44 @@
+"""Why a replay stopped before it could judge the activation: bad input, or an irreproducible one.
+
+The engine raises these internally and turns each into a ``ReplayResult``;
+they never reach a caller of ``beam_agents.replay.engine.replay``. The split is
+the seed's: "it could not be judged because the inputs are wrong" (exit 2) is
+never the same thing as "it cannot be reproduced from these inputs" (exit 3).
+"""
+
+from __future__ import annotations
+
+from beam_agents.errors import ReplayError
+from beam_agents.replay.result import Verdict
+
+
+class ReplayRefused(ReplayError):
+    """Replay stopped before a verdict from the comparison."""
+
+    verdict: Verdict = Verdict.USAGE_ERROR
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        self.reason = reason
+        """One line: what is wrong."""
+        self.detail = detail
+        """More sentences: what to do about it (may be empty)."""
+        super().__init__(self.message)
+
+    @property
+    def message(self) -> str:
+        """The one-paragraph message: the reason, then the detail."""
+        if not self.detail:
+            return self.reason
+        return f"{self.reason}. {self.detail[:1].upper()}{self.detail[1:]}"
+
+
+class InputError(ReplayRefused):
+    """The inputs are unreadable, wrong, or do not belong together (exit 2)."""
+
+    verdict = Verdict.USAGE_ERROR
+
+
+class CannotReproduce(ReplayRefused):
+    """The inputs are right but cannot reproduce the activation (exit 3)."""
+
+    verdict = Verdict.IRREPRODUCIBLE

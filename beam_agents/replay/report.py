@@ -1,0 +1,177 @@
+"""The headless report: a ``ReplayResult`` as the seed page prints it, then the details.
+
+The first lines are exactly the seed's shape (header, verdict, ``provider
+calls``, each output, the memory blob); the lines after them name the first
+divergence, the cache miss or the network attempt, then the context: the
+registry, the HITL policy, the trigger, the snapshot and the intents ledger.
+Text that comes from the inputs (names, keys, ids) is printed with control
+characters escaped, so no byte of a trace or snapshot can drive the terminal.
+"""
+
+from __future__ import annotations
+
+import re
+
+from beam_agents.replay.result import (
+    BlobDigest,
+    CacheMiss,
+    Divergence,
+    IntentRow,
+    ReplayResult,
+    Verdict,
+)
+
+__all__ = ["render_error", "render_report", "safe_text"]
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+NOT_DIFFED = "(no traced counterpart — reported, not diffed)"
+
+
+def safe_text(text: str) -> str:
+    """``text`` with control characters (and lone surrogates) shown as escapes."""
+    return _CONTROL.sub(
+        lambda m: (
+            f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}"
+        ),
+        text,
+    )
+
+
+def _unknown(value: object) -> str:
+    return "-" if value is None or value == "" else safe_text(str(value))
+
+
+def _digest_line(digest: BlobDigest) -> str:
+    return f"{digest.size} bytes, sha256={digest.sha256}"
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def _intent_line(row: IntentRow) -> str:
+    extra = []
+    if row.requires_approval:
+        extra.append("approval required")
+    if row.expires_at_ms is not None:
+        extra.append(f"expires_at_ms={row.expires_at_ms}")
+    mark = (
+        ""
+        if (row.traced_staged, row.traced_released)
+        == (
+            row.replayed_staged,
+            row.replayed_released,
+        )
+        else "  <- differs"
+    )
+    tail = f"  ({', '.join(extra)})" if extra else ""
+    return (
+        f"    {safe_text(row.intent_id)}  {safe_text(row.tool)}  "
+        f"staged: traced {_yes(row.traced_staged)} / replayed {_yes(row.replayed_staged)}  "
+        f"released: traced {_yes(row.traced_released)} / replayed {_yes(row.replayed_released)}"
+        f"{tail}{mark}"
+    )
+
+
+def _divergence_lines(div: Divergence) -> list[str]:
+    lines = [f"  first divergence: event {div.index} {div.kind} {safe_text(repr(div.name))}"]
+    if div.missing:
+        lines.append("    missing: the trace has this event; the re-run ended before it")
+    if div.extra:
+        lines.append("    extra: the re-run produced this event; the trace ends before it")
+    for row in div.fields:
+        lines.append(
+            f"    {safe_text(row.path)}: traced {safe_text(row.traced)}  "
+            f"replayed {safe_text(row.replayed)}"
+        )
+    if div.detail:
+        lines.append("    detail:")
+        lines.extend(f"      {safe_text(line)}" for line in div.detail.splitlines())
+    return lines
+
+
+def _miss_lines(miss: CacheMiss) -> list[str]:
+    lines = [
+        f"  cache miss: event {miss.event_index} LLM_CALL model {safe_text(repr(miss.model))} "
+        f"({miss.status})",
+        f"    cache key:        {miss.cache_key}",
+        f"    traced cache key: {miss.traced_cache_key or '-'}"
+        + (
+            "  (same key: the response is gone)"
+            if miss.traced_cache_key == miss.cache_key
+            else ("  (differs: the request changed)" if miss.traced_cache_key else "")
+        ),
+    ]
+    if miss.nearest is None:
+        lines.append("    nearest entry:    none (the snapshot's cache is empty)")
+    else:
+        differs = ", ".join(miss.nearest.differences) or "nothing (the same request)"
+        lines.append(
+            f"    nearest entry:    {miss.nearest.cache_key} model "
+            f"{safe_text(repr(miss.nearest.model))}"
+        )
+        lines.append(f"    differs in:       {safe_text(differs)}")
+    return lines
+
+
+def render_report(result: ReplayResult) -> str:
+    """The headless report (stdout) for any verdict but a usage error."""
+    h = result.header
+    lines = [
+        f"beam-agents-replay {h.version}",
+        f"  agent:  {safe_text(h.agent_path)}",
+        f"  key:    {h.entity_key.hex() if h.entity_key is not None else '-'}"
+        f"  seq: {_unknown(h.seq)}  now_ms: {_unknown(h.now_ms)}",
+        f"  kind:   {_unknown(h.kind)}",
+        result.verdict.value,
+        f"  provider calls: {result.provider_calls}",
+    ]
+    for i, output in enumerate(result.outputs):
+        lines.append(f"  outputs[{i}]: {_digest_line(output)}")
+    if result.memory is not None:
+        lines.append(f"  memory blob: {_digest_line(result.memory)} {NOT_DIFFED}")
+    elif result.events:
+        lines.append("  memory blob: none — the activation failed, and a failure commits nothing")
+    # A refusal (migration gap, continuation gone) carries its advice in ``error``.
+    lines.append(f"  reason: {safe_text(result.error or result.reason)}")
+    if result.first_divergence is not None:
+        lines.extend(_divergence_lines(result.first_divergence))
+    if result.cache_miss is not None:
+        lines.extend(_miss_lines(result.cache_miss))
+    for attempt in result.network_attempts:
+        lines.append(f"  network blocked: {safe_text(attempt)}")
+    lines.append(f"  registry: {safe_text(h.registry_path)}")
+    policy = "default" if h.hitl_source == "default" else f"--hitl {safe_text(h.hitl_source)}"
+    lines.append(f"  hitl policy: {policy} ({safe_text(h.hitl_policy) or '-'})")
+    trigger = f"  trigger: {_unknown(h.trigger)}"
+    if h.envelope_id:
+        trigger += f"  envelope_id: {safe_text(h.envelope_id)}"
+    if h.continuation_source:
+        trigger += f"  continuation: {safe_text(h.continuation_source)}"
+    lines.append(trigger)
+    if h.provider:
+        lines.append(
+            f"  provider: {safe_text(h.provider)} (replay's provider of that name serves nothing)"
+        )
+    if h.snapshot_seq is not None:
+        migrations = ", ".join(h.migrations_applied) or "none"
+        lines.append(
+            f"  snapshot: seq {h.snapshot_seq}  at_ms {h.snapshot_at_ms}  request_id "
+            f"{_unknown(h.snapshot_request_id)}  schema v{h.state_schema_version}  "
+            f"migrations: {safe_text(migrations)}"
+        )
+    if result.events:
+        traced = sum(1 for p in result.events if p.traced is not None)
+        replayed = sum(1 for p in result.events if p.replayed is not None)
+        differing = sum(1 for p in result.events if p.differs)
+        lines.append(f"  events: {traced} traced, {replayed} replayed, {differing} differ")
+    if result.intents:
+        lines.append("  intents:")
+        lines.extend(_intent_line(row) for row in result.intents)
+    return "\n".join(lines) + "\n"
+
+
+def render_error(result: ReplayResult) -> str:
+    """The one-paragraph message (stderr) of a usage error."""
+    assert result.verdict is Verdict.USAGE_ERROR
+    return f"beam-agents-replay: error: {safe_text(result.error or result.reason)}\n"

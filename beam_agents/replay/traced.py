@@ -1,0 +1,205 @@
+"""What the trace streams say about one key: its traced activations, and the target's events.
+
+The scan reads every ``--traces`` source once, keeping only the key's frames
+(filtered before parsing by ``read_trace_stream``). It keeps the opening
+``ACTIVATION_START`` of every traced activation (to name the traced seqs and
+match an envelope to its activation) and the full events of one activation
+only: the one ``--seq`` names, or else the highest seq seen so far. Memory is
+bounded by one activation, whatever the stream's size.
+
+Sinks deliver at least once, so an event may appear twice: an exact copy is
+kept once; two *different* events at the same position are refused (exit 2),
+since only one of them can be the record of what happened.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+from beam_agents._protos import TraceEvent
+from beam_agents.errors import TraceStreamError
+from beam_agents.replay.inputs import STDIN, describe_source
+from beam_agents.replay.options import Source
+from beam_agents.replay.refusal import InputError
+from beam_agents.trace_events import ATTR_PROVIDER, kind_name, serialize_trace_event
+from beam_agents.trace_stream import StreamSource, read_trace_stream, trace_stream_files
+
+__all__ = ["TracedKey", "scan_traces", "seq_ranges"]
+
+_TERMINAL = (TraceEvent.ACTIVATION_END, TraceEvent.ACTIVATION_FAILED)
+
+
+@dataclass
+class TracedKey:
+    """The traced activations of one key, and the events of one of them."""
+
+    entity_key: bytes
+    starts: dict[int, TraceEvent] = field(default_factory=dict)
+    """The ``ACTIVATION_START`` (index 0) of each traced activation, by seq."""
+    seqs: set[int] = field(default_factory=set)
+    """Every seq with at least one traced event (an activation may lack its start)."""
+    kept_seq: int | None = None
+    """The seq whose events ``events`` holds."""
+    events: dict[int, TraceEvent] = field(default_factory=dict)
+    """The events of ``kept_seq``, by index."""
+    provider: str = ""
+    """The provider named by the first traced LLM_CALL of the key (any activation)."""
+    _kept_bytes: dict[int, bytes] = field(default_factory=dict, repr=False)
+
+    @property
+    def highest_seq(self) -> int | None:
+        """The highest traced seq, or None when the key has no traced event."""
+        return max(self.seqs) if self.seqs else None
+
+    def activation(self) -> list[TraceEvent]:
+        """The kept activation's events in index order (validated: see ``check_complete``)."""
+        return [self.events[i] for i in sorted(self.events)]
+
+    def provider_of_kept(self) -> str:
+        """The provider named by the kept activation's first LLM_CALL, else by any traced one."""
+        for event in self.activation():
+            if event.kind == TraceEvent.LLM_CALL and ATTR_PROVIDER in event.attributes:
+                return event.attributes[ATTR_PROVIDER].string_value
+        return self.provider
+
+
+def seq_ranges(seqs: Iterable[int]) -> str:
+    """``1-4, 7, 9-10`` for a set of seqs (for messages)."""
+    ordered = sorted(set(seqs))
+    if not ordered:
+        return "none"
+    parts: list[str] = []
+    start = prev = ordered[0]
+    for seq in ordered[1:]:
+        if seq == prev + 1:
+            prev = seq
+            continue
+        parts.append(f"{start}" if start == prev else f"{start}-{prev}")
+        start = prev = seq
+    parts.append(f"{start}" if start == prev else f"{start}-{prev}")
+    return ", ".join(parts)
+
+
+def _stream_inputs(sources: Sequence[Source]) -> Iterator[tuple[str, StreamSource]]:
+    for source in sources:
+        if isinstance(source, bytes):
+            yield describe_source(source), source
+            continue
+        if os.fspath(source) == STDIN:
+            # Read as a stream, in chunks, like a file: a piped trace dump can be large.
+            yield "<stdin>", sys.stdin.buffer
+            continue
+        files = trace_stream_files(source)
+        if not files:
+            raise InputError(
+                f"--traces {os.fspath(source)} is a directory with no *.pb trace-stream files",
+                "point --traces at the directory the file:// trace sink writes, or at a file",
+            )
+        for path in files:
+            yield str(path), path
+
+
+def _conflict(key: bytes, seq: int, index: int, name: str) -> InputError:
+    return InputError(
+        f"the traces hold two different events for key {key.hex()} seq {seq} index {index} "
+        f"(the second in {name})",
+        "a trace has one event per position: these streams mix traces of different runs or "
+        "different pipelines; pass only the traces of the pipeline the snapshot came from",
+    )
+
+
+def scan_traces(sources: Sequence[Source], entity_key: bytes, *, seq: int | None) -> TracedKey:
+    """Scan the trace streams for ``entity_key``.
+
+    Args:
+        sources: ``--traces`` values: files, directories of ``*.pb``, or stream bytes.
+        entity_key: The snapshot's key.
+        seq: Keep this activation's events; None keeps the highest traced one.
+
+    Raises:
+        InputError: A source is missing or unreadable, a stream is corrupt (naming the
+            file and byte offset), or two different events claim one position.
+    """
+    if not sources:
+        raise InputError("no --traces given", "pass the trace stream(s) holding the activation")
+    found = TracedKey(entity_key=entity_key)
+    try:
+        for name, source in _stream_inputs(sources):
+            for event in read_trace_stream(source, entity_key=entity_key):
+                _take(found, event, name, seq)
+    except TraceStreamError as exc:
+        raise InputError(
+            f"--traces: {exc}", "pass trace streams as the file:// sink or convert-bq writes them"
+        ) from None
+    return found
+
+
+def _take(found: TracedKey, event: TraceEvent, name: str, wanted: int | None) -> None:
+    seq, index = event.seq, event.index
+    found.seqs.add(seq)
+    if (
+        not found.provider
+        and event.kind == TraceEvent.LLM_CALL
+        and ATTR_PROVIDER in event.attributes
+    ):
+        found.provider = event.attributes[ATTR_PROVIDER].string_value
+    if index == 0:
+        known = found.starts.get(seq)
+        if known is None:
+            found.starts[seq] = event
+        elif serialize_trace_event(known) != serialize_trace_event(event):
+            raise _conflict(found.entity_key, seq, index, name)
+    if wanted is not None:
+        keep = wanted
+    else:
+        keep = seq if found.kept_seq is None else max(found.kept_seq, seq)
+    if seq != keep:
+        return
+    if found.kept_seq != seq:
+        found.kept_seq = seq
+        found.events = {}
+        found._kept_bytes = {}
+    data = serialize_trace_event(event)
+    known_bytes = found._kept_bytes.get(index)
+    if known_bytes is None:
+        found.events[index] = event
+        found._kept_bytes[index] = data
+    elif known_bytes != data:
+        raise _conflict(found.entity_key, seq, index, name)
+
+
+def check_complete(events: Sequence[TraceEvent], entity_key: bytes, seq: int) -> None:
+    """Refuse a traced activation that is not whole: indices 0..n-1, a start, one terminal event.
+
+    An incomplete trace cannot be compared (a missing tail would read as the
+    re-run's "extra" events), so it is an input error, not a divergence.
+
+    Raises:
+        InputError: Naming what is missing.
+    """
+    where = f"key {entity_key.hex()} seq {seq}"
+    advice = "collect every trace event of that activation (a sink may still be writing them)"
+    indices = [e.index for e in events]
+    gaps = sorted(set(range(max(indices) + 1)) - set(indices)) if indices else []
+    if gaps:
+        shown = ", ".join(str(i) for i in gaps[:10]) + (", …" if len(gaps) > 10 else "")
+        raise InputError(f"the trace of {where} is incomplete: no event at index {shown}", advice)
+    if not events or events[0].kind != TraceEvent.ACTIVATION_START:
+        raise InputError(f"the trace of {where} has no ACTIVATION_START at index 0", advice)
+    last = events[-1]
+    if last.kind not in _TERMINAL:
+        raise InputError(
+            f"the trace of {where} ends at index {last.index} with {kind_name(last.kind)}, "
+            "not ACTIVATION_END or ACTIVATION_FAILED: it is incomplete",
+            advice,
+        )
+    for event in events[:-1]:
+        if event.kind in _TERMINAL or (event.kind == TraceEvent.ACTIVATION_START and event.index):
+            raise InputError(
+                f"the trace of {where} has {kind_name(event.kind)} at index {event.index}, "
+                "inside the activation: it is not one activation's trace",
+                "pass the traces of the pipeline the snapshot came from",
+            )

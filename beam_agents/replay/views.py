@@ -1,0 +1,199 @@
+"""The reported-not-judged parts of a ``ReplayResult``: state, intents ledger, digests.
+
+Nothing here affects the verdict. Outputs and the post-activation memory blob
+have no traced counterpart, so they are reported as size + sha256; the state
+view is the snapshot as loaded, for an operator to look at.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from beam_agents._protos import Continuation, ToolIntent, TraceEvent
+from beam_agents.key_state import KeyState
+from beam_agents.replay.result import (
+    BlobDigest,
+    CacheEntryView,
+    ContinuationView,
+    IntentRow,
+    PendingIntentView,
+    StateView,
+)
+from beam_agents.trace_events import (
+    ATTR_CACHE_HIT,
+    ATTR_CACHE_KEY,
+    ATTR_EXPIRES_AT_MS,
+    ATTR_INTENT_ID,
+    ATTR_REQUIRES_APPROVAL,
+    ATTR_TOOL_NAME,
+)
+
+__all__ = ["blob_digest", "intent_ledger", "state_view"]
+
+
+def blob_digest(data: bytes) -> BlobDigest:
+    """Size and sha256 of ``data`` (kept too, for viewing)."""
+    return BlobDigest(size=len(data), sha256=hashlib.sha256(data).hexdigest(), payload=data)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _json_or_marker(data: bytes) -> Any:
+    """Decoded JSON for display, or a marker string (NaN/Infinity refused: --json emits JSON)."""
+    if not data:
+        return None
+    try:
+        return json.loads(data.decode("utf-8"), parse_constant=_refuse_constant)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return f"<{len(data)} bytes, not JSON>"
+
+
+def _continuation_view(cont: Continuation | None) -> ContinuationView | None:
+    if cont is None:
+        return None
+    return ContinuationView(
+        suspended_seq=cont.suspended_seq,
+        step_index=cont.step_index,
+        awaiting_intent_ids=tuple(cont.awaiting_intent_ids),
+        deadline_ms=cont.deadline_ms,
+        adapter_state=_json_or_marker(cont.adapter_snapshot),
+    )
+
+
+def _pending_view(intent: ToolIntent) -> PendingIntentView:
+    return PendingIntentView(
+        intent_id=intent.intent_id,
+        tool=intent.tool,
+        seq=intent.seq,
+        created_ms=intent.created_ms,
+        expires_at_ms=intent.expires_at_ms,
+        requires_approval=intent.requires_approval,
+        approval_channel=intent.approval_channel,
+        args=_json_or_marker(intent.args),
+    )
+
+
+def _hit_keys(replayed: Iterable[TraceEvent]) -> set[str]:
+    return {
+        e.attributes[ATTR_CACHE_KEY].string_value
+        for e in replayed
+        if e.kind == TraceEvent.LLM_CALL
+        and ATTR_CACHE_KEY in e.attributes
+        and ATTR_CACHE_HIT in e.attributes
+        and e.attributes[ATTR_CACHE_HIT].bool_value
+    }
+
+
+def state_view(
+    state: KeyState,
+    *,
+    now_ms: int,
+    blob_versions: dict[str, int],
+    resumed: Continuation | None,
+    replayed: Sequence[TraceEvent],
+) -> StateView:
+    """The snapshot's state as loaded, seen at the activation clock ``now_ms``.
+
+    Args:
+        state: Its migrated state.
+        now_ms: The activation clock (cache ages and TTLs are judged against it).
+        blob_versions: Each blob's stored version.
+        resumed: For a resume, the continuation the re-run consumed.
+        replayed: The re-run's events (to mark the cache entries it was served).
+    """
+    hits = _hit_keys(replayed)
+    entries = tuple(
+        CacheEntryView(
+            cache_key=entry.cache_key,
+            model=entry.model,
+            provider=entry.provider,
+            age_ms=now_ms - entry.inserted_ms,
+            ttl_left_ms=entry.inserted_ms + entry.ttl_ms - now_ms,
+            lru_rank=rank,
+            digest_only=entry.digest_only,
+            inserted_seq=entry.inserted_seq,
+            hit_in_activation=entry.cache_key in hits,
+        )
+        for rank, entry in enumerate(state.cache.entries_by_recency(), start=1)
+    )
+    return StateView(
+        memory=state.memory,
+        cache_entries=entries,
+        pending=tuple(_pending_view(i) for i in state.pending),
+        continuation=_continuation_view(state.continuation),
+        blob_versions=dict(blob_versions),
+        migrations_applied=tuple(state.migrations_applied),
+        resumed_continuation=_continuation_view(resumed),
+    )
+
+
+def _attr_str(event: TraceEvent, name: str) -> str:
+    return event.attributes[name].string_value if name in event.attributes else ""
+
+
+class _Row:
+    __slots__ = (
+        "expires_at_ms",
+        "intent_id",
+        "replayed_released",
+        "replayed_staged",
+        "requires_approval",
+        "tool",
+        "traced_released",
+        "traced_staged",
+    )
+
+    def __init__(self, intent_id: str, tool: str) -> None:
+        self.intent_id = intent_id
+        self.tool = tool
+        self.traced_staged = self.replayed_staged = False
+        self.traced_released = self.replayed_released = False
+        self.requires_approval = False
+        self.expires_at_ms: int | None = None
+
+
+def intent_ledger(
+    traced: Sequence[TraceEvent] | None, replayed: Sequence[TraceEvent]
+) -> tuple[IntentRow, ...]:
+    """Every intent staged or released on either side, traced first, in order of appearance.
+
+    ``requires_approval`` and ``expires_at_ms`` are the re-run's when it staged
+    the intent, else the trace's.
+    """
+    rows: dict[str, _Row] = {}
+    for side, events in (("traced", traced or ()), ("replayed", replayed)):
+        for event in events:
+            if event.kind not in (TraceEvent.INTENT_STAGED, TraceEvent.INTENT_RELEASED):
+                continue
+            intent_id = _attr_str(event, ATTR_INTENT_ID)
+            row = rows.get(intent_id)
+            if row is None:
+                tool = _attr_str(event, ATTR_TOOL_NAME) or event.name
+                row = rows[intent_id] = _Row(intent_id, tool)
+            if event.kind == TraceEvent.INTENT_STAGED:
+                setattr(row, f"{side}_staged", True)
+                if side == "replayed" or not row.replayed_staged:
+                    if ATTR_REQUIRES_APPROVAL in event.attributes:
+                        row.requires_approval = event.attributes[ATTR_REQUIRES_APPROVAL].bool_value
+                    if ATTR_EXPIRES_AT_MS in event.attributes:
+                        row.expires_at_ms = event.attributes[ATTR_EXPIRES_AT_MS].int_value
+            else:
+                setattr(row, f"{side}_released", True)
+    return tuple(
+        IntentRow(
+            intent_id=row.intent_id,
+            tool=row.tool,
+            traced_staged=row.traced_staged,
+            replayed_staged=row.replayed_staged,
+            traced_released=row.traced_released,
+            replayed_released=row.replayed_released,
+            requires_approval=row.requires_approval,
+            expires_at_ms=row.expires_at_ms,
+        )
+        for row in rows.values()
+    )
