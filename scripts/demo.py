@@ -1,6 +1,6 @@
 """``make demo``: run the support desk in a Beam pipeline, then replay its incidents.
 
-Usage (from the repository root; ``make demo`` runs exactly this):
+Usage (``make demo`` runs the first line from the repository root):
 
     .venv/bin/python scripts/demo.py [--out DIR]
     DEMO_HEADLESS=1 .venv/bin/python scripts/demo.py     # no TUI at the end (CI)
@@ -71,11 +71,31 @@ class Outcome:
 
 
 def _display(path: Path) -> str:
-    """``path`` relative to the repository root when it is inside it (the commands run there)."""
+    """``path`` relative to the current directory when inside it (the commands run from there)."""
+    absolute = path if path.is_absolute() else Path.cwd() / path
     try:
-        return str(path.resolve().relative_to(ROOT))
+        return str(absolute.relative_to(Path.cwd()))
     except ValueError:
-        return str(path.resolve())
+        return str(absolute)
+
+
+def examples_importable_here() -> bool:
+    """Whether ``examples.support_desk`` imports from the current directory, as the CLI needs."""
+    return (Path.cwd() / "examples" / "support_desk" / "__init__.py").is_file()
+
+
+def replay_env() -> dict[str, str]:
+    """The replays' environment: the repository root made importable when the cwd is not it."""
+    env = dict(os.environ)
+    if not examples_importable_here():
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    return env
+
+
+def printable(argv: list[str]) -> str:
+    """The command as a user would type it from the current directory, one flag per line."""
+    prefix = "" if examples_importable_here() else f"PYTHONPATH={shlex.quote(str(ROOT))} "
+    return prefix + format_command([_display(Path(argv[0])), *argv[1:]])
 
 
 def replay_program() -> Path:
@@ -162,9 +182,11 @@ def parse_verdict(report: str) -> str:
 
 
 def run_replay(incident: Incident, out: Path) -> Outcome:
-    """Run one incident's replay headless (from the repository root, as printed)."""
+    """Run one incident's replay headless, exactly as printed (from the current directory)."""
     argv = [str(replay_program()), *replay_args(incident, out)]
-    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=False, timeout=120)
+    done = subprocess.run(
+        argv, env=replay_env(), capture_output=True, text=True, check=False, timeout=120
+    )
     report = done.stdout + (done.stderr if done.stderr.strip() else "")
     return Outcome(incident, done.returncode, parse_verdict(done.stdout), report)
 
@@ -220,9 +242,8 @@ def run_pipeline(out: Path) -> float:
     for record in records["errors"]:
         print(f"    error: {record['code']}: {record['reason']}")
     snapshots = sorted(p.name for p in result.snapshots_dir.glob("*.pb"))
-    print(
-        f"  traces:    {_display(result.traces_dir)}/ ({len(trace_stream_files(result.traces_dir))} files)"
-    )
+    files = len(trace_stream_files(result.traces_dir))
+    print(f"  traces:    {_display(result.traces_dir)}/ ({files} files)")
     print(f"  snapshots: {_display(result.snapshots_dir)}/ {', '.join(snapshots)}")
     return seconds
 
@@ -233,8 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--out",
         type=Path,
-        default=ROOT / "demo-out",
-        help="output directory (default: demo-out/ in the repository root)",
+        default=Path("demo-out"),
+        help="output directory (default: demo-out/ in the current directory)",
     )
     args = parser.parse_args(argv)
     headless = os.environ.get("DEMO_HEADLESS", "") not in ("", "0")
@@ -248,11 +269,11 @@ def main(argv: list[str] | None = None) -> int:
     events = write_events(out)
     print(f"  events:    {_display(events)}/ ({len(STREAM)} envelopes, by envelope id)\n")
 
-    print("2. The incidents, replayed headless (run from the repository root)")
+    print("2. The incidents, replayed headless")
     outcomes: list[Outcome] = []
     for number, incident in enumerate(INCIDENTS, start=1):
         print(f"\n  [{number}] {incident.title}")
-        print(f"  $ {format_command([_display(replay_program()), *replay_args(incident, out)])}")
+        print(f"  $ {printable([str(replay_program()), *replay_args(incident, out)])}")
         outcome = run_replay(incident, out)
         outcomes.append(outcome)
         for line in outcome.report.rstrip("\n").splitlines():
@@ -276,9 +297,7 @@ def main(argv: list[str] | None = None) -> int:
 
     tui = next(o for o in outcomes if o.incident.name == TUI_INCIDENT)
     tui_argv = [str(replay_program()), "tui", *replay_args(tui.incident, out)]
-    print(
-        f"\nOpen the incident view yourself with:\n  $ {format_command([_display(replay_program()), *tui_argv[1:]])}"
-    )
+    print(f"\nOpen the incident view yourself with:\n  $ {printable(tui_argv)}")
     if headless:
         print("(DEMO_HEADLESS is set: not opening the TUI)")
     elif not sys.stdin.isatty() or not sys.stdout.isatty():
@@ -286,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print("Opening it now on the diverged incident; press q to quit, ? for help.")
         sys.stdout.flush()
-        code = subprocess.run(tui_argv, cwd=ROOT, check=False).returncode
+        code = subprocess.run(tui_argv, env=replay_env(), check=False).returncode
         print(f"the TUI exited with code {code}, as the headless replay did ({tui.exit_code})")
     return 0 if all_expected else 1
 
