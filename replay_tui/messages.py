@@ -1,0 +1,49 @@
+"""Messages between the app's parts: results arrive by message, never by shared state."""
+
+from __future__ import annotations
+
+from textual.message import Message
+
+from beam_agents.replay.result import ReplayResult
+
+
+class ReplayLoaded(Message):
+    """The replay worker finished: here is the result to show."""
+
+    def __init__(self, result: ReplayResult) -> None:
+        super().__init__()
+        self.result = result
+
+
+class ReplayCrashed(Message):
+    """The replay engine raised instead of returning a result (a bug in the engine or below)."""
+
+    def __init__(self, error_type: str, message: str) -> None:
+        super().__init__()
+        self.error_type = error_type
+        self.message = message
+
+
+class EventHighlighted(Message):
+    """The timeline cursor moved to row ``position``."""
+
+    def __init__(self, position: int) -> None:
+        super().__init__()
+        self.position = position
+
+
+class FilterFinished(Message):
+    """A timeline filter scan finished: the positions it kept (None: the filter was cleared)."""
+
+    def __init__(self, query: str, positions: list[int] | None) -> None:
+        super().__init__()
+        self.query = query
+        self.positions = positions
+
+
+class StepPictureReady(Message):
+    """The step index has read far enough to picture row ``position``."""
+
+    def __init__(self, position: int) -> None:
+        super().__init__()
+        self.position = position

@@ -1,0 +1,1 @@
+"""render of the replay TUI."""

@@ -1,0 +1,117 @@
+"""Literal text: every string that came from the inputs, made safe to put on a terminal.
+
+Keys, names, memory values, payloads and error messages are data, never
+presentation. Two things could turn data into presentation: Rich markup
+(``[bold red]x[/]`` in a string Rich parses) and terminal control characters
+(``\\x1b[2J`` clears the screen, ``\\u202e`` reverses the text around it). The TUI
+therefore builds ``rich.text.Text`` objects (never markup strings) from strings
+passed through :func:`literal`, which replaces every control character with a
+visible escape such as ``\\x1b``.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+
+from rich.text import Text
+
+# C0 controls, DEL, C1 controls, and the invisible format characters that reorder
+# or hide text (bidi embeddings/overrides/isolates, zero-width joiners, BOM).
+_UNSAFE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]"
+)
+_UNSAFE_KEEP_NEWLINES = re.compile(
+    "[\x00-\x09\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028\u2029\u202a-\u202e"
+    "\u2060-\u2064\u2066-\u2069\ufeff]"
+)
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+ELLIPSIS = "…"
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group(0)
+    named = _NAMED.get(char)
+    if named is not None:
+        return named
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def literal(value: str, *, multiline: bool = False) -> str:
+    """``value`` with every control or invisible formatting character shown as an escape.
+
+    Args:
+        value: Any string that came from the inputs.
+        multiline: Keep line feeds as line breaks (for payload and message views);
+            otherwise they are shown as ``\\n`` too, so one value stays on one line.
+
+    Returns:
+        A string that cannot move the cursor, clear or restyle the terminal.
+    """
+    pattern = _UNSAFE_KEEP_NEWLINES if multiline else _UNSAFE
+    return pattern.sub(_escape, value)
+
+
+def literal_bytes(data: bytes, *, multiline: bool = False) -> str:
+    """Bytes decoded as UTF-8 (invalid bytes as ``\\xNN``), then made :func:`literal`."""
+    return literal(data.decode("utf-8", errors="backslashreplace"), multiline=multiline)
+
+
+def literal_text(value: str, style: str = "", *, multiline: bool = False) -> Text:
+    """A Rich ``Text`` holding :func:`literal` of ``value``: never parsed as markup."""
+    return Text(literal(value, multiline=multiline), style=style)
+
+
+def clip(value: str, width: int) -> str:
+    """``value`` cut to ``width`` cells, ending in an ellipsis when cut."""
+    if width <= 0:
+        return ""
+    if len(value) <= width:
+        return value
+    return value[: width - 1] + ELLIPSIS
+
+
+def key_hex(entity_key: bytes) -> str:
+    """The entity key as lowercase hex (how the CLI and the snapshot file names show it)."""
+    return entity_key.hex()
+
+
+def key_printable(entity_key: bytes) -> str | None:
+    """The entity key as text when it is valid UTF-8 made of printable characters, else None."""
+    try:
+        text = entity_key.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if not text or not text.isprintable() or _UNSAFE.search(text):
+        return None
+    return text
+
+
+def utc_time(ms: int) -> str:
+    """Epoch milliseconds as ``2024-12-12 10:40:00.000 UTC`` (or a note when out of range)."""
+    try:
+        moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        return "out of range"
+    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d} UTC"
+
+
+def duration(ms: int) -> str:
+    """A signed duration in the largest sensible units: ``2h 05m``, ``3m 12s``, ``850ms``."""
+    sign = "-" if ms < 0 else ""
+    ms = abs(ms)
+    if ms < 1000:
+        return f"{sign}{ms}ms"
+    seconds, _ = divmod(ms, 1000)
+    if seconds < 60:
+        return f"{sign}{ms / 1000:.1f}s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{sign}{minutes}m {seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{sign}{hours}h {minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{sign}{days}d {hours:02d}h"

@@ -1,0 +1,171 @@
+"""The exported report: the result as Markdown (for the incident ticket) and as JSON.
+
+``e`` in the TUI writes both next to each other and says where. The JSON is the
+headless ``--json`` document (``beam_agents.replay.json_report``), so the two
+can never disagree.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from beam_agents import trace_events as te
+from beam_agents._protos import TraceEvent
+from beam_agents.replay.event_data import event_to_dict
+from beam_agents.replay.json_report import render_json
+from beam_agents.replay.result import EventPair, ReplayResult
+from replay_tui.render.header import VERDICT_TITLES
+from replay_tui.render.literal import key_hex, key_printable, literal, utc_time
+
+MARKDOWN_EVENT_ROWS = 200
+"""Timeline rows in the Markdown report around the notable ones (the JSON has all of them)."""
+
+
+def pair_data(pair: EventPair) -> dict[str, Any]:
+    """An ``EventPair`` as JSON-able data (what ``c`` copies to the clipboard)."""
+    return {
+        "index": pair.index,
+        "differs": pair.differs,
+        "differing_fields": list(pair.differing_fields),
+        "traced": None if pair.traced is None else event_to_dict(pair.traced),
+        "replayed": None if pair.replayed is None else event_to_dict(pair.replayed),
+    }
+
+
+def report_json_text(result: ReplayResult) -> str:
+    """The JSON report: exactly what ``beam-agents-replay --json`` prints for this result."""
+    return render_json(result)
+
+
+def _md(value: str) -> str:
+    """Inline Markdown-safe literal text (code spans cannot hold backticks safely)."""
+    return literal(value).replace("`", "'").replace("|", "\\|")
+
+
+def _event_cell(event: TraceEvent | None) -> str:
+    if event is None:
+        return "—"
+    return f"{te.kind_name(event.kind)} `{_md(event.name)}`"
+
+
+def report_markdown(result: ReplayResult) -> str:
+    """The result as a Markdown incident report."""
+    h = result.header
+    lines = [f"# beam-agents-replay: {VERDICT_TITLES[result.verdict]} (exit {result.exit_code})", ""]
+    lines.append(f"> {_md(result.reason)}")
+    lines.append("")
+    key = "?"
+    if h.entity_key is not None:
+        key = f"`{key_hex(h.entity_key)}`"
+        printable = key_printable(h.entity_key)
+        if printable is not None:
+            key += f" (`{_md(printable)}`)"
+    now = "?" if h.now_ms is None else f"{h.now_ms} ({utc_time(h.now_ms)})"
+    lines += [
+        "| | |",
+        "| --- | --- |",
+        f"| version | {_md(h.version)} |",
+        f"| agent | `{_md(h.agent_path)}` |",
+        f"| registry | `{_md(h.registry_path)}` |",
+        f"| key | {key} |",
+        f"| seq | {h.seq if h.seq is not None else '?'} |",
+        f"| now_ms | {now} |",
+        f"| kind | {_md(h.kind or '?')} {_md(h.trigger)} |",
+        f"| snapshot | seq {h.snapshot_seq} request `{_md(h.snapshot_request_id)}` |",
+        f"| migrations | {_md(', '.join(h.migrations_applied) or 'none')} |",
+        f"| hitl | {_md(h.hitl_policy or '-')} ({_md(h.hitl_source)}) |",
+        f"| provider calls | {result.provider_calls} |",
+        "",
+    ]
+    if result.error:
+        lines += ["## Error", "", "```", literal(result.error, multiline=True), "```", ""]
+    div = result.first_divergence
+    if div is not None:
+        lines += [f"## First divergence: event {div.index} {_md(div.kind)} `{_md(div.name)}`", ""]
+        if div.missing:
+            lines.append("The re-run did not produce this event.")
+        if div.extra:
+            lines.append("The re-run produced an event the trace does not have.")
+        if div.fields:
+            lines += ["| field | traced | replayed |", "| --- | --- | --- |"]
+            lines += [f"| `{_md(f.path)}` | `{_md(f.traced)}` | `{_md(f.replayed)}` |" for f in div.fields]
+        if div.detail:
+            lines += ["", "```", literal(div.detail, multiline=True), "```"]
+        lines.append("")
+    miss = result.cache_miss
+    if miss is not None:
+        lines += [
+            f"## Cache miss at event {miss.event_index} ({_md(miss.status)})",
+            "",
+            f"- key: `{_md(miss.cache_key)}`",
+            f"- model: `{_md(miss.model)}`",
+        ]
+        if miss.traced_cache_key is not None:
+            lines.append(f"- traced key: `{_md(miss.traced_cache_key)}`")
+        if miss.nearest is not None:
+            lines.append(
+                f"- nearest entry: `{_md(miss.nearest.cache_key)}` (model `{_md(miss.nearest.model)}`),"
+                f" differs in: {_md(', '.join(miss.nearest.differences) or 'nothing recorded')}"
+            )
+        lines.append("")
+    if result.network_attempts:
+        lines += ["## Blocked network attempts", ""]
+        lines += [f"- `{_md(a)}`" for a in result.network_attempts]
+        lines.append("")
+    if result.events:
+        lines += [f"## Timeline ({len(result.events)} events)", ""]
+        lines += ["| # | | traced | replayed | differing fields |", "| --- | --- | --- | --- | --- |"]
+        shown = result.events[:MARKDOWN_EVENT_ROWS]
+        for pair in shown:
+            mark = "≠" if pair.differs else ""
+            fields = ", ".join(f"`{_md(f)}`" for f in pair.differing_fields)
+            lines.append(
+                f"| {pair.index} | {mark} | {_event_cell(pair.traced)} | {_event_cell(pair.replayed)} | {fields} |"
+            )
+        if len(result.events) > len(shown):
+            lines.append(f"| … | | {len(result.events) - len(shown)} more events in the JSON report | | |")
+        lines.append("")
+    if result.intents:
+        lines += ["## Intents", "", "| intent | tool | staged (traced/replayed) | released (traced/replayed) |"]
+        lines.append("| --- | --- | --- | --- |")
+        for row in result.intents:
+            lines.append(
+                f"| `{_md(row.intent_id)}` | `{_md(row.tool)}` | {row.traced_staged}/{row.replayed_staged}"
+                f" | {row.traced_released}/{row.replayed_released} |"
+            )
+        lines.append("")
+    if result.outputs or result.memory is not None:
+        lines += ["## Outputs (reported, not diffed)", ""]
+        for i, out in enumerate(result.outputs):
+            lines.append(f"- outputs[{i}]: {out.size} bytes, sha256={out.sha256}")
+        if result.memory is not None:
+            lines.append(
+                f"- memory blob: {result.memory.size} bytes, sha256={result.memory.sha256}"
+                " (no traced counterpart — reported, not diffed)"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def report_basename(result: ReplayResult) -> str:
+    """``replay-<key hex, first 32 digits>-seq<seq>``: the exported files' common name."""
+    h = result.header
+    key = key_hex(h.entity_key)[:32] if h.entity_key else "nokey"
+    seq = "unknown" if h.seq is None else str(h.seq)
+    return f"replay-{key or 'empty'}-seq{seq}"
+
+
+def export_report(result: ReplayResult, directory: Path) -> tuple[Path, Path]:
+    """Write the Markdown and JSON reports into ``directory``; returns both paths.
+
+    Raises:
+        OSError: The directory cannot be written (the app shows the message).
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    base = directory / report_basename(result)
+    md_path = base.with_suffix(".md")
+    json_path = base.with_suffix(".json")
+    md_path.write_text(report_markdown(result), encoding="utf-8")
+    json_path.write_text(report_json_text(result), encoding="utf-8")
+    return md_path.resolve(), json_path.resolve()

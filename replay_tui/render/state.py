@@ -1,0 +1,281 @@
+"""The state view, the intents ledger and the outputs list, as rows of literal text.
+
+Everything here formats what the result holds (``StateView``, ``IntentRow``,
+``BlobDigest``); the widgets only place these rows in tables and trees.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from rich.text import Text
+
+from beam_agents.replay.result import (
+    BlobDigest,
+    CacheEntryView,
+    ContinuationView,
+    IntentRow,
+    PendingIntentView,
+    ReplayResult,
+    StateView,
+)
+from replay_tui.render.literal import clip, duration, literal, literal_bytes, utc_time
+
+JSON_PREVIEW_CHARS = 60
+PAYLOAD_VIEW_BYTES = 64 * 1024
+"""The payload viewer shows this much; the rest is summarized (a terminal is not a hex editor)."""
+
+YES = Text("yes", style="bold")
+NO = Text("no", style="dim")
+
+
+def _yes_no(value: bool) -> Text:
+    return YES.copy() if value else NO.copy()
+
+
+def json_preview(value: Any, width: int = JSON_PREVIEW_CHARS) -> str:
+    """A one-line literal preview of a JSON value (for table cells and tree leaves)."""
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True, default=repr)
+    return clip(literal(text), width)
+
+
+# -- memory tree ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JsonNode:
+    """One node of the memory tree: its label, and its children if it is a container."""
+
+    label: Text
+    children: tuple[JsonNode, ...] | None
+    """None for a leaf; a tuple (possibly empty) for an object or array."""
+
+
+def _leaf_label(name: str, value: Any) -> Text:
+    label = Text()
+    label.append(literal(name), style="bold")
+    label.append(" = ")
+    if isinstance(value, str):
+        label.append(f'"{literal(value)}"', style="green")
+    elif value is None or isinstance(value, bool):
+        label.append(json.dumps(value), style="italic")
+    else:
+        label.append(json_preview(value), style="cyan")
+    return label
+
+
+def json_tree(value: Any, name: str = "memory") -> JsonNode:
+    """The memory JSON as a tree of literal labels (keys and strings may hold anything)."""
+    if isinstance(value, dict):
+        label = Text(literal(name), style="bold")
+        label.append(f"  {{}} {len(value)} keys", style="dim")
+        children = tuple(json_tree(item, str(key)) for key, item in sorted(value.items()))
+        return JsonNode(label, children)
+    if isinstance(value, list):
+        label = Text(literal(name), style="bold")
+        label.append(f"  [] {len(value)} items", style="dim")
+        return JsonNode(label, tuple(json_tree(item, f"[{i}]") for i, item in enumerate(value)))
+    return JsonNode(_leaf_label(name, value), None)
+
+
+# -- cache, pending, continuation, versions ---------------------------------------------------
+
+CACHE_COLUMNS = ("LRU", "key", "model", "provider", "age", "TTL left", "digest-only", "hit", "seq")
+
+
+def cache_rows(entries: tuple[CacheEntryView, ...]) -> list[tuple[Text, ...]]:
+    """One row per cache entry, most recently used first."""
+    rows: list[tuple[Text, ...]] = []
+    for entry in sorted(entries, key=lambda e: e.lru_rank):
+        ttl = (
+            Text(duration(entry.ttl_left_ms))
+            if entry.ttl_left_ms > 0
+            else Text(f"expired {duration(-entry.ttl_left_ms)} ago", style="bold yellow")
+        )
+        rows.append(
+            (
+                Text(str(entry.lru_rank), style="dim"),
+                Text(literal(entry.cache_key)),
+                Text(literal(entry.model)),
+                Text(literal(entry.provider)),
+                Text(duration(entry.age_ms)),
+                ttl,
+                Text("digest-only", style="bold yellow") if entry.digest_only else NO.copy(),
+                Text("hit", style="bold green") if entry.hit_in_activation else NO.copy(),
+                Text(str(entry.inserted_seq), style="dim"),
+            )
+        )
+    return rows
+
+
+PENDING_COLUMNS = ("intent", "tool", "seq", "created", "expires", "approval", "channel", "args")
+
+
+def pending_rows(pending: tuple[PendingIntentView, ...]) -> list[tuple[Text, ...]]:
+    """One row per pending intent of the snapshot."""
+    return [
+        (
+            Text(literal(p.intent_id)),
+            Text(literal(p.tool)),
+            Text(str(p.seq)),
+            Text(utc_time(p.created_ms)),
+            Text(utc_time(p.expires_at_ms)),
+            _yes_no(p.requires_approval),
+            Text(literal(p.approval_channel) or "-"),
+            Text(json_preview(p.args)),
+        )
+        for p in pending
+    ]
+
+
+def continuation_text(cont: ContinuationView | None, now_ms: int | None) -> Text:
+    """The continuation: step index, awaited intents, deadline (and how far from now_ms)."""
+    if cont is None:
+        return Text("The key was not suspended in this snapshot (no continuation).", style="dim")
+    text = Text()
+    text.append("suspended at seq ", style="bold")
+    text.append(str(cont.suspended_seq))
+    text.append("\nstep index       ", style="bold")
+    text.append(str(cont.step_index))
+    text.append("\nawaiting         ", style="bold")
+    text.append(", ".join(literal(i) for i in cont.awaiting_intent_ids) or "nothing")
+    text.append("\ndeadline         ", style="bold")
+    text.append(f"{cont.deadline_ms} ({utc_time(cont.deadline_ms)})")
+    if now_ms is not None:
+        left = cont.deadline_ms - now_ms
+        text.append(
+            f"  {duration(left)} after now_ms" if left >= 0 else f"  passed {duration(-left)} before now_ms",
+            style="dim",
+        )
+    text.append("\nadapter state\n", style="bold")
+    pretty = json.dumps(cont.adapter_state, ensure_ascii=False, sort_keys=True, indent=2, default=repr)
+    text.append(literal(pretty, multiline=True))
+    return text
+
+
+def versions_text(result: ReplayResult, state: StateView | None) -> Text:
+    """Schema versions of the snapshot and its blobs, and the migrations applied in memory."""
+    header = result.header
+    text = Text()
+    text.append("snapshot schema  ", style="bold")
+    text.append("?" if header.state_schema_version is None else f"v{header.state_schema_version}")
+    if state is not None:
+        for kind, version in sorted(state.blob_versions.items()):
+            text.append(f"\n{literal(kind):<17}", style="bold")
+            text.append(f"v{version} (as stored)")
+    migrations = state.migrations_applied if state is not None else header.migrations_applied
+    text.append("\nmigrations       ", style="bold")
+    if migrations:
+        for step in migrations:
+            text.append(f"\n  {literal(step)}")
+        text.append("\n  (applied in memory; nothing written back)", style="dim")
+    else:
+        text.append("none")
+    if header.continuation_source:
+        text.append("\ncontinuation     ", style="bold")
+        text.append(literal(header.continuation_source))
+    text.append("\nhitl policy      ", style="bold")
+    text.append(f"{literal(header.hitl_policy) or '-'} ({literal(header.hitl_source)})")
+    return text
+
+
+# -- intents ledger ---------------------------------------------------------------------------
+
+INTENT_COLUMNS = (
+    "",
+    "intent",
+    "tool",
+    "traced staged",
+    "replayed staged",
+    "traced released",
+    "replayed released",
+    "approval",
+    "expires",
+)
+
+
+def _agree(traced: bool, replayed: bool) -> tuple[Text, Text]:
+    style = "" if traced == replayed else "bold red"
+    return (
+        Text("yes" if traced else "no", style=style or ("bold" if traced else "dim")),
+        Text("yes" if replayed else "no", style=style or ("bold" if replayed else "dim")),
+    )
+
+
+def intent_rows(intents: tuple[IntentRow, ...]) -> list[tuple[Text, ...]]:
+    """One ledger row per intent; cells where trace and re-run disagree are red."""
+    rows: list[tuple[Text, ...]] = []
+    for row in intents:
+        staged = _agree(row.traced_staged, row.replayed_staged)
+        released = _agree(row.traced_released, row.replayed_released)
+        mismatch = (row.traced_staged, row.traced_released) != (row.replayed_staged, row.replayed_released)
+        rows.append(
+            (
+                Text("≠", style="bold red") if mismatch else Text(""),
+                Text(literal(row.intent_id)),
+                Text(literal(row.tool)),
+                staged[0],
+                staged[1],
+                released[0],
+                released[1],
+                _yes_no(row.requires_approval),
+                Text("-" if row.expires_at_ms is None else utc_time(row.expires_at_ms)),
+            )
+        )
+    return rows
+
+
+# -- outputs ----------------------------------------------------------------------------------
+
+OUTPUT_COLUMNS = ("artefact", "size", "sha256", "note")
+
+
+def output_rows(result: ReplayResult) -> list[tuple[Text, ...]]:
+    """One row per output, then the post-activation memory blob."""
+    rows: list[tuple[Text, ...]] = [
+        (Text(f"outputs[{i}]", style="bold"), Text(f"{o.size} bytes"), Text(o.sha256), Text(""))
+        for i, o in enumerate(result.outputs)
+    ]
+    if result.memory is not None:
+        rows.append(
+            (
+                Text("memory blob", style="bold"),
+                Text(f"{result.memory.size} bytes"),
+                Text(result.memory.sha256),
+                Text("no traced counterpart — reported, not diffed", style="dim"),
+            )
+        )
+    return rows
+
+
+def payload_as_text(blob: BlobDigest, limit: int = PAYLOAD_VIEW_BYTES) -> Text:
+    """The payload decoded as UTF-8, every control character shown as an escape."""
+    if not blob.payload and blob.size:
+        return Text("The result carries no payload bytes for this artefact (digest only).", style="dim")
+    shown = blob.payload[:limit]
+    text = Text(literal_bytes(shown, multiline=True))
+    if len(blob.payload) > limit:
+        text.append(f"\n… {len(blob.payload) - limit} more bytes not shown", style="dim")
+    return text
+
+
+def hexdump_lines(data: bytes, limit: int = PAYLOAD_VIEW_BYTES) -> Iterator[str]:
+    """Classic 16-bytes-per-line hex dump lines; non-printable bytes shown as dots."""
+    for offset in range(0, min(len(data), limit), 16):
+        chunk = data[offset : offset + 16]
+        hex_part = " ".join(f"{b:02x}" for b in chunk)
+        ascii_part = "".join(chr(b) if 0x20 <= b < 0x7F else "." for b in chunk)
+        yield f"{offset:08x}  {hex_part:<47}  {ascii_part}"
+
+
+def payload_as_hex(blob: BlobDigest, limit: int = PAYLOAD_VIEW_BYTES) -> Text:
+    """The payload as a hex dump (safe by construction: hex digits and printable ASCII)."""
+    if not blob.payload and blob.size:
+        return Text("The result carries no payload bytes for this artefact (digest only).", style="dim")
+    text = Text("\n".join(hexdump_lines(blob.payload, limit)))
+    if len(blob.payload) > limit:
+        text.append(f"\n… {len(blob.payload) - limit} more bytes not shown", style="dim")
+    return text

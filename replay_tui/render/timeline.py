@@ -1,0 +1,437 @@
+"""Timeline rows: what one ``EventPair`` looks like as one line, traced beside replayed.
+
+``build_row`` turns a pair into a ``TimelineRow`` (plain data, testable without
+the app, like posting's ``build_rows``); ``render_row`` lays that row out in a
+given width. The timeline widget calls both lazily, for visible rows only, so a
+100,000-event activation costs what one screenful costs.
+
+Marks come from the result (``EventPair.differs``, ``first_divergence``,
+``cache_miss``); the TUI does not compare events itself.
+"""
+
+from __future__ import annotations
+
+import enum
+from bisect import bisect_left, bisect_right
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from rich.text import Text
+
+from beam_agents import trace_events as te
+from beam_agents._protos import TraceEvent
+from beam_agents.replay.result import EventPair, ReplayResult, Verdict
+from replay_tui.render.literal import clip, literal
+
+KIND_LABELS: dict[int, str] = {
+    TraceEvent.ACTIVATION_START: "START",
+    TraceEvent.LLM_CALL: "LLM",
+    TraceEvent.TOOL_CALL: "TOOL",
+    TraceEvent.INTENT_STAGED: "STAGED",
+    TraceEvent.INTENT_RELEASED: "RELEASED",
+    TraceEvent.SUSPENDED: "SUSPEND",
+    TraceEvent.ACTIVATION_END: "END",
+    TraceEvent.ACTIVATION_FAILED: "FAILED",
+}
+
+KIND_STYLES: dict[int, str] = {
+    TraceEvent.ACTIVATION_START: "bold",
+    TraceEvent.LLM_CALL: "cyan",
+    TraceEvent.TOOL_CALL: "blue",
+    TraceEvent.INTENT_STAGED: "magenta",
+    TraceEvent.INTENT_RELEASED: "magenta",
+    TraceEvent.SUSPENDED: "yellow",
+    TraceEvent.ACTIVATION_END: "bold",
+    TraceEvent.ACTIVATION_FAILED: "bold red",
+}
+
+ROW_CACHE_SIZE = 2048
+"""Rows kept built: a few screens' worth, so scrolling back is free and memory stays flat."""
+
+KEY_PREFIX_CHARS = 12
+"""How many hex digits of a cache key a row shows (the detail pane shows all of them)."""
+
+
+class RowMark(enum.Enum):
+    """What the mark column of a row says about it."""
+
+    SAME = " "
+    DIFFERS = "≠"
+    FIRST_DIVERGENCE = "▶"
+    CACHE_MISS = "?"
+    MISSING = "−"
+    EXTRA = "+"
+
+
+MARK_STYLES: dict[RowMark, str] = {
+    RowMark.SAME: "",
+    RowMark.DIFFERS: "bold red",
+    RowMark.FIRST_DIVERGENCE: "bold white on red",
+    RowMark.CACHE_MISS: "bold black on yellow",
+    RowMark.MISSING: "bold red",
+    RowMark.EXTRA: "bold red",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SideCells:
+    """One side (traced or replayed) of a row, as display strings (already literal)."""
+
+    kind: str
+    kind_code: int
+    name: str
+    cache: str
+    """``hit``, ``MISS`` or empty (not a model call)."""
+    billed: str
+    """``$`` when the call was billed, else empty."""
+    extra: str
+    """Kind-specific: cache key, intent id, awaited intents, outcome, error type."""
+    fields: frozenset[str]
+    """Which event fields the cells show, to highlight them when they differ."""
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineRow:
+    """One timeline row: an event index, its mark, and both sides."""
+
+    index: int
+    mark: RowMark
+    traced: SideCells | None
+    replayed: SideCells | None
+    differing_fields: tuple[str, ...] = ()
+    miss_key: str = ""
+    """The cache key that missed, on the cache-miss row."""
+
+
+def _attr_path(name: str) -> str:
+    return f"attributes['{name}']"
+
+
+def _field_differs(differing: tuple[str, ...], fields: frozenset[str]) -> bool:
+    return any(path in fields for path in differing)
+
+
+def _str(attrs: dict[str, te.AttrValue | None], name: str) -> str:
+    value = attrs.get(name)
+    if value is None:
+        return ""
+    if isinstance(value, bytes):
+        return value.hex()
+    return str(value)
+
+
+def side_cells(event: TraceEvent) -> SideCells:
+    """The display cells of one trace event."""
+    attrs = te.attributes_dict(event)
+    kind = event.kind
+    cache = billed = extra = ""
+    shown = {"kind", "name"}
+    error = _str(attrs, te.ATTR_ERROR_TYPE)
+    if kind == TraceEvent.ACTIVATION_START:
+        trigger = _str(attrs, te.ATTR_TRIGGER)
+        detail = (
+            _str(attrs, te.ATTR_EVENT_TYPE)
+            or _str(attrs, te.ATTR_INBOUND_INTENT_ID)
+            or _str(attrs, te.ATTR_DEADLINE_MS)
+        )
+        status = _str(attrs, te.ATTR_INBOUND_STATUS)
+        extra = " ".join(part for part in (trigger, detail, status) if part)
+        shown |= {_attr_path(n) for n in (te.ATTR_TRIGGER, te.ATTR_EVENT_TYPE, te.ATTR_INBOUND_STATUS)}
+    elif kind == TraceEvent.LLM_CALL:
+        hit = attrs.get(te.ATTR_CACHE_HIT)
+        cache = "hit" if hit is True else "MISS" if hit is False else ""
+        billed = "$" if attrs.get(te.ATTR_BILLED) is True else ""
+        key = _str(attrs, te.ATTR_CACHE_KEY)
+        extra = f"k={key[:KEY_PREFIX_CHARS]}" if key else ""
+        if error:
+            extra = f"{extra} {error}".strip()
+        shown |= {_attr_path(n) for n in (te.ATTR_CACHE_KEY, te.ATTR_ERROR_TYPE)}
+    elif kind == TraceEvent.TOOL_CALL:
+        extra = error or "ok"
+        shown.add(_attr_path(te.ATTR_ERROR_TYPE))
+    elif kind in (TraceEvent.INTENT_STAGED, TraceEvent.INTENT_RELEASED):
+        extra = _str(attrs, te.ATTR_INTENT_ID)
+        if attrs.get(te.ATTR_REQUIRES_APPROVAL) is True:
+            extra += " (approval)"
+        shown |= {_attr_path(n) for n in (te.ATTR_INTENT_ID, te.ATTR_REQUIRES_APPROVAL)}
+    elif kind == TraceEvent.SUSPENDED:
+        awaiting = _str(attrs, te.ATTR_AWAITING)
+        extra = f"awaits {awaiting}" if awaiting else "awaits nothing"
+        shown.add(_attr_path(te.ATTR_AWAITING))
+    elif kind == TraceEvent.ACTIVATION_END:
+        outputs = _str(attrs, te.ATTR_OUTPUTS_COUNT) or "0"
+        intents = _str(attrs, te.ATTR_INTENTS_COUNT) or "0"
+        extra = f"outputs={outputs} intents={intents}"
+        shown |= {_attr_path(n) for n in (te.ATTR_OUTPUTS_COUNT, te.ATTR_INTENTS_COUNT)}
+    elif kind == TraceEvent.ACTIVATION_FAILED:
+        extra = error
+        shown.add(_attr_path(te.ATTR_ERROR_TYPE))
+    return SideCells(
+        kind=KIND_LABELS.get(kind, te.kind_name(kind)),
+        kind_code=kind,
+        name=literal(event.name),
+        cache=cache,
+        billed=billed,
+        extra=literal(extra),
+        fields=frozenset(shown),
+    )
+
+
+def build_row(
+    pair: EventPair,
+    *,
+    first_divergence_index: int | None = None,
+    miss_index: int | None = None,
+    miss_key: str = "",
+    what_if: bool = False,
+) -> TimelineRow:
+    """The row for ``pair``; the first-divergence and cache-miss marks come from the result.
+
+    In a what-if there is no traced outcome, so no row is marked as extra or differing.
+    """
+    if what_if and pair.index != miss_index:
+        mark = RowMark.SAME
+    elif pair.index == first_divergence_index:
+        mark = RowMark.FIRST_DIVERGENCE
+    elif pair.index == miss_index:
+        mark = RowMark.CACHE_MISS
+    elif pair.replayed is None and pair.traced is not None:
+        mark = RowMark.MISSING
+    elif pair.traced is None and pair.replayed is not None:
+        mark = RowMark.EXTRA
+    elif pair.differs:
+        mark = RowMark.DIFFERS
+    else:
+        mark = RowMark.SAME
+    return TimelineRow(
+        index=pair.index,
+        mark=mark,
+        traced=None if pair.traced is None else side_cells(pair.traced),
+        replayed=None if pair.replayed is None else side_cells(pair.replayed),
+        differing_fields=pair.differing_fields,
+        miss_key=miss_key if pair.index == miss_index else "",
+    )
+
+
+class TimelineModel:
+    """The rows of one result, built on demand and kept, plus where the notable rows are.
+
+    Constructing it reads only ``EventPair.differs`` of each pair (no trace
+    attributes), so it is cheap even for 100,000 events.
+    """
+
+    def __init__(self, result: ReplayResult) -> None:
+        self.result = result
+        self.pairs: Sequence[EventPair] = result.events
+        div = result.first_divergence
+        miss = result.cache_miss
+        self.first_divergence_index: int | None = div.index if div is not None else None
+        self.miss_index: int | None = miss.event_index if miss is not None else None
+        self.miss_key = miss.cache_key if miss is not None else ""
+        self.what_if = result.verdict is Verdict.WHAT_IF
+        """Nothing was traced to compare with: rows are the re-run alone."""
+        notable = set() if self.what_if else {pair.index for pair in self.pairs if pair.differs}
+        for index in (self.first_divergence_index, self.miss_index):
+            if index is not None:
+                notable.add(index)
+        self._position = {pair.index: pos for pos, pair in enumerate(self.pairs)} if self._sparse() else None
+        self.notable: list[int] = sorted(
+            pos for pos in (self.position_of(i) for i in notable) if pos is not None
+        )
+        """Positions (row numbers) of differing rows and the cache-miss row, ascending."""
+        self._rows: OrderedDict[int, TimelineRow] = OrderedDict()
+
+    def _sparse(self) -> bool:
+        # Pairs are normally numbered 0..n-1 in order; keep a lookup only if they are not.
+        return any(pair.index != pos for pos, pair in enumerate(self.pairs))
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def position_of(self, event_index: int) -> int | None:
+        """The row number of the pair with ``event_index`` (None if there is none)."""
+        if self._position is not None:
+            return self._position.get(event_index)
+        return event_index if 0 <= event_index < len(self.pairs) else None
+
+    def build(self, position: int) -> TimelineRow:
+        """The row at ``position``, built afresh (no caching: safe from a worker thread)."""
+        return build_row(
+            self.pairs[position],
+            first_divergence_index=self.first_divergence_index,
+            miss_index=self.miss_index,
+            miss_key=self.miss_key,
+            what_if=self.what_if,
+        )
+
+    def row(self, position: int) -> TimelineRow:
+        """The row at ``position``, kept in a bounded cache of recently shown rows."""
+        row = self._rows.get(position)
+        if row is None:
+            row = self.build(position)
+            self._rows[position] = row
+            if len(self._rows) > ROW_CACHE_SIZE:
+                self._rows.popitem(last=False)
+        else:
+            self._rows.move_to_end(position)
+        return row
+
+    def initial_position(self) -> int:
+        """Where the cursor starts: the first divergence, else the cache miss, else the top."""
+        for index in (self.first_divergence_index, self.miss_index):
+            if index is not None:
+                pos = self.position_of(index)
+                if pos is not None:
+                    return pos
+        return 0
+
+    def next_notable(self, position: int) -> int | None:
+        """The next differing or missed row after ``position`` (None if there is none)."""
+        at = bisect_right(self.notable, position)
+        return self.notable[at] if at < len(self.notable) else None
+
+    def previous_notable(self, position: int) -> int | None:
+        """The last differing or missed row before ``position`` (None if there is none)."""
+        at = bisect_left(self.notable, position)
+        return self.notable[at - 1] if at > 0 else None
+
+
+def build_rows(result: ReplayResult) -> list[TimelineRow]:
+    """Every row of ``result`` (for tests and small results; the widget builds rows lazily)."""
+    model = TimelineModel(result)
+    return [model.row(pos) for pos in range(len(model))]
+
+
+# -- layout -----------------------------------------------------------------------------------
+
+MARK_WIDTH = 2
+SEPARATOR = " │ "
+KIND_WIDTH = 8
+CACHE_WIDTH = 4
+
+
+def index_width(count: int) -> int:
+    """Digits needed for the largest index of ``count`` rows (at least 3)."""
+    return max(3, len(str(max(count - 1, 0))))
+
+
+def _side_widths(width: int, idx_width: int) -> int:
+    return max(12, (width - MARK_WIDTH - idx_width - 1 - len(SEPARATOR)) // 2)
+
+
+def _render_side(
+    text: Text, cells: SideCells | None, width: int, differing: tuple[str, ...], *, missing: str
+) -> None:
+    if cells is None:
+        text.append(clip(missing, width).ljust(width), style="bold red")
+        return
+    kind_w = min(KIND_WIDTH, width)
+    text.append(clip(cells.kind, kind_w).ljust(kind_w), style=KIND_STYLES.get(cells.kind_code, ""))
+    rest = width - kind_w
+    if rest <= 0:
+        return
+    flags_w = CACHE_WIDTH + 3  # " MISS" + " $"
+    name_w = max(4, (rest - flags_w) * 2 // 5)
+    extra_w = rest - flags_w - name_w - 1
+    name_style = "bold red" if "name" in differing else ""
+    text.append(" ")
+    text.append(clip(cells.name, name_w - 1).ljust(name_w - 1), style=name_style)
+    cache_style = "green" if cells.cache == "hit" else "bold yellow" if cells.cache else ""
+    text.append(" ")
+    text.append(cells.cache.ljust(CACHE_WIDTH), style=cache_style)
+    text.append(" ")
+    text.append(cells.billed.ljust(1), style="yellow")
+    if extra_w > 0:
+        extra_style = "bold red" if _field_differs(differing, cells.fields - {"kind", "name"}) else "dim"
+        text.append(" ")
+        text.append(clip(cells.extra, extra_w).ljust(extra_w), style=extra_style)
+
+
+def render_row(row: TimelineRow, width: int, *, idx_width: int = 3) -> Text:
+    """``row`` laid out in ``width`` cells: mark, index, traced side │ replayed side."""
+    text = Text(no_wrap=True, overflow="crop")
+    text.append(row.mark.value.ljust(MARK_WIDTH - 1), style=MARK_STYLES[row.mark])
+    text.append(" ")
+    text.append(str(row.index).rjust(idx_width), style="dim")
+    text.append(" ")
+    side_w = _side_widths(width, idx_width)
+    what_if = row.mark is RowMark.SAME and row.traced is None
+    differing = () if what_if else row.differing_fields
+    _render_side(
+        text, row.traced, side_w, differing, missing="(what-if: not traced)" if what_if else "(not in the trace)"
+    )
+    text.append(SEPARATOR, style="dim")
+    _render_side(text, row.replayed, side_w, differing, missing="(not replayed)")
+    if row.miss_key:
+        # The row the re-run could not serve: name the missing key where the eye already is.
+        text.append(f"  key {row.miss_key}", style="bold yellow")
+    text.truncate(width, pad=True)
+    return text
+
+
+def render_heading(width: int, *, idx_width: int = 3) -> Text:
+    """The column heading above the rows, aligned with :func:`render_row`."""
+    side_w = _side_widths(width, idx_width)
+    text = Text(no_wrap=True, overflow="crop", style="bold")
+    text.append(" " * MARK_WIDTH)
+    text.append("#".rjust(idx_width))
+    text.append(" ")
+    text.append(clip("traced", side_w).ljust(side_w))
+    text.append(SEPARATOR, style="dim")
+    text.append(clip("replayed", side_w).ljust(side_w))
+    text.truncate(width, pad=True)
+    return text
+
+
+def row_search_text(row: TimelineRow) -> str:
+    """Everything a row shows, lowercased, for the ``/`` filter."""
+    parts = [str(row.index), row.mark.name.lower().replace("_", " "), row.miss_key]
+    for side in (row.traced, row.replayed):
+        if side is not None:
+            parts += [side.kind, te.kind_name(side.kind_code), side.name, side.cache, side.extra]
+            if side.billed:
+                parts.append("billed")
+    return " ".join(parts).lower()
+
+
+def kind_matches(pair: EventPair, kind_query: str) -> bool:
+    """Whether either side of ``pair`` is of a kind whose name or label starts with the query."""
+    query = kind_query.strip().upper()
+    for event in (pair.traced, pair.replayed):
+        if event is None:
+            continue
+        if te.kind_name(event.kind).startswith(query) or KIND_LABELS.get(event.kind, "").startswith(query):
+            return True
+    return False
+
+
+def filter_positions(
+    model: TimelineModel,
+    query: str,
+    *,
+    progress: Callable[[int], bool] | None = None,
+    chunk: int = 5000,
+) -> list[int] | None:
+    """Row positions matching ``query``: ``kind:LLM`` matches by kind, anything else by text.
+
+    This reads every row once (O(n)); the app runs it in a worker thread, so it
+    builds rows without touching the model's cache. ``progress(done)`` is called
+    every ``chunk`` rows; when it returns False the scan stops and None is returned
+    (a newer filter superseded this one).
+    """
+    query = query.strip()
+    kind_query: str | None = None
+    if query.lower().startswith("kind:"):
+        kind_query = query[5:]
+    needle = query.lower()
+    matches: list[int] = []
+    for pos, pair in enumerate(model.pairs):
+        if progress is not None and pos % chunk == 0 and pos and not progress(pos):
+            return None
+        if kind_query is not None:
+            if kind_matches(pair, kind_query):
+                matches.append(pos)
+        elif needle in row_search_text(model.build(pos)):
+            matches.append(pos)
+    return matches

@@ -1,0 +1,86 @@
+"""``?``: every key of the app, by screen (a test checks this list against the bindings)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+HELP: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
+    (
+        "everywhere",
+        (
+            ("q", "quit; the exit code is the verdict's (0 reproduced/what-if, 1 diverged, 2 error, 3 irreproducible)"),
+            ("?", "this help"),
+            ("s", "state: memory tree, replay cache, pending intents, continuation, versions"),
+            ("i", "intents ledger: staged/released, traced vs replayed"),
+            ("o", "outputs: sizes and digests; payloads as text or hex"),
+            ("e", "export the report (Markdown and JSON) and say where"),
+            ("ctrl+p", "command palette: every action by name"),
+            ("escape", "back to the timeline (from state, intents, outputs, help)"),
+        ),
+    ),
+    (
+        "timeline",
+        (
+            ("↓ j / ↑ k", "next / previous event"),
+            ("pgdn / pgup", "a page down / up"),
+            ("home g / end G", "first / last event"),
+            ("space →", "step mode: advance one event (rows not yet reached are dimmed)"),
+            ("←", "step mode: go back one event"),
+            ("n / N", "next / previous differing or cache-missed row"),
+            ("d", "jump to the first divergence (or the cache miss)"),
+            ("/", "filter rows by text, or by kind with kind:LLM (enter applies, empty clears)"),
+            ("escape", "leave step mode, then clear the filter"),
+            ("c", "copy the selected event (traced and replayed, JSON) via OSC 52"),
+            ("tab", "move focus: timeline, detail, step"),
+            ("mouse", "click a row to select it; wheel scrolls"),
+        ),
+    ),
+    (
+        "state",
+        (
+            ("1 … 5", "memory, cache, pending, continuation, versions tabs"),
+            ("enter / space", "open or close a memory tree node"),
+        ),
+    ),
+    (
+        "outputs",
+        (
+            ("t / enter", "show the selected payload as text (controls escaped)"),
+            ("x", "show the selected payload as a hex dump"),
+        ),
+    ),
+)
+
+
+def help_table() -> Table:
+    """All of ``HELP`` as one table."""
+    table = Table(box=None, expand=True, padding=(0, 2), show_header=False)
+    table.add_column("key", style="bold cyan", no_wrap=True)
+    table.add_column("what it does", ratio=1)
+    for section, keys in HELP:
+        table.add_row(Text(section, style="bold underline"), Text(""))
+        for key, what in keys:
+            table.add_row(Text(key), Text(what))
+        table.add_row(Text(""), Text(""))
+    return table
+
+
+class HelpScreen(ModalScreen[None]):
+    """A modal over the current screen; any of escape, ? or enter closes it."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,question_mark,enter", "app.pop_screen", "Close"),
+    ]
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="help-box"):
+            yield Static(Text("beam-agents-replay tui — keys", style="bold"), id="help-title")
+            yield Static(help_table())

@@ -1,0 +1,42 @@
+"""The intents ledger: what the trace says was staged and released, beside what the re-run did."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+
+from beam_agents.replay.result import ReplayResult
+from replay_tui.render.state import INTENT_COLUMNS, intent_rows
+from replay_tui.widgets.header import VerdictBanner
+
+
+class IntentsScreen(Screen[None]):
+    """One row per intent; a disagreement between trace and re-run is marked ≠ in red."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "app.pop_screen", "Back")]
+
+    def __init__(self, result: ReplayResult) -> None:
+        super().__init__()
+        self.result = result
+
+    def compose(self) -> ComposeResult:
+        yield VerdictBanner(self.result, id="verdict")
+        intents = self.result.intents
+        staged = sum(1 for i in intents if i.replayed_staged)
+        released = sum(1 for i in intents if i.replayed_released)
+        summary = Text(f"{len(intents)} intents", style="bold")
+        summary.append(f"  ·  re-run staged {staged}, released {released}", style="dim")
+        yield Static(summary, id="intents-summary")
+        yield DataTable(id="intents-table", cursor_type="row", zebra_stripes=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        table.add_columns(*INTENT_COLUMNS)
+        table.add_rows(intent_rows(self.result.intents))
+        table.focus()

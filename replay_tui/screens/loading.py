@@ -1,0 +1,61 @@
+"""Shown while the replay runs in its thread: a spinner, the inputs, the time spent."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Center, Vertical
+from textual.screen import Screen
+from textual.widgets import Footer, LoadingIndicator, Static
+
+from replay_tui.render.literal import literal
+
+
+def describe_options(options: Any) -> Text:
+    """The replay's inputs, one per line, from whatever the options object carries."""
+    text = Text()
+    for name in ("snapshot", "traces", "event", "agent", "registry", "seq", "hitl"):
+        value = getattr(options, name, None)
+        if value is None or value == ():
+            continue
+        shown = ", ".join(_source(v) for v in value) if isinstance(value, tuple) else _source(value)
+        text.append(f"{name:>9}  ", style="bold")
+        text.append(literal(shown) + "\n")
+    return text
+
+
+def _source(value: Any) -> str:
+    if isinstance(value, bytes):
+        return f"<{len(value)} bytes>"
+    return str(value)
+
+
+class LoadingScreen(Screen[None]):
+    """The input stays live: ``q`` quits while the replay is still running."""
+
+    def __init__(self, options: Any) -> None:
+        super().__init__()
+        self.options = options
+        self._started = time.monotonic()
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="loading-box"):
+            yield Static(Text("Replaying the activation…", style="bold"), id="loading-title")
+            yield LoadingIndicator(id="loading-spinner")
+            yield Static(id="loading-elapsed")
+            with Center():
+                yield Static(describe_options(self.options), id="loading-inputs")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self._tick()
+        self.set_interval(0.1, self._tick)
+
+    def _tick(self) -> None:
+        elapsed = time.monotonic() - self._started
+        self.query_one("#loading-elapsed", Static).update(
+            Text(f"{elapsed:.1f} s  ·  offline, network blocked  ·  q quits", style="dim")
+        )

@@ -1,0 +1,210 @@
+"""The incident view: header, verdict, timeline, detail and step panes."""
+
+from __future__ import annotations
+
+import json
+from typing import ClassVar
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import Footer, Input, Static
+from textual.worker import get_current_worker
+
+from beam_agents.replay.result import ReplayResult
+from replay_tui.messages import EventHighlighted, FilterFinished
+from replay_tui.render.literal import literal_text
+from replay_tui.render.report import pair_data
+from replay_tui.render.timeline import TimelineModel, filter_positions
+from replay_tui.widgets.detail import DetailPane
+from replay_tui.widgets.header import ReplayHeaderPanel, VerdictBanner
+from replay_tui.widgets.step import StepPane
+from replay_tui.widgets.timeline import Timeline
+
+
+class MainScreen(Screen[None]):
+    """Everything an operator needs first; state, intents and outputs are one key away."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("space,right", "step_forward", "Step", key_display="space"),
+        Binding("left", "step_back", "Back", show=False),
+        Binding("n", "next_notable", "Next ≠"),
+        Binding("N", "previous_notable", "Prev ≠", show=False),
+        Binding("d", "first_divergence", "1st diverge"),
+        Binding("slash", "filter", "Filter", key_display="/"),
+        Binding("escape", "clear", "Clear", show=False),
+        Binding("c", "copy_event", "Copy"),
+    ]
+
+    def __init__(self, result: ReplayResult) -> None:
+        super().__init__()
+        self.result = result
+        self.model = TimelineModel(result)
+        self.filter_query = ""
+
+    def compose(self) -> ComposeResult:
+        yield ReplayHeaderPanel(self.result, id="header")
+        yield VerdictBanner(self.result, id="verdict")
+        with Vertical(id="body"):
+            timeline = Timeline(self.model, id="timeline")
+            timeline.border_title = f"timeline · {len(self.model)} events"
+            yield timeline
+            with Horizontal(id="panes"):
+                yield DetailPane(self.result, id="detail")
+                yield StepPane(self.result, id="step")
+        yield Input(placeholder="filter: text, or kind:LLM   (enter apply · esc clear)", id="filter")
+        yield Static(id="status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        timeline = self.timeline
+        timeline.focus()
+        if len(self.model):
+            timeline.select_position(self.model.initial_position(), center=True)
+        else:
+            self._show(None)
+
+    @property
+    def timeline(self) -> Timeline:
+        return self.query_one(Timeline)
+
+    # -- selection --------------------------------------------------------------------------
+
+    @on(EventHighlighted)
+    def _on_highlight(self, message: EventHighlighted) -> None:
+        message.stop()
+        self._show(message.position)
+
+    def _show(self, position: int | None) -> None:
+        self.query_one(DetailPane).show(position)
+        self.query_one(StepPane).show(position)
+        self._update_status()
+
+    def _update_status(self, note: str = "") -> None:
+        timeline = self.timeline
+        position = timeline.position
+        parts = []
+        if position is not None:
+            parts.append(f"event {self.result.events[position].index} ({position + 1}/{len(self.model)})")
+        elif len(self.model):
+            parts.append("no row matches the filter")
+        if self.filter_query:
+            parts.append(f"filter {self.filter_query!r}: {timeline.shown_count} rows")
+        if timeline.step_mode:
+            parts.append("step mode (esc leaves)")
+        notable = len(self.model.notable)
+        parts.append(f"{notable} differing/missed rows (n/N)" if notable else "no differing rows")
+        if note:
+            parts.append(note)
+        # The query came from the operator's keyboard; still shown through a literal Text.
+        self.query_one("#status", Static).update(literal_text("  ·  ".join(parts)))
+
+    # -- actions ----------------------------------------------------------------------------
+
+    def action_step_forward(self) -> None:
+        self.timeline.set_step_mode(True)
+        self.timeline.action_cursor_down()
+        self._update_status()
+
+    def action_step_back(self) -> None:
+        self.timeline.set_step_mode(True)
+        self.timeline.action_cursor_up()
+        self._update_status()
+
+    def _jump(self, position: int | None, what: str) -> None:
+        if position is None:
+            self.notify(f"No {what}.", timeout=3)
+            return
+        if not self.timeline.select_position(position, center=True):
+            # The filter hides it: show everything again rather than refuse the jump.
+            self._clear_filter()
+            self.timeline.select_position(position, center=True)
+        self.timeline.focus()
+
+    def action_next_notable(self) -> None:
+        current = self.timeline.position
+        self._jump(self.model.next_notable(-1 if current is None else current), "later differing or missed row")
+
+    def action_previous_notable(self) -> None:
+        current = self.timeline.position
+        self._jump(
+            self.model.previous_notable(len(self.model) if current is None else current),
+            "earlier differing or missed row",
+        )
+
+    def action_first_divergence(self) -> None:
+        index = self.model.first_divergence_index
+        if index is None:
+            index = self.model.miss_index
+            what = "divergence or cache miss in this result"
+        else:
+            what = "divergence"
+        self._jump(None if index is None else self.model.position_of(index), what)
+
+    def action_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.value = self.filter_query
+        box.add_class("-visible")
+        box.focus()
+
+    def action_clear(self) -> None:
+        box = self.query_one("#filter", Input)
+        if box.has_class("-visible"):
+            box.remove_class("-visible")
+            self.timeline.focus()
+        elif self.timeline.step_mode:
+            self.timeline.set_step_mode(False)
+            self._update_status()
+        elif self.filter_query:
+            self._clear_filter()
+
+    def _clear_filter(self) -> None:
+        self.filter_query = ""
+        self.workers.cancel_group(self, "filter")
+        self.timeline.set_positions(None)
+        self.timeline.border_title = f"timeline · {len(self.model)} events"
+        self._update_status()
+
+    @on(Input.Submitted, "#filter")
+    def _filter_submitted(self, event: Input.Submitted) -> None:
+        box = event.input
+        box.remove_class("-visible")
+        self.timeline.focus()
+        query = event.value.strip()
+        if not query:
+            self._clear_filter()
+            return
+        self.filter_query = query
+        self._update_status("filtering…")
+        self._run_filter(query)
+
+    @work(thread=True, exclusive=True, group="filter")
+    def _run_filter(self, query: str) -> None:
+        worker = get_current_worker()
+        positions = filter_positions(self.model, query, progress=lambda _done: not worker.is_cancelled)
+        if positions is not None:
+            self.post_message(FilterFinished(query, positions))
+
+    @on(FilterFinished)
+    def _filter_finished(self, message: FilterFinished) -> None:
+        if message.query != self.filter_query:
+            return  # a newer filter (or a clear) superseded this scan
+        positions = message.positions
+        self.timeline.set_positions(positions)
+        shown = self.timeline.shown_count
+        self.timeline.border_title = f"timeline · {shown} of {len(self.model)} events"
+        if positions is not None and not positions:
+            self._show(None)
+        self._update_status()
+
+    def action_copy_event(self) -> None:
+        position = self.timeline.position
+        if position is None:
+            self.notify("No event selected.", timeout=3)
+            return
+        pair = self.result.events[position]
+        text = json.dumps(pair_data(pair), indent=2, sort_keys=True, ensure_ascii=False)
+        self.app.copy_to_clipboard(text)
+        self.notify(f"Copied event {pair.index} ({len(text)} characters) to the clipboard (OSC 52).")

@@ -1,0 +1,82 @@
+"""The snapshot's state: memory tree, replay cache, pending intents, continuation, versions."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
+
+from beam_agents.replay.result import ReplayResult
+from replay_tui.render.state import (
+    CACHE_COLUMNS,
+    PENDING_COLUMNS,
+    cache_rows,
+    continuation_text,
+    pending_rows,
+    versions_text,
+)
+from replay_tui.widgets.header import VerdictBanner
+from replay_tui.widgets.json_tree import JsonTree
+
+
+class StateScreen(Screen[None]):
+    """The pre-replay picture of the key, as loaded from the snapshot (migrated in memory)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "app.pop_screen", "Back"),
+        Binding("1", "tab('memory')", "Memory", show=False),
+        Binding("2", "tab('cache')", "Cache", show=False),
+        Binding("3", "tab('pending')", "Pending", show=False),
+        Binding("4", "tab('continuation')", "Continuation", show=False),
+        Binding("5", "tab('versions')", "Versions", show=False),
+    ]
+
+    def __init__(self, result: ReplayResult) -> None:
+        super().__init__()
+        self.result = result
+
+    def compose(self) -> ComposeResult:
+        yield VerdictBanner(self.result, id="verdict")
+        state = self.result.state
+        if state is None:
+            yield Static(Text("This result carries no snapshot state.", style="dim"), id="state-empty")
+            yield Footer()
+            return
+        with TabbedContent(id="state-tabs"):
+            with TabPane("1 memory", id="memory"):
+                yield JsonTree(state.memory, id="memory-tree")
+            with TabPane(f"2 cache ({len(state.cache_entries)})", id="cache"):
+                yield DataTable(id="cache-table", cursor_type="row", zebra_stripes=True)
+            with TabPane(f"3 pending ({len(state.pending)})", id="pending"):
+                yield DataTable(id="pending-table", cursor_type="row", zebra_stripes=True)
+            with TabPane("4 continuation", id="continuation"), VerticalScroll():
+                yield Static(continuation_text(state.continuation, self.result.header.now_ms))
+                if state.resumed_continuation is not None:
+                    yield Static(Text("\nconsumed by this resume", style="bold underline"))
+                    yield Static(
+                        continuation_text(state.resumed_continuation, self.result.header.now_ms)
+                    )
+            with TabPane("5 versions", id="versions"), VerticalScroll():
+                yield Static(versions_text(self.result, state))
+        yield Footer()
+
+    def on_mount(self) -> None:
+        state = self.result.state
+        if state is None:
+            return
+        cache = self.query_one("#cache-table", DataTable)
+        cache.add_columns(*CACHE_COLUMNS)
+        cache.add_rows(cache_rows(state.cache_entries))
+        pending = self.query_one("#pending-table", DataTable)
+        pending.add_columns(*PENDING_COLUMNS)
+        pending.add_rows(pending_rows(state.pending))
+        self.query_one(JsonTree).focus()
+
+    def action_tab(self, tab: str) -> None:
+        if self.result.state is not None:
+            self.query_one(TabbedContent).active = tab

@@ -1,0 +1,24 @@
+"""The header (what was replayed) and the verdict banner (what replay concluded)."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from beam_agents.replay.result import ReplayResult
+from replay_tui.render.header import header_lines, verdict_banner
+
+
+class ReplayHeaderPanel(Static):
+    """Version, agent and registry; key, seq, clock and kind; snapshot provenance."""
+
+    def __init__(self, result: ReplayResult, *, id: str | None = None) -> None:
+        super().__init__(Text("\n").join(header_lines(result.header)), id=id)
+
+
+class VerdictBanner(Static):
+    """The verdict, its exit code and the one-line reason, coloured by verdict."""
+
+    def __init__(self, result: ReplayResult, *, id: str | None = None) -> None:
+        super().__init__(verdict_banner(result), id=id)
+        self.add_class(f"-{result.verdict.name.lower()}")

@@ -1,0 +1,35 @@
+"""A collapsible tree of a JSON value whose every label is literal text.
+
+Textual's own ``Tree.add_json`` builds labels with markup around the keys, so a
+memory key like ``[bold red]x[/]`` would be styled; this tree never parses markup.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.widgets import Tree
+from textual.widgets.tree import TreeNode
+
+from replay_tui.render.state import JsonNode, json_tree
+
+EXPAND_DEPTH = 2
+"""Levels open on first show; deeper ones open on demand."""
+
+
+class JsonTree(Tree[None]):
+    """The working memory (or any JSON value) as a tree."""
+
+    def __init__(self, value: Any, *, name: str = "memory", id: str | None = None) -> None:
+        root = json_tree(value, name)
+        super().__init__(root.label, id=id)
+        self._fill(self.root, root, depth=0)
+        self.root.expand()
+
+    def _fill(self, node: TreeNode[None], data: JsonNode, depth: int) -> None:
+        for child in data.children or ():
+            if child.children is None:
+                node.add_leaf(child.label)
+            else:
+                branch = node.add(child.label, expand=depth + 1 < EXPAND_DEPTH)
+                self._fill(branch, child, depth + 1)
