@@ -1,0 +1,133 @@
+"""``make demo`` end to end, headless: the pipeline runs, and each incident gets its verdict.
+
+Runs ``scripts/demo.py`` exactly as the Makefile does (with ``DEMO_HEADLESS=1``),
+into a temporary directory, and checks what a newcomer would look at: the three
+verdicts with their exit codes (reproduced 0, diverged 1, irreproducible 3),
+the files an operator replays from, and that a re-run starts clean.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from beam_agents._protos import AgentEnvelope, StateSnapshot
+from beam_agents.trace_stream import trace_stream_files
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "scripts" / "demo.py"
+EXPECTED = {
+    "refund-v1": ("reproduced", 0),
+    "refund-v2": ("diverged", 1),
+    "carol-typo": ("irreproducible", 3),
+}
+_VERDICT_LINE = re.compile(
+    r"^  (?P<name>\S+)\s+(?P<verdict>\S+)\s+exit (?P<code>\d+)\s+(?P<mark>.+)$"
+)
+
+
+def run_demo(out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "DEMO_HEADLESS": "1"}
+    return subprocess.run(
+        [sys.executable, str(DEMO), "--out", str(out), *extra],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    out = tmp_path_factory.mktemp("demo") / "demo-out"
+    out.mkdir()
+    (out / ".beam-agents-demo").write_text("")
+    (out / "stale-from-last-run.txt").write_text("must be gone after the demo")
+    return out, run_demo(out)
+
+
+def verdicts(stdout: str) -> dict[str, tuple[str, int, str]]:
+    section = stdout.split("\n3. Verdicts\n", 1)[1].split("\n\n", 1)[0]
+    found = {}
+    for line in section.splitlines():
+        match = _VERDICT_LINE.match(line)
+        assert match, f"unexpected verdict line {line!r}"
+        found[match["name"]] = (match["verdict"], int(match["code"]), match["mark"])
+    return found
+
+
+@pytest.mark.slow
+def test_the_demo_succeeds_headless(demo: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    _, done = demo
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "DEMO_HEADLESS is set: not opening the TUI" in done.stdout
+    assert "Traceback" not in done.stdout + done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("incident", sorted(EXPECTED))
+def test_each_incident_gets_its_verdict_and_exit_code(
+    demo: tuple[Path, subprocess.CompletedProcess[str]], incident: str
+) -> None:
+    _, done = demo
+    verdict, code = EXPECTED[incident]
+    assert verdicts(done.stdout)[incident] == (verdict, code, "ok"), done.stdout
+
+
+@pytest.mark.slow
+def test_the_reports_name_what_happened(
+    demo: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    _, done = demo
+    reports = done.stdout.split("\n2. The incidents")[1]
+    assert "provider calls: 0" in reports
+    assert "first divergence: event 2 TOOL_CALL 'lookup_order'" in reports
+    assert "cache miss" in reports and "messages[1]" in reports
+    for code in (0, 1, 3):
+        assert f"exit code {code}\n" in reports
+
+
+@pytest.mark.slow
+def test_the_printed_commands_use_the_installed_cli_and_the_example_paths(
+    demo: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    _, done = demo
+    assert "beam-agents-replay \\\n      --snapshot " in done.stdout
+    assert "--agent examples.support_desk.agent_v2:AGENT" in done.stdout
+    assert "--registry examples.support_desk.tools:TOOLS" in done.stdout
+    assert "beam-agents-replay tui \\" in done.stdout  # the TUI command, for a terminal
+
+
+@pytest.mark.slow
+def test_the_demo_leaves_the_three_inputs_of_every_replay(
+    demo: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    out, _ = demo
+    assert not (out / "stale-from-last-run.txt").exists()  # re-running starts clean
+    snapshots = sorted(p.name for p in (out / "snapshots").glob("*.pb"))
+    assert snapshots == [
+        f"{b'customer-bob'.hex()}-3-incident-refund-bob.pb",
+        f"{b'customer-carol'.hex()}-2-incident-carol-typo.pb",
+    ]
+    for name in snapshots:
+        snapshot = StateSnapshot.FromString((out / "snapshots" / name).read_bytes())
+        assert snapshot.request_id in name
+    assert trace_stream_files(out / "traces")
+    event = AgentEnvelope.FromString((out / "events" / "msg-bob-1.pb").read_bytes())
+    assert event.event.type == "customer_message" and event.entity_key == b"customer-bob"
+
+
+def test_the_demo_refuses_to_delete_a_directory_it_did_not_make(tmp_path: Path) -> None:
+    precious = tmp_path / "mine.txt"
+    precious.write_text("keep me")
+    done = run_demo(tmp_path)
+    assert done.returncode != 0
+    assert "was not made by the demo" in done.stdout + done.stderr
+    assert precious.read_text() == "keep me"
