@@ -9,7 +9,9 @@ arrive in the order written. Attributes:
 - ``seq``: the activation's seq (trace) or the key's SEQ at export (snapshot);
 - ``index``: the event's index (traces only).
 
-``flush`` resolves every publish future, each bounded by ``timeout_s``. When a
+Each publish is one attempt bounded by ``timeout_s`` (see ``_publish`` for why
+the client's own retry is off): a failed publish fails the bundle and the
+runner's retry publishes again. ``flush`` resolves every publish future. When a
 publish fails, the client pauses that ordering key (later publishes for it
 fail at once, which is what keeps order); after reporting the failure the
 writer resumes the key, because the runner retries the whole failed bundle,
@@ -39,7 +41,7 @@ from beam_agents.trace_events import serialize_trace_event
 __all__ = ["DEFAULT_TIMEOUT_S", "PubSubSinkWriter"]
 
 DEFAULT_TIMEOUT_S = 60.0
-"""Bound on each publish (retries included) and on the wait for it in ``flush``."""
+"""Bound on each publish attempt and on the wait for it in ``flush``."""
 
 
 class PubSubSinkWriter:
@@ -51,7 +53,6 @@ class PubSubSinkWriter:
         self._timeout_s = float(options.get("timeout_s", DEFAULT_TIMEOUT_S))
         self._client: Any = None
         self._topic_path = ""
-        self._retry: Any = None
         # (future, record description, ordering key) since the last flush.
         self._pending: list[tuple[Any, str, str]] = []
 
@@ -62,20 +63,12 @@ class PubSubSinkWriter:
             SinkError: The client cannot be created (e.g. no credentials).
         """
         with map_client_errors(self._sink, "no record (creating the publisher)"):
-            from google.api_core import retry as retries
             from google.cloud import pubsub_v1  # type: ignore[attr-defined]
 
             self._client = pubsub_v1.PublisherClient(
                 publisher_options=pubsub_v1.types.PublisherOptions(enable_message_ordering=True)
             )
             self._topic_path = self._client.topic_path(self._sink.project, self._sink.topic)
-            self._retry = retries.Retry(
-                predicate=retries.if_transient_error,
-                initial=0.1,
-                maximum=min(5.0, self._timeout_s),
-                multiplier=2.0,
-                timeout=self._timeout_s,
-            )
 
     def close(self) -> None:
         """Stop the client; records not flushed are not waited for."""
@@ -111,7 +104,11 @@ class PubSubSinkWriter:
                 self._topic_path,
                 data,
                 ordering_key=key_hex,
-                retry=self._retry,
+                # No client retry: with message ordering on, the client stretches
+                # any retry policy to an unbounded deadline, in a thread that
+                # outlives the bundle. One attempt bounded by timeout_s; the
+                # runner's retry of the failed bundle is the retry.
+                retry=None,
                 timeout=self._timeout_s,
                 entity_key=key_hex,
                 **attrs,

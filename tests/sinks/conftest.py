@@ -7,11 +7,14 @@ minute), and reuses it afterwards.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from .peers import (
+    PEER_THREAD_PREFIX,
     BigQueryEmulator,
     KafkaMockCluster,
     OtlpReceiver,
@@ -71,3 +74,27 @@ def otlp(otlp_receiver: OtlpReceiver) -> Iterator[OtlpReceiver]:
     otlp_receiver.reset()
     yield otlp_receiver
     otlp_receiver.reset()
+
+
+@pytest.fixture(autouse=True)
+def no_client_thread_outlives_its_test() -> Iterator[None]:
+    """Fail a test that leaves a client thread running after its writer was closed.
+
+    A sink must not leave work behind a closed writer (a retry loop, a
+    publisher thread): it would deliver records after the bundle failed, and
+    in this suite it would run into later tests (a thread drawing on
+    ``random`` breaks Hypothesis's determinism check there).
+    """
+    before = set(threading.enumerate())
+    yield
+    deadline = time.monotonic() + 10
+    while True:
+        left = [
+            t
+            for t in set(threading.enumerate()) - before
+            if t.is_alive() and not t.name.startswith(PEER_THREAD_PREFIX)
+        ]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert not left, f"threads still running after the test: {sorted(t.name for t in left)}"

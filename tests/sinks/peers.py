@@ -36,6 +36,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 PEERS_DIR = Path(os.environ.get("BEAM_AGENTS_PEERS_DIR", REPO / ".peers"))
+PEER_THREAD_PREFIX = "sink-test-peer"
+"""Threads of in-process peers are named so; they live for the session on purpose."""
 
 
 def unavailable(reason: str) -> None:
@@ -344,7 +346,9 @@ class OtlpReceiver:
                         response.partial_success.error_message = "rejected by the test receiver"
                     return response
 
-        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        self._server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix=PEER_THREAD_PREFIX)
+        )
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Servicer(), self._server)
         self.port = self._server.add_insecure_port("127.0.0.1:0")
         self._server.start()
