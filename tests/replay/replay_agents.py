@@ -17,7 +17,8 @@ verdict each when replay imports them instead:
     refund     ask, then stages an approval-gated issue_refund and suspends awaiting it
     twice      two model calls
 
-``resume`` makes one model call summarizing the inbound, then Done.
+``resume`` makes one model call summarizing the inbound, then Done; a ToolResult
+with status ERROR makes it raise first (a failed resume, before any model call).
 """
 
 from __future__ import annotations
@@ -121,6 +122,8 @@ class SupportAgent(Agent):
 
     def resume(self, ctx: AgentContext, state: Any, step_index: int, inbound: Inbound) -> Outcome:
         if isinstance(inbound, ToolResult):
+            if inbound.status == ToolResult.ERROR:
+                raise RuntimeError(f"the executor failed: {inbound.error}")
             how = f"result {ToolResult.Status.Name(inbound.status)}"
         elif isinstance(inbound, Timeout):
             how = "timeout"

@@ -24,7 +24,7 @@ from beam_agents.activation import (
 )
 from beam_agents.agent import Timeout
 from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
-from beam_agents.key_state import StateCells, dump_key_state, load_key_state, make_snapshot
+from beam_agents.key_state import StateCells, load_key_state, make_snapshot
 from beam_agents.llm_cache import CachePolicy
 from beam_agents.provider import Provider
 from beam_agents.replay.options import ReplayOptions
@@ -117,10 +117,7 @@ def options(
 ) -> ReplayOptions:
     """ReplayOptions over in-memory inputs (or paths)."""
     event_source: bytes | Path | None
-    if isinstance(event, AgentEnvelope):
-        event_source = event.SerializeToString()
-    else:
-        event_source = event
+    event_source = event.SerializeToString() if isinstance(event, AgentEnvelope) else event
     return ReplayOptions(
         snapshot=snapshot,
         traces=(traces,),
