@@ -25,6 +25,7 @@ from typing import NoReturn
 
 from beam_agents._version import __version__
 from beam_agents.replay.options import ReplayOptions
+from beam_agents.replay.result import ReplayResult, Verdict
 
 __all__ = ["PROG", "main"]
 
@@ -176,10 +177,20 @@ def _headless(args: Sequence[str]) -> int:
     options = _options(ns)
     _cwd_importable()
     from beam_agents.replay.engine import replay
-    from beam_agents.replay.result import Verdict
 
-    result = replay(options)
-    if ns.json:
+    # Replay reads; it writes nothing, not even bytecode caches of what it imports.
+    saved = sys.dont_write_bytecode
+    sys.dont_write_bytecode = True
+    try:
+        result = replay(options)
+        return _emit(result, as_json=ns.json)
+    finally:
+        sys.dont_write_bytecode = saved
+
+
+def _emit(result: ReplayResult, *, as_json: bool) -> int:
+    """Print ``result`` (report or JSON on stdout, a usage error on stderr); its exit code."""
+    if as_json:
         from beam_agents.replay.json_report import render_json
 
         sys.stdout.write(render_json(result))
@@ -187,7 +198,7 @@ def _headless(args: Sequence[str]) -> int:
         from beam_agents.replay.report import render_error
 
         sys.stderr.write(render_error(result))
-    elif not ns.json:
+    elif not as_json:
         from beam_agents.replay.report import render_report
 
         sys.stdout.write(render_report(result))
@@ -207,7 +218,12 @@ def _tui(args: Sequence[str]) -> int:
             "works without it (drop the 'tui' subcommand)\n"
         )
         return 2
-    return int(run_tui(options))
+    saved = sys.dont_write_bytecode
+    sys.dont_write_bytecode = True  # as headless: replay writes nothing
+    try:
+        return int(run_tui(options))
+    finally:
+        sys.dont_write_bytecode = saved
 
 
 def _convert_bq(args: Sequence[str]) -> int:

@@ -1,0 +1,430 @@
+"""The command line: the seed's report shape, exit codes, --json, stdin, convert-bq, the tui hook."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import subprocess
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+import replay_agents as ra
+from replay_harness import KEY, T0, KeyHistory
+
+from beam_agents._protos import AgentEnvelope
+from beam_agents.bigquery_rows import trace_event_to_row
+from beam_agents.replay.cli import main
+from beam_agents.replay.options import ReplayOptions
+from beam_agents.testing import event_envelope
+from beam_agents.trace_stream import read_trace_stream
+
+SCRIPT = str(Path(sys.executable).parent / "beam-agents-replay")
+HEX64 = "[0-9a-f]{64}"
+
+
+class Inputs:
+    """A replayed key's three inputs as files, and the flags naming them."""
+
+    def __init__(self, directory: Path, history: KeyHistory, event: AgentEnvelope) -> None:
+        self.directory = directory
+        self.history = history
+        self.event = event
+        self.snapshot = directory / "snapshot.pb"
+        self.traces = directory / "traces"
+        self.event_file = directory / "event.pb"
+        self.traces.mkdir()
+        self.snapshot.write_bytes(history.export())
+        (self.traces / "traces-0001.pb").write_bytes(history.trace_bytes())
+        self.event_file.write_bytes(event.SerializeToString())
+
+    def flags(self, **overrides: str | None) -> list[str]:
+        values: dict[str, str | None] = {
+            "--snapshot": str(self.snapshot),
+            "--traces": str(self.traces),
+            "--event": str(self.event_file),
+            "--agent": "replay_agents:AGENT",
+            "--registry": "replay_agents:TOOLS",
+        }
+        values.update({f"--{k}": v for k, v in overrides.items()})
+        out: list[str] = []
+        for flag, value in values.items():
+            if value is not None:
+                out += [flag, value]
+        return out
+
+
+@pytest.fixture
+def inputs(tmp_path: Path) -> Inputs:
+    history = KeyHistory(ra.AGENT, ra.TOOLS, ra.make_provider())
+    event = event_envelope(KEY, "ask", b"where is A1?", time_ms=T0)
+    history.send(event)
+    return Inputs(tmp_path, history, event)
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_version_and_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["--version"], capsys) == (0, "beam-agents-replay 1.0.0a1\n", "")
+    code, out, _ = run(["--help"], capsys)
+    assert code == 0
+    for flag in (
+        "--snapshot",
+        "--traces",
+        "--event",
+        "--agent",
+        "--registry",
+        "--seq",
+        "--hitl",
+        "--headless",
+        "--json",
+        "--version",
+    ):
+        assert flag in out
+    assert "3  irreproducible" in out
+
+
+def test_the_report_has_the_seeds_shape(inputs: Inputs, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(inputs.flags(), capsys)
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[:6] == [
+        "beam-agents-replay 1.0.0a1",
+        "  agent:  replay_agents:AGENT",
+        f"  key:    {KEY.hex()}  seq: 1  now_ms: {T0}",
+        "  kind:   start",
+        "reproduced",
+        "  provider calls: 0",
+    ]
+    assert re.fullmatch(rf"  outputs\[0\]: \d+ bytes, sha256={HEX64}", lines[6])
+    assert re.fullmatch(
+        rf"  memory blob: \d+ bytes, sha256={HEX64} "
+        r"\(no traced counterpart — reported, not diffed\)",
+        lines[7],
+    )
+    assert "  registry: replay_agents:TOOLS" in lines
+    assert any(line.startswith("  hitl policy: default (intent_ttl_ms=") for line in lines)
+    assert run(["--headless", *inputs.flags()], capsys)[1] == out
+
+
+def test_a_divergence_prints_the_structured_diff(
+    inputs: Inputs, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(inputs.flags(registry="replay_agents:TOOLS_CHANGED_LOOKUP"), capsys)
+    assert code == 1
+    assert "\ndiverged\n" in out
+    assert "  first divergence: event 1 TOOL_CALL 'lookup_order'" in out
+    assert re.search(
+        rf"    attributes\['beam_agents.result_sha256'\]: traced \"{HEX64}\"  replayed \"{HEX64}\"",
+        out,
+    )
+
+
+def test_a_cache_miss_names_key_event_and_differing_message(
+    inputs: Inputs, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(inputs.flags(agent="replay_agents:AGENT_NEW_PROMPT"), capsys)
+    assert code == 3
+    assert "\nirreproducible\n" in out
+    assert "  cache miss: event 2 LLM_CALL model 'replay-test-model' (absent)" in out
+    assert re.search(rf"    cache key:        {HEX64}\n", out)
+    assert "(differs: the request changed)" in out
+    assert "    differs in:       messages[0]" in out
+
+
+def test_a_usage_error_is_one_paragraph_on_stderr(
+    inputs: Inputs, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(inputs.flags(agent="replay_agents:NOPE"), capsys)
+    assert (code, out) == (2, "")
+    assert err.startswith("beam-agents-replay: error: --agent replay_agents:NOPE")
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        ([], "missing --snapshot, --traces, --agent, --registry"),
+        (["--seq", "x"], "invalid int value"),
+        (["--bogus"], "unrecognized arguments: --bogus"),
+        (
+            [
+                "--snapshot",
+                "-",
+                "--event",
+                "-",
+                "--traces",
+                "t",
+                "--agent",
+                "a:b",
+                "--registry",
+                "a:b",
+            ],
+            "--snapshot and --event all read standard input",
+        ),
+        (
+            [
+                "--snapshot",
+                "s",
+                "--traces",
+                "t",
+                "--agent",
+                "a:b",
+                "--registry",
+                "a:b",
+                "--seq",
+                "-1",
+            ],
+            "--seq must be",
+        ),
+    ],
+)
+def test_bad_command_lines_exit_2(
+    argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(argv, capsys)
+    assert (code, out) == (2, "")
+    assert needle in err and err.startswith("beam-agents-replay: error:")
+
+
+def test_unreadable_files_exit_2_naming_the_flag(
+    inputs: Inputs, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(inputs.flags(snapshot=str(tmp_path / "absent.pb")), capsys)
+    assert code == 2 and "cannot read --snapshot" in err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, _, err = run(inputs.flags(traces=str(empty)), capsys)
+    assert code == 2 and "no *.pb trace-stream files" in err
+    code, _, err = run(inputs.flags(event=str(inputs.snapshot)), capsys)
+    assert code == 2 and "--event" in err
+
+
+def _stdin(monkeypatch: pytest.MonkeyPatch, data: bytes) -> None:
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+
+
+@pytest.mark.parametrize("flag", ["snapshot", "traces", "event"])
+def test_a_dash_reads_that_file_from_stdin(
+    inputs: Inputs, flag: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = {
+        "snapshot": inputs.snapshot,
+        "traces": inputs.traces / "traces-0001.pb",
+        "event": inputs.event_file,
+    }[flag]
+    _stdin(monkeypatch, source.read_bytes())
+    code, out, err = run(inputs.flags(**{flag: "-"}), capsys)
+    assert code == 0, err
+    assert "\nreproduced\n" in out
+
+
+def test_json_is_one_document_with_stable_fields(
+    inputs: Inputs, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(["--json", *inputs.flags()], capsys)
+    assert (code, err) == (0, "")
+    doc = json.loads(out)
+    assert {
+        "verdict",
+        "exit_code",
+        "header",
+        "events",
+        "first_divergence",
+        "cache_miss",
+        "intents",
+        "outputs",
+        "memory",
+        "reason",
+    } <= set(doc)
+    assert (doc["schema"], doc["verdict"], doc["exit_code"]) == (
+        "beam-agents-replay/1",
+        "reproduced",
+        0,
+    )
+    assert doc["header"]["entity_key"] == KEY.hex()
+    assert (doc["header"]["seq"], doc["header"]["now_ms"], doc["header"]["kind"]) == (
+        1,
+        T0,
+        "start",
+    )
+    first = doc["events"][0]
+    assert first["traced"]["kind"] == first["replayed"]["kind"] == "ACTIVATION_START"
+    assert first["traced"]["entity_key"] == KEY.hex()
+    assert first["traced"]["attributes"]["beam_agents.trigger"] == {
+        "type": "string",
+        "value": "event",
+    }
+    output = doc["outputs"][0]
+    assert bytes.fromhex(output["hex"]).startswith(b"1:answer to:")
+    assert doc["memory"]["size"] == len(bytes.fromhex(doc["memory"]["hex"]))
+    assert doc["first_divergence"] is None and doc["cache_miss"] is None
+
+
+def test_json_of_a_divergence_and_of_a_usage_error(
+    inputs: Inputs, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(
+        ["--json", *inputs.flags(registry="replay_agents:TOOLS_CHANGED_LOOKUP")], capsys
+    )
+    doc = json.loads(out)
+    assert (code, doc["verdict"], doc["exit_code"]) == (1, "diverged", 1)
+    assert doc["first_divergence"]["index"] == 1
+    assert doc["first_divergence"]["fields"][0]["path"] == "attributes['beam_agents.result_sha256']"
+    assert doc["events"][1]["differs"] is True
+    code, out, err = run(["--json", *inputs.flags(agent="replay_agents:NOPE")], capsys)
+    doc = json.loads(out)
+    assert (code, doc["verdict"], doc["exit_code"]) == (2, "error", 2)
+    assert "no attribute 'NOPE'" in doc["error"] and "no attribute 'NOPE'" in err
+
+
+def test_tui_parses_the_same_flags_and_returns_the_apps_code(
+    inputs: Inputs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[Any] = []
+
+    def run_tui(options: ReplayOptions) -> int:
+        seen.append(options)
+        return 3
+
+    fake = types.ModuleType("replay_tui.app")
+    fake.run_tui = run_tui  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "replay_tui.app", fake)
+    assert main(["tui", *inputs.flags(seq="1")]) == 3
+    (options,) = seen
+    assert options == ReplayOptions(
+        snapshot=str(inputs.snapshot),
+        traces=(str(inputs.traces),),
+        event=str(inputs.event_file),
+        agent="replay_agents:AGENT",
+        registry="replay_agents:TOOLS",
+        seq=1,
+    )
+
+
+def test_an_internal_error_is_a_short_report_and_exit_2(
+    inputs: Inputs, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import beam_agents.replay.report as report
+
+    def broken(result: object) -> str:
+        raise ZeroDivisionError("bug")
+
+    monkeypatch.setattr(report, "render_report", broken)
+    code, _, err = run(inputs.flags(), capsys)
+    assert code == 2
+    assert "internal error: ZeroDivisionError: bug" in err and "Traceback" not in err
+
+
+# --------------------------------------------------------------------------- convert-bq
+
+
+def _rows(inputs: Inputs) -> list[dict[str, Any]]:
+    rows = []
+    for event in reversed(inputs.history.trace):  # a query returns rows in any order
+        row = trace_event_to_row(event)
+        rows.append(row)
+    return rows + rows[:2]  # and best-effort de-duplication leaves copies
+
+
+@pytest.mark.parametrize("shape", ["ndjson", "array"])
+def test_convert_bq_turns_rows_into_a_replayable_stream(
+    inputs: Inputs, tmp_path: Path, shape: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = _rows(inputs)
+    rows_file = tmp_path / f"rows.{shape}"
+    if shape == "ndjson":
+        rows_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    else:
+        rows_file.write_text(json.dumps(rows, indent=2))
+    out = tmp_path / "converted.pb"
+    code, _, err = run(["convert-bq", str(rows_file), "-o", str(out)], capsys)
+    assert code == 0, err
+    assert f"{len(inputs.history.trace)} trace events of 1 key(s)" in err
+    assert list(read_trace_stream(out)) == inputs.history.trace
+    code, stdout, _ = run(inputs.flags(traces=str(out)), capsys)
+    assert code == 0 and "\nreproduced\n" in stdout
+
+
+def test_convert_bq_refuses_bad_rows_and_a_terminal(
+    inputs: Inputs,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('[{"entity_key": 5}]')
+    code, _, err = run(["convert-bq", str(bad), "-o", str(tmp_path / "x.pb")], capsys)
+    assert code == 2 and "convert-bq:" in err and "Traceback" not in err
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(_rows(inputs)))
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    code, _, err = run(["convert-bq", str(good)], capsys)
+    assert code == 2 and "binary trace stream" in err
+
+
+# --------------------------------------------------------------------------- subprocesses
+
+HEAVY = (
+    "apache_beam",
+    "google.cloud",
+    "google.api_core",
+    "google.auth",
+    "grpc",
+    "confluent_kafka",
+    "opentelemetry",
+    "textual",
+    "replay_tui",
+)
+
+
+def test_the_console_script_exits_with_the_verdict(inputs: Inputs) -> None:
+    ok = subprocess.run([SCRIPT, *inputs.flags()], capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0 and "\nreproduced\n" in ok.stdout
+    diverged = subprocess.run(
+        [SCRIPT, "--json", *inputs.flags(registry="replay_agents:TOOLS_CHANGED_LOOKUP")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert diverged.returncode == 1 and json.loads(diverged.stdout)["verdict"] == "diverged"
+    bad = subprocess.run(
+        [SCRIPT, *inputs.flags(snapshot=str(inputs.event_file))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode == 2 and bad.stdout == "" and "Traceback" not in bad.stderr
+
+
+def test_convert_bq_reads_rows_from_stdin(inputs: Inputs, tmp_path: Path) -> None:
+    rows = "".join(json.dumps(r) + "\n" for r in _rows(inputs))
+    out = subprocess.run(
+        [SCRIPT, "convert-bq", "-"], input=rows.encode(), capture_output=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert list(read_trace_stream(out.stdout)) == inputs.history.trace
+
+
+@pytest.mark.parametrize("registry", ["replay_agents:TOOLS", "replay_agents:TOOLS_CHANGED_LOOKUP"])
+def test_a_replay_imports_nothing_heavy(inputs: Inputs, registry: str) -> None:
+    code = (
+        "import sys\n"
+        "from beam_agents.replay.cli import main\n"
+        f"rc = main({inputs.flags(registry=registry)!r})\n"
+        f"heavy = sorted(m for m in sys.modules if m.startswith({HEAVY!r}))\n"
+        "print(rc, heavy, 'deepdiff' in sys.modules, file=sys.stderr)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    last = out.stderr.strip().splitlines()[-1]
+    if registry.endswith("TOOLS"):
+        assert last == "0 [] False"  # DeepDiff only renders a divergence
+    else:
+        assert last == "1 [] True"
