@@ -306,7 +306,11 @@ def main(argv: list[str] | None = None) -> int:
         print("Opening it now on the diverged incident; press q to quit, ? for help.")
         sys.stdout.flush()
         code = subprocess.run(tui_argv, env=replay_env(), check=False).returncode
-        print(f"the TUI exited with code {code}, as the headless replay did ({tui.exit_code})")
+        if code == tui.exit_code:
+            print(f"the TUI exited with code {code}, as the headless replay did")
+        else:
+            print(f"UNEXPECTED: the TUI exited with code {code}, headless with {tui.exit_code}")
+            all_expected = False
     return 0 if all_expected else 1
 
 
