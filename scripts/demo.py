@@ -17,7 +17,8 @@ What it does, in order:
 2. Prints the exact ``beam-agents-replay`` command of each incident, runs it
    headless and prints its report: Bob's refund replayed with v1 (reproduced,
    exit 0) and with v2 (diverged, exit 1), Carol's failed activation
-   (irreproducible: a cache miss, exit 3).
+   (irreproducible: a cache miss, exit 3), and the resume that confirmed Bob's
+   refund (reproduced from the snapshot's ``resumed_from``, exit 0).
 3. Unless ``DEMO_HEADLESS=1``, opens the TUI on the diverged incident.
 
 It exits 0 when every incident gave its expected verdict, 1 otherwise.
@@ -262,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     out: Path = args.out.resolve()
     started = time.monotonic()
 
-    print("beam-agents demo: a support desk on Apache Beam, and three incidents replayed\n")
+    print("beam-agents demo: a support desk on Apache Beam, and its incidents replayed\n")
     print("1. The pipeline (RunAgent on the DirectRunner, streaming, file:// sinks)")
     prepare_out(out)
     run_pipeline(out)
@@ -290,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
         print(
-            f"  {outcome.incident.name:<11} {outcome.verdict:<15} exit {outcome.exit_code}   {mark}"
+            f"  {outcome.incident.name:<13} {outcome.verdict:<15} exit {outcome.exit_code}   {mark}"
         )
     all_expected = all(outcome.as_expected for outcome in outcomes)
     print(f"\ndemo finished in {time.monotonic() - started:.1f} s")

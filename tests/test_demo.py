@@ -25,6 +25,7 @@ EXPECTED = {
     "refund-v1": ("reproduced", 0),
     "refund-v2": ("diverged", 1),
     "carol-typo": ("irreproducible", 3),
+    "refund-resume": ("reproduced", 0),
 }
 _VERDICT_LINE = re.compile(
     r"^  (?P<name>\S+)\s+(?P<verdict>\S+)\s+exit (?P<code>\d+)\s+(?P<mark>.+)$"

@@ -195,5 +195,18 @@ INCIDENTS: tuple[Incident, ...] = (
         verdict="irreproducible",
         exit_code=3,
     ),
+    Incident(
+        name="refund-resume",
+        title="Bob's refund confirmation (a completed resume), replayed with v1",
+        entity_key=BOB,
+        seq=FIRST_SEQ + 2,
+        event=BOB_REFUND_RESULT,
+        export=EXPORT_BOB,
+        agent=AGENT_V1,
+        verdict="reproduced",
+        exit_code=0,
+    ),
 )
-"""What the demo replays: reproduced (0), diverged (1), irreproducible cache miss (3)."""
+"""What the demo replays: reproduced (0), diverged (1), irreproducible cache miss (3), and the
+resume that ended Bob's round trip, replayed from the continuation the snapshot's
+``resumed_from`` kept (reproduced, 0)."""
