@@ -203,7 +203,7 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
             (memory_cell, llm_cache_cell, continuation_cell, pending_cell, resume_history_cell),
             inbox_cell,
         )
-        return _tagged(self.handle_envelope(key, raw, store, timer))
+        return _tagged(self._handle_envelope(key, raw, store, timer))
 
     @on_timer(HITL_TIMER_SPEC)  # type: ignore[untyped-decorator]
     def on_hitl_deadline(
@@ -224,11 +224,11 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
             (memory_cell, llm_cache_cell, continuation_cell, pending_cell, resume_history_cell),
             inbox_cell,
         )
-        return _tagged(self.handle_deadline(key, fired_at.micros // 1000, store, timer))
+        return _tagged(self._handle_deadline(key, fired_at.micros // 1000, store, timer))
 
     # -- the logic, on plain objects (state cells: read/write/clear; timer: set/clear) ------
 
-    def handle_envelope(
+    def _handle_envelope(
         self, key: bytes, raw: bytes, store: _CellStore, timer: Any
     ) -> Iterator[tuple[str, Any]]:
         """Handle one routed envelope of ``key``; yields ``(tag, element)`` pairs."""
@@ -264,7 +264,7 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
         self._write(run, store, timer)
         yield from run.outputs
 
-    def handle_deadline(
+    def _handle_deadline(
         self, key: bytes, fired_ms: int, store: _CellStore, timer: Any
     ) -> Iterator[tuple[str, Any]]:
         """Handle the HITL timer of ``key`` firing at ``fired_ms``; yields ``(tag, element)``."""
@@ -369,8 +369,19 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
             # As a separate element would: from the committed bytes, exactly what replay
             # loads from a snapshot taken between the two.
             run.state = load_key_state(run.cells)
-            if classify_trigger(run.state, envelope).action is not TriggerAction.START:
-                continue  # unreachable: only events queue, and the key is not suspended
+            decision = classify_trigger(run.state, envelope)
+            if decision.action is not TriggerAction.START:
+                # Only events queue, and only while suspended; kept for safety, never dropped.
+                run.outputs.append(
+                    self._error(
+                        REJECTED_TRIGGER,
+                        f"queued event refused: {decision.reason or decision.action.value}",
+                        key,
+                        raw,
+                        envelope_id=envelope.envelope_id,
+                    )
+                )
+                continue
             self._activate(key, run, envelope, now_ms=envelope.event_time_ms)
         store.write_inbox(inbox[done:])
 

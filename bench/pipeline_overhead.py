@@ -1,0 +1,213 @@
+"""What RunAgent costs over a bare stateful DoFn, on the BundleBasedDirectRunner.
+
+Usage (from the repository root):
+
+    .venv/bin/python bench/pipeline_overhead.py [--activations 20000] [--keys 1000]
+
+In one run, two pipelines read the same serialized envelopes (``--activations``
+events spread evenly over ``--keys`` keys) from an in-memory ``Create``:
+
+(a) a bare stateful DoFn keyed by entity key that does the state traffic
+    RunAgent does for this agent and nothing else: it reads SEQ and the five
+    blob cells, writes SEQ and the replay-cache cell (the only blob a cached
+    call changes) and emits one output;
+(b) ``RunAgent`` with a trivial agent making one model call per activation,
+    served from the replay cache (the first activation of each key warms it:
+    ``keys`` misses, ``activations - keys`` hits), emitting one output and its
+    trace events.
+
+It prints activations/s of both and the time ratio b/a. Target: <= 1.5.
+To show where RunAgent's time goes, it also times the activation core alone on
+the same envelopes, without Beam: ``load_key_state`` + ``run_activation`` +
+trace serialization per activation (what the DoFn calls for each element).
+Not a test: timings depend on the machine (see STYLE.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.coders import BytesCoder, IterableCoder, VarIntCoder
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
+from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
+
+from beam_agents import Agent, AgentConfig, Done, RunAgent, ToolRegistry
+from beam_agents._protos import Event
+from beam_agents.context import AgentContext
+from beam_agents.testing import ScriptedProvider, chat_request, event_envelope
+
+T0 = 1_734_000_000_000
+
+
+class CachedCallAgent(Agent):
+    """One model call (the same request every time, so it is cached after the first).
+
+    The request is built inside ``start``: this script is ``__main__``, so Beam pickles
+    the class by value with its globals, and a message instance there would not pickle.
+    """
+
+    def start(self, ctx: AgentContext, event: Event) -> Done:
+        request = chat_request("bench-model", ("system", "Be brief."), ("user", "Status?"))
+        answer = ctx.complete(request)
+        return Done(output=answer.text.encode())
+
+
+def make_provider() -> ScriptedProvider:
+    return ScriptedProvider(lambda request: "All good.")
+
+
+SEQ = ReadModifyWriteStateSpec("seq", VarIntCoder())
+MEMORY = ReadModifyWriteStateSpec("memory", BytesCoder())
+LLM_CACHE = ReadModifyWriteStateSpec("llm_cache", BytesCoder())
+CONTINUATION = ReadModifyWriteStateSpec("continuation", BytesCoder())
+PENDING = ReadModifyWriteStateSpec("pending", BytesCoder())
+RESUME_HISTORY = ReadModifyWriteStateSpec("resume_history", BytesCoder())
+INBOX = ReadModifyWriteStateSpec("inbox", IterableCoder(BytesCoder()))
+P_SEQ = beam.DoFn.StateParam(SEQ)
+P_MEMORY = beam.DoFn.StateParam(MEMORY)
+P_LLM_CACHE = beam.DoFn.StateParam(LLM_CACHE)
+P_CONTINUATION = beam.DoFn.StateParam(CONTINUATION)
+P_PENDING = beam.DoFn.StateParam(PENDING)
+P_RESUME_HISTORY = beam.DoFn.StateParam(RESUME_HISTORY)
+P_INBOX = beam.DoFn.StateParam(INBOX)
+CACHE_BLOB = b"\x0a\x09llm_cache\x10\x02\x1a" + b"\x00" * 400  # about a one-entry cache blob
+
+
+class BareStatefulDoFn(beam.DoFn):  # type: ignore[misc]
+    """The same cells as AgentDoFn; the same reads and writes; no agent logic."""
+
+    def process(
+        self,
+        element: tuple[bytes, bytes],
+        seq: Any = P_SEQ,
+        memory: Any = P_MEMORY,
+        llm_cache: Any = P_LLM_CACHE,
+        continuation: Any = P_CONTINUATION,
+        pending: Any = P_PENDING,
+        resume_history: Any = P_RESUME_HISTORY,
+        inbox: Any = P_INBOX,
+    ) -> Any:
+        key, _ = element
+        n = (seq.read() or 0) + 1
+        _ = (memory.read(), continuation.read(), pending.read(), resume_history.read())
+        cache = llm_cache.read() or CACHE_BLOB
+        seq.write(n)
+        llm_cache.write(cache)
+        yield key, cache[:8]
+
+
+def key_of(raw: bytes) -> tuple[bytes, bytes]:
+    # Imported here: this script is __main__, so Beam pickles its functions by value,
+    # and a generated message class cannot be pickled by value.
+    from beam_agents._protos import AgentEnvelope
+
+    return AgentEnvelope.FromString(raw).entity_key, raw
+
+
+def envelopes(activations: int, keys: int) -> list[bytes]:
+    return [
+        event_envelope(
+            f"key-{i % keys:05d}".encode(), "tick", time_ms=T0 + i, envelope_id=f"e{i}"
+        ).SerializeToString()
+        for i in range(activations)
+    ]
+
+
+def options() -> PipelineOptions:
+    return PipelineOptions(flags=[])
+
+
+def run_bare(data: list[bytes]) -> float:
+    started = time.perf_counter()
+    with beam.Pipeline(runner=BundleBasedDirectRunner(), options=options()) as p:
+        _ = (
+            p
+            | beam.Create(data, reshuffle=False)
+            | beam.Map(key_of).with_output_types(tuple[bytes, bytes])
+            | beam.ParDo(BareStatefulDoFn())
+        )
+    return time.perf_counter() - started
+
+
+def run_agent(data: list[bytes]) -> float:
+    config = AgentConfig(provider_factory=make_provider)
+    started = time.perf_counter()
+    with beam.Pipeline(runner=BundleBasedDirectRunner(), options=options()) as p:
+        _ = (
+            p
+            | beam.Create(data, reshuffle=False)
+            | RunAgent(CachedCallAgent(), ToolRegistry([]), config)
+        )
+    return time.perf_counter() - started
+
+
+def time_core(data: list[bytes]) -> tuple[float, float, float]:
+    """Seconds spent in load_key_state, run_activation and trace serialization, without Beam."""
+    from beam_agents._protos import AgentEnvelope
+    from beam_agents.activation import ActivationCommit, run_activation
+    from beam_agents.key_state import StateCells, load_key_state
+    from beam_agents.trace_events import serialize_trace_event
+
+    agent, registry, provider = CachedCallAgent(), ToolRegistry([]), make_provider()
+    cells: dict[bytes, tuple[int, StateCells]] = {}
+    load = run = serialize = 0.0
+    clock = time.perf_counter
+    for raw in data:
+        envelope = AgentEnvelope.FromString(raw)
+        key = envelope.entity_key
+        seq, key_cells = cells.get(key, (0, StateCells()))
+        t0 = clock()
+        state = load_key_state(key_cells)
+        t1 = clock()
+        result = run_activation(
+            agent, registry, provider, state, envelope,
+            now_ms=envelope.event_time_ms, seq=seq + 1, entity_key=key,
+        )  # fmt: skip
+        t2 = clock()
+        for event in result.trace:
+            serialize_trace_event(event)
+        t3 = clock()
+        load, run, serialize = load + t1 - t0, run + t2 - t1, serialize + t3 - t2
+        assert isinstance(result, ActivationCommit)
+        cells[key] = (seq + 1, result.cells)
+    return load, run, serialize
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--activations", type=int, default=20_000)
+    parser.add_argument("--keys", type=int, default=1_000)
+    args = parser.parse_args()
+    data = envelopes(args.activations, args.keys)
+    # One small warm-up of each path (imports, pickling, runner start-up are not the point).
+    run_bare(data[:200])
+    run_agent(data[:200])
+    bare = run_bare(data)
+    agent = run_agent(data)
+    load, run, serialize = time_core(data)
+    n = args.activations
+    us = 1e6 / n
+    print(f"{n} activations over {args.keys} keys, BundleBasedDirectRunner")
+    print(f"  bare stateful DoFn: {bare:7.2f} s  {n / bare:9.0f} activations/s")
+    print(
+        f"  RunAgent:           {agent:7.2f} s  {n / agent:9.0f} activations/s"
+        f"  ({n - args.keys} cache hits, {args.keys} misses)"
+    )
+    print(f"  ratio RunAgent/bare: {agent / bare:.2f}  (target <= 1.5)")
+    print("per activation, microseconds:")
+    print(f"  bare stateful DoFn (Beam + state traffic): {bare * us:6.1f}")
+    print(f"  RunAgent:                                  {agent * us:6.1f}")
+    print(
+        f"  of which the core, timed without Beam:     {(load + run + serialize) * us:6.1f}"
+        f"  (load_key_state {load * us:.1f}, run_activation {run * us:.1f},"
+        f" trace serialization {serialize * us:.1f})"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
