@@ -30,12 +30,9 @@ def test_importing_the_sinks_loads_no_client_library() -> None:
     assert result.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize(
-    "uri",
-    ["kafka://127.0.0.1:9/t", "otlp://127.0.0.1:9", "file:///tmp/beam-agents-sink-test"],
-)
-def test_open_sink_returns_an_open_sink_writer(uri: str) -> None:
-    writer = open_sink(uri, role="traces")
+@pytest.mark.parametrize("uri", ["kafka://127.0.0.1:9/t", "otlp://127.0.0.1:9", "file://{tmp}/out"])
+def test_open_sink_returns_an_open_sink_writer(uri: str, tmp_path: Path) -> None:
+    writer = open_sink(uri.format(tmp=tmp_path), role="traces")
     try:
         assert isinstance(writer, SinkWriter)
     finally:
