@@ -29,7 +29,7 @@ DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x62\x65\x61m_
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
-_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'beam_agents.v1.intent_pb2', _globals)
+_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'beam_agents._protos.v1.intent_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_TOOLINTENT']._serialized_start=48
