@@ -36,23 +36,21 @@ from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 
 from beam_agents import Agent, AgentConfig, Done, RunAgent, ToolRegistry
-from beam_agents._protos import Event
+from beam_agents._protos import AgentEnvelope, Event
 from beam_agents.context import AgentContext
 from beam_agents.testing import ScriptedProvider, chat_request, event_envelope
 
 T0 = 1_734_000_000_000
 
 
-class CachedCallAgent(Agent):
-    """One model call (the same request every time, so it is cached after the first).
+REQUEST = chat_request("bench-model", ("system", "Be brief."), ("user", "Status?"))
 
-    The request is built inside ``start``: this script is ``__main__``, so Beam pickles
-    the class by value with its globals, and a message instance there would not pickle.
-    """
+
+class CachedCallAgent(Agent):
+    """One model call (the same request every time, so it is cached after the first)."""
 
     def start(self, ctx: AgentContext, event: Event) -> Done:
-        request = chat_request("bench-model", ("system", "Be brief."), ("user", "Status?"))
-        answer = ctx.complete(request)
+        answer = ctx.complete(REQUEST)
         return Done(output=answer.text.encode())
 
 
@@ -101,10 +99,6 @@ class BareStatefulDoFn(beam.DoFn):  # type: ignore[misc]
 
 
 def key_of(raw: bytes) -> tuple[bytes, bytes]:
-    # Imported here: this script is __main__, so Beam pickles its functions by value,
-    # and a generated message class cannot be pickled by value.
-    from beam_agents._protos import AgentEnvelope
-
     return AgentEnvelope.FromString(raw).entity_key, raw
 
 
@@ -147,7 +141,6 @@ def run_agent(data: list[bytes]) -> float:
 
 def time_core(data: list[bytes]) -> tuple[float, float, float]:
     """Seconds spent in load_key_state, run_activation and trace serialization, without Beam."""
-    from beam_agents._protos import AgentEnvelope
     from beam_agents.activation import ActivationCommit, run_activation
     from beam_agents.key_state import StateCells, load_key_state
     from beam_agents.trace_events import serialize_trace_event

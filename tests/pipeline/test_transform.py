@@ -491,6 +491,25 @@ def test_the_provider_is_built_on_the_worker_and_never_pickled(runner: str, tmp_
     assert got.outputs_of(KEY) == [b"1:echo:a:ok:a"]
 
 
+@pytest.mark.parametrize("runner", ["batch", "fnapi_multi"])
+def test_an_agent_pickled_by_value_may_hold_and_use_messages(runner: str, tmp_path: Path) -> None:
+    """A class defined in a script or function is pickled by value, with what it references."""
+    from beam_agents import Agent, Done
+    from beam_agents._protos import ToolResult
+    from beam_agents.testing import chat_request
+
+    request = chat_request("test-model", ("user", "status?"))
+
+    class LocalAgent(Agent):
+        def start(self, ctx: object, event: object) -> Done:
+            answer = ctx.complete(request)  # type: ignore[attr-defined]
+            status = ToolResult.Status.Name(ToolResult.OK)
+            return Done(output=f"1:{status}:{answer.text}".encode())
+
+    got = run_agent(runner, [event_envelope(KEY, "x", time_ms=T0)], tmp_path, agent=LocalAgent())
+    assert got.outputs_of(KEY) == [b"1:OK:ok:status?"]
+
+
 def test_run_agent_refuses_wrong_arguments_naming_them() -> None:
     with pytest.raises(ConfigError, match="agent must be an Agent"):
         RunAgent("not an agent", SHOP_TOOLS, SUITE_CONFIG)  # type: ignore[arg-type]
