@@ -1,0 +1,54 @@
+"""Replay one past activation offline and judge it: the engine behind ``beam-agents-replay``.
+
+    from beam_agents.replay import ReplayOptions, replay
+
+    result = replay(ReplayOptions(snapshot="snap.pb", traces=("traces/",), event="event.pb",
+                                  agent="myapp.agent:AGENT", registry="myapp.agent:TOOLS"))
+    result.verdict, result.exit_code, result.first_divergence
+
+Modules, in the order a replay uses them:
+
+    options       ReplayOptions: the inputs, as the CLI gives them
+    inputs        reading files; the snapshot (migrated in memory), the event, agent imports
+    traced        the key's traced activations, filtered out of the trace streams
+    reconstruct   target, clock, trigger and pre-state; do the inputs belong together?
+    network_guard the audit hook that blocks the network during the re-run
+    engine        replay(options) -> ReplayResult: the one function every renderer calls
+    compare       the closed normalization and the event-by-event comparison
+    judge         the verdict from the comparison, the cache misses and network attempts
+    views         the reported-not-judged parts: state, intents ledger, digests
+    result        ReplayResult and its parts (frozen data; the TUI renders it)
+    report        the headless report;  json_report: --json
+    cli           the command line (beam-agents-replay)
+
+Names are loaded on first access, so ``import beam_agents.replay.result`` (the
+TUI's import) does not load the engine.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from beam_agents.replay.engine import replay
+    from beam_agents.replay.options import ReplayOptions
+    from beam_agents.replay.result import ReplayResult, Verdict
+
+_LAZY = {
+    "replay": "beam_agents.replay.engine",
+    "ReplayOptions": "beam_agents.replay.options",
+    "ReplayResult": "beam_agents.replay.result",
+    "Verdict": "beam_agents.replay.result",
+}
+
+__all__ = ["ReplayOptions", "ReplayResult", "Verdict", "replay"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'beam_agents.replay' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

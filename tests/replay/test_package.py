@@ -1,0 +1,27 @@
+"""The package's face: replay, ReplayOptions, ReplayResult and Verdict, loaded on first access."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import beam_agents.replay as package
+from beam_agents.replay.engine import replay
+from beam_agents.replay.options import ReplayOptions
+from beam_agents.replay.result import ReplayResult, Verdict
+
+
+def test_the_public_names_are_the_engines() -> None:
+    assert sorted(package.__all__) == ["ReplayOptions", "ReplayResult", "Verdict", "replay"]
+    assert (package.replay, package.ReplayOptions) == (replay, ReplayOptions)
+    assert (package.ReplayResult, package.Verdict) == (ReplayResult, Verdict)
+
+
+def test_importing_the_result_types_does_not_load_the_engine() -> None:
+    code = (
+        "import sys\n"
+        "import beam_agents.replay.result\n"
+        "print(sorted(m for m in sys.modules if m.startswith('beam_agents.replay.')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['beam_agents.replay.result']"
