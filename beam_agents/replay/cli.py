@@ -190,20 +190,30 @@ def _headless(args: Sequence[str]) -> int:
 
 def _emit(result: ReplayResult, *, as_json: bool) -> int:
     """Print ``result`` (report or JSON on stdout, a usage error on stderr); its exit code."""
-    if as_json:
-        from beam_agents.replay.json_report import render_json
+    try:
+        if as_json:
+            from beam_agents.replay.json_report import render_json
 
-        sys.stdout.write(render_json(result))
-    if result.verdict is Verdict.USAGE_ERROR:
-        from beam_agents.replay.report import render_error
+            sys.stdout.write(render_json(result))
+        if result.verdict is Verdict.USAGE_ERROR:
+            from beam_agents.replay.report import render_error
 
-        sys.stderr.write(render_error(result))
-    elif not as_json:
-        from beam_agents.replay.report import render_report
+            sys.stderr.write(render_error(result))
+        elif not as_json:
+            from beam_agents.replay.report import render_report
 
-        sys.stdout.write(render_report(result))
-    sys.stdout.flush()
+            sys.stdout.write(render_report(result))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (`| head`): the verdict stands, and is the exit code.
+        _silence_stdout()
     return result.exit_code
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 def _tui(args: Sequence[str]) -> int:
@@ -294,11 +304,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write(f"{PROG}: interrupted\n")
         return 130
-    except BrokenPipeError:
-        # The reader went away (`| head`): not an error of the replay. Point stdout at
-        # /dev/null so the interpreter's final flush does not complain either.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+    except BrokenPipeError:  # outside _emit (help, convert-bq): no verdict to keep
+        _silence_stdout()
         return 2
     except Exception as exc:  # a bug of ours: a short report, exit 2 (never 0, no traceback)
         frames = traceback.extract_tb(exc.__traceback__)
