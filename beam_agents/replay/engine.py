@@ -59,6 +59,7 @@ def replay(options: ReplayOptions) -> ReplayResult:
         with block_network() as attempts:
             return _replay(options, facts, attempts)
     except ReplayRefused as refused:
+        facts.update(refused.header)
         return ReplayResult(
             verdict=refused.verdict,
             reason=refused.reason,

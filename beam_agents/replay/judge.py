@@ -32,7 +32,13 @@ from beam_agents.replay.compare import EventComparison, compare_events, describe
 from beam_agents.replay.network_guard import NetworkAttempt
 from beam_agents.replay.reconstruct import Plan
 from beam_agents.replay.result import CacheMiss, Divergence, NearestEntry, Verdict
-from beam_agents.trace_events import ATTR_BILLED, ATTR_CACHE_KEY, kind_name
+from beam_agents.trace_events import (
+    ATTR_BILLED,
+    ATTR_CACHE_HIT,
+    ATTR_CACHE_KEY,
+    ATTR_ERROR_TYPE,
+    kind_name,
+)
 
 __all__ = ["Judgement", "judge"]
 
@@ -131,22 +137,32 @@ def _miss_reason(
         )
     if traced is not None and miss.traced_cache_key == miss.cache_key:
         event = traced[miss.event_index]
-        billed = ATTR_BILLED in event.attributes and event.attributes[ATTR_BILLED].bool_value
+        attrs = event.attributes
+        billed = ATTR_BILLED in attrs and attrs[ATTR_BILLED].bool_value
+        hit = ATTR_CACHE_HIT in attrs and attrs[ATTR_CACHE_HIT].bool_value
+        error = attrs[ATTR_ERROR_TYPE].string_value if ATTR_ERROR_TYPE in attrs else ""
         failed = traced[-1].kind == TraceEvent.ACTIVATION_FAILED
-        if failed and billed:
+        if error:
+            return (
+                f"{head}: the original call failed here too ({error}), so no response was ever "
+                "cached; the activation replays up to this call"
+            )
+        if billed and failed:
             return (
                 f"{head}: the original reached the provider here and then failed, so this "
                 "response was never committed (a failed activation commits nothing); it replays "
                 "up to its first uncached call"
             )
-        if failed:
+        if hit:
             return (
-                f"{head}: the original's call here was not answered from the cache either, and "
-                "a failed activation commits nothing; it replays up to its first uncached call"
+                f"{head}: the original was served this response from the cache, and the entry is "
+                "no longer in the snapshot's cache (evicted by later activations, or purged when "
+                "expired); export sooner after the activation"
             )
         return (
-            f"{head}: the response is no longer in the snapshot's cache (evicted by later "
-            "activations or purged when expired); export sooner after the activation"
+            f"{head}: the response the original received here is no longer in the snapshot's "
+            "cache (evicted by later activations, or purged when expired); export sooner after "
+            "the activation"
         )
     return f"{head}: the snapshot's cache holds no response for this request"
 

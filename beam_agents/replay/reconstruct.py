@@ -250,7 +250,17 @@ def _plan_traced(
         )
         source = ""
     else:
-        continuation, pending, source = _resumed_continuation(snapshot, state, seq)
+        try:
+            continuation, pending, source = _resumed_continuation(snapshot, state, seq)
+        except CannotReproduce as gone:
+            gone.header.update(
+                seq=seq,
+                now_ms=start.start_ms,
+                kind=kind,
+                trigger=trigger,
+                envelope_id=envelope_id,
+            )
+            raise
         pre = KeyState(
             memory=state.memory,
             cache=state.cache,

@@ -8,6 +8,8 @@ never the same thing as "it cannot be reproduced from these inputs" (exit 3).
 
 from __future__ import annotations
 
+from typing import Any
+
 from beam_agents.errors import ReplayError
 from beam_agents.replay.result import Verdict
 
@@ -22,6 +24,8 @@ class ReplayRefused(ReplayError):
         """One line: what is wrong."""
         self.detail = detail
         """More sentences: what to do about it (may be empty)."""
+        self.header: dict[str, Any] = {}
+        """``ReplayHeader`` fields already known when replay stopped (e.g. the target seq)."""
         super().__init__(self.message)
 
     @property

@@ -212,6 +212,7 @@ def test_a_resume_whose_continuation_is_gone_is_irreproducible(history: KeyHisto
     result = replay(options(snapshot.SerializeToString(), history.trace_bytes(), event=result_env))
     assert result.verdict is Verdict.IRREPRODUCIBLE and result.exit_code == 3
     assert "no longer in the snapshot" in result.reason
+    assert (result.header.seq, result.header.kind, result.header.now_ms) == (3, "resume", T0 + 2000)
 
 
 # --------------------------------------------------------------------------- diverged
@@ -328,6 +329,25 @@ def test_a_provider_error_the_agent_caught_is_still_a_miss() -> None:
     assert not result.events[2].differs  # the traces alone would say "reproduced"
     assert result.verdict is Verdict.IRREPRODUCIBLE, result.reason
     assert result.provider_calls == 1
+    assert "the original call failed here too (beam_agents.errors.CacheMissError)" in result.reason
+
+
+def test_an_evicted_response_is_gone_whether_it_was_billed_or_a_hit() -> None:
+    history = KeyHistory(
+        ra.AGENT, ra.TOOLS, ra.make_provider(), cache_policy=CachePolicy(max_entries=1)
+    )
+    first, again = ask("same question"), ask("same question", at=T0 + 1000)
+    history.send(first)  # billed: minted
+    history.send(again)  # a hit on that entry
+    history.send(ask("another question", at=T0 + 2000))  # evicts it (one entry only)
+    snapshot, traces = history.export(), history.trace_bytes()
+    billed = replay(options(snapshot, traces, event=first, seq=1))
+    assert billed.verdict is Verdict.IRREPRODUCIBLE
+    assert billed.cache_miss is not None and billed.cache_miss.status == "absent"
+    assert "the response the original received here is no longer" in billed.reason
+    hit = replay(options(snapshot, traces, event=again, seq=2))
+    assert hit.verdict is Verdict.IRREPRODUCIBLE
+    assert "the original was served this response from the cache" in hit.reason
 
 
 @pytest.fixture
