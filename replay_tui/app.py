@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
 from beam_agents.replay.result import ReplayResult, Verdict
@@ -45,7 +46,7 @@ _SUBSCREENS: dict[str, type[StateScreen | IntentsScreen | OutputsScreen]] = {
 class ReplayApp(App[int]):
     """The incident view. Give it a finished ``result``, or ``options`` to replay first."""
 
-    CSS_PATH = "app.tcss"
+    CSS_PATH = Path(__file__).with_name("app.tcss")  # absolute: subclasses live elsewhere
     TITLE = "beam-agents-replay"
     ENABLE_COMMAND_PALETTE = True
 
@@ -81,6 +82,10 @@ class ReplayApp(App[int]):
         self.crash: tuple[str, str] | None = None
         self.exit_code: int | None = None
         """The code ``q`` exited with (None until the operator quits)."""
+        self.last_export: tuple[Path, Path] | None = None
+        """The Markdown and JSON reports ``e`` wrote last."""
+        self.notices: list[tuple[str, str]] = []
+        """Every ``(severity, message)`` the app told the operator, in order."""
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -129,6 +134,19 @@ class ReplayApp(App[int]):
             return USAGE_EXIT_CODE
         return INTERRUPTED_EXIT_CODE
 
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = False,
+    ) -> None:
+        """Show a notification; never markup by default (messages quote inputs), and keep it."""
+        self.notices.append((severity, message))
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
+
     # -- actions ----------------------------------------------------------------------------
 
     async def action_quit(self) -> None:
@@ -169,11 +187,10 @@ class ReplayApp(App[int]):
         try:
             md_path, json_path = export_report(self.result, self.export_dir)
         except OSError as exc:
-            self.notify(f"Export failed: {exc}", severity="error", markup=False, timeout=10)
+            self.notify(f"Export failed: {exc}", severity="error", timeout=10)
             return
-        self.notify(
-            f"Report written:\n{md_path}\n{json_path}", title="exported", markup=False, timeout=10
-        )
+        self.last_export = (md_path, json_path)
+        self.notify(f"Report written:\n{md_path}\n{json_path}", title="exported", timeout=10)
 
     # -- command palette --------------------------------------------------------------------
 

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
-from rich.table import Table
 from rich.text import Text
 
 from beam_agents import trace_events as te
 from beam_agents._protos import TraceEvent
 from beam_agents.replay.result import CacheMiss, Divergence, EventPair, ReplayResult, Verdict
+from replay_tui.render.layout import columns, fold, wrap
 from replay_tui.render.literal import literal, literal_text
 
 NORMALIZED_ON_LLM_CALL = (te.ATTR_CACHE_HIT, te.ATTR_BILLED)
@@ -155,70 +154,64 @@ def _title(pair: EventPair, *, what_if: bool) -> Text:
 STACK_BELOW_WIDTH = 64
 """Narrower than this, fields are stacked (name, then values) instead of three columns."""
 
-
-class FieldsTable:
-    """``detail_rows`` laid out for the width it is given: aligned columns, or stacked when narrow."""
-
-    def __init__(self, rows: list[DetailRow]) -> None:
-        self.rows = rows
-
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        if options.max_width < STACK_BELOW_WIDTH:
-            yield self._stacked()
-        else:
-            yield self._columns(options.max_width)
-
-    @staticmethod
-    def _mark(row: DetailRow) -> tuple[Text, str]:
-        if row.differs:
-            return Text("≠", style="bold red"), "bold red"
-        if row.normalized:
-            return Text("≈", style="cyan"), "cyan"
-        return Text(" "), ""
-
-    def _label(self, row: DetailRow) -> Text:
-        label = Text(row.label, style="bold")
-        if row.normalized:
-            label.append(" (normalized)", style="dim cyan")
-        return label
-
-    def _columns(self, width: int) -> Table:
-        table = Table(box=None, expand=True, pad_edge=False, show_edge=False, padding=(0, 1))
-        table.add_column("", width=1, no_wrap=True)
-        table.add_column("field", max_width=max(12, min(34, width // 3)), overflow="fold")
-        table.add_column("traced", ratio=1, overflow="fold")
-        table.add_column("replayed", ratio=1, overflow="fold")
-        for row in self.rows:
-            mark, style = self._mark(row)
-            table.add_row(mark, self._label(row), Text(row.traced, style=style), Text(row.replayed, style=style))
-        return table
-
-    def _stacked(self) -> Text:
-        text = Text()
-        for row in self.rows:
-            mark, style = self._mark(row)
-            if text:
-                text.append("\n")
-            text.append(mark)
-            text.append(" ")
-            text.append(self._label(row))
-            if row.traced == row.replayed and not row.differs:
-                text.append("  ")
-                text.append(row.traced, style=style or "")
-            else:
-                text.append("\n    traced    ", style="dim")
-                text.append(row.traced, style=style)
-                text.append("\n    replayed  ", style="dim")
-                text.append(row.replayed, style=style)
-        return text
+LABEL_GAP = 1
 
 
-def fields_table(rows: list[DetailRow]) -> FieldsTable:
-    """The aligned traced/replayed view of ``detail_rows``."""
-    return FieldsTable(rows)
+def _mark(row: DetailRow) -> tuple[Text, str]:
+    if row.differs:
+        return Text("≠", style="bold red"), "bold red"
+    if row.normalized:
+        return Text("≈", style="cyan"), "cyan"
+    return Text(" "), ""
 
 
-def divergence_section(divergence: Divergence) -> list[RenderableType]:
+def _label(row: DetailRow) -> Text:
+    label = Text(row.label, style="bold")
+    if row.normalized:
+        label.append(" (normalized)", style="dim cyan")
+    return label
+
+
+def fields_lines(rows: list[DetailRow], width: int) -> list[Text]:
+    """``detail_rows`` laid out in ``width``: aligned columns, or stacked when narrow."""
+    if width < STACK_BELOW_WIDTH:
+        return _stacked(rows, width)
+    label_w = max(12, min(34, width // 3))
+    value_w = max(8, (width - 2 - label_w - 2 * LABEL_GAP) // 2)
+    widths = (1, label_w, value_w, value_w)
+    lines = columns(
+        [Text(""), Text("field", style="bold"), Text("traced", style="bold"), Text("replayed", style="bold")],
+        widths,
+        gap=LABEL_GAP,
+    )
+    for row in rows:
+        mark, style = _mark(row)
+        lines += columns(
+            [mark, _label(row), Text(row.traced, style=style), Text(row.replayed, style=style)],
+            widths,
+            gap=LABEL_GAP,
+        )
+    return lines
+
+
+def _stacked(rows: list[DetailRow], width: int) -> list[Text]:
+    lines: list[Text] = []
+    value_w = max(8, width - 14)
+    for row in rows:
+        mark, style = _mark(row)
+        head = mark + Text(" ") + _label(row)
+        if row.traced == row.replayed and not row.differs:
+            head.append("  ")
+            head.append(row.traced, style=style)
+            lines += fold(head, width)
+            continue
+        lines += fold(head, width)
+        lines += columns([Text("    traced", style="dim"), Text(row.traced, style=style)], (13, value_w))
+        lines += columns([Text("    replayed", style="dim"), Text(row.replayed, style=style)], (13, value_w))
+    return lines
+
+
+def divergence_lines(divergence: Divergence, width: int) -> list[Text]:
     """The result's structured diff of the first diverging event."""
     head = Text("First divergence", style="bold white on red")
     what = f"  event {divergence.index} {literal(divergence.kind)} {literal(divergence.name)}"
@@ -227,75 +220,68 @@ def divergence_section(divergence: Divergence) -> list[RenderableType]:
     if divergence.extra:
         what += " — the re-run produced an event the trace does not have"
     head.append(what, style="bold")
-    parts: list[RenderableType] = [head]
+    lines = wrap(head, width)
+    value_w = max(8, width - 14)
     for diff in divergence.fields:
         # Stacked, not tabled: a path and two 64-digit digests do not fit side by side.
-        lines = Text()
-        lines.append("≠ ", style="bold red")
-        lines.append(literal(diff.path), style="bold")
-        lines.append("\n    traced    ", style="dim")
-        lines.append(literal(diff.traced), style="red")
-        lines.append("\n    replayed  ", style="dim")
-        lines.append(literal(diff.replayed), style="green")
-        parts.append(lines)
+        lines += fold(Text("≠ ", style="bold red") + Text(literal(diff.path), style="bold"), width)
+        lines += columns([Text("    traced", style="dim"), literal_text(diff.traced, "red")], (13, value_w))
+        lines += columns([Text("    replayed", style="dim"), literal_text(diff.replayed, "green")], (13, value_w))
     if divergence.detail:
-        parts.append(literal_text(divergence.detail, "dim", multiline=True))
-    return parts
+        lines += wrap(literal_text(divergence.detail, "dim", multiline=True), width)
+    return lines
 
 
-def miss_section(miss: CacheMiss) -> list[RenderableType]:
+def miss_lines(miss: CacheMiss, width: int) -> list[Text]:
     """The cache miss: the key, why it missed, and the nearest cached entry."""
     head = Text("Cache miss", style="bold black on yellow")
     head.append(f"  status {literal(miss.status)}", style="bold")
-    lines = Text()
-    lines.append("key      ", style="bold")
-    lines.append(literal(miss.cache_key))
-    lines.append("\nmodel    ", style="bold")
-    lines.append(literal(miss.model))
+    lines = wrap(head, width)
+    widths = (8, max(8, width - 9))
+
+    def field(name: str, value: Text) -> None:
+        lines.extend(columns([Text(name, style="bold"), value], widths))
+
+    field("key", Text(literal(miss.cache_key)))
+    field("model", Text(literal(miss.model)))
     if miss.traced_cache_key is not None:
-        lines.append("\ntraced   ", style="bold")
-        lines.append(literal(miss.traced_cache_key))
+        traced = Text(literal(miss.traced_cache_key))
         if miss.traced_cache_key == miss.cache_key:
-            lines.append("  (same key)", style="dim")
+            traced.append("  (same key)", style="dim")
         else:
-            lines.append("  (the traced call used another key)", style="yellow")
+            traced.append("  (the traced call used another key)", style="yellow")
+        field("traced", traced)
     if miss.nearest is None:
-        lines.append("\nnearest  ", style="bold")
-        lines.append("no cached entry resembles this request", style="dim")
+        field("nearest", Text("no cached entry resembles this request", style="dim"))
     else:
-        lines.append("\nnearest  ", style="bold")
-        lines.append(literal(miss.nearest.cache_key))
-        lines.append(f"  model {literal(miss.nearest.model)}", style="dim")
-        lines.append("\ndiffers  ", style="bold")
-        lines.append(
-            ", ".join(literal(d) for d in miss.nearest.differences) or "nothing recorded",
-            style="bold yellow",
-        )
-    return [head, lines]
+        nearest = Text(literal(miss.nearest.cache_key))
+        nearest.append(f"  model {literal(miss.nearest.model)}", style="dim")
+        field("nearest", nearest)
+        differences = ", ".join(literal(d) for d in miss.nearest.differences) or "nothing recorded"
+        field("differs", Text(differences, style="bold yellow"))
+    return lines
 
 
-def render_detail(result: ReplayResult, pair: EventPair) -> RenderableType:
-    """Everything the detail pane shows for ``pair``."""
+def detail_lines(result: ReplayResult, pair: EventPair, width: int) -> list[Text]:
+    """Everything the detail pane shows for ``pair``, laid out in ``width`` cells."""
     what_if = result.verdict is Verdict.WHAT_IF
-    parts: list[RenderableType] = [_title(pair, what_if=what_if)]
+    lines = wrap(_title(pair, what_if=what_if), width)
     div = result.first_divergence
     miss = result.cache_miss
     if div is not None and div.index == pair.index:
-        parts += divergence_section(div)
-        parts.append(Text(""))
+        lines += divergence_lines(div, width)
+        lines.append(Text())
     if miss is not None and miss.event_index == pair.index:
-        parts += miss_section(miss)
-        parts.append(Text(""))
+        lines += miss_lines(miss, width)
+        lines.append(Text())
     elif pair.differs and div is not None and div.index != pair.index:
-        parts.append(
-            Text(
-                f"The verdict is judged at the first divergence (event {div.index}); "
-                "later differences follow from it.",
-                style="dim",
-            )
+        note = Text(
+            f"The verdict is judged at the first divergence (event {div.index}); "
+            "later differences follow from it.",
+            style="dim",
         )
+        lines += wrap(note, width)
     rows = detail_rows(pair)
     if what_if:
         rows = [replace(row, differs=False) for row in rows]
-    parts.append(fields_table(rows))
-    return Group(*parts)
+    return lines + fields_lines(rows, width)

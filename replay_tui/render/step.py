@@ -16,13 +16,12 @@ from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from rich.console import Group, RenderableType
-from rich.table import Table
 from rich.text import Text
 
 from beam_agents import trace_events as te
 from beam_agents._protos import TraceEvent
 from beam_agents.replay.result import EventPair
+from replay_tui.render.layout import columns, wrap
 from replay_tui.render.literal import literal
 
 RECENT = 5
@@ -367,24 +366,28 @@ def _state_text(side: SidePicture) -> Text:
 KEY_CHARS = 12
 
 
-def render_step(picture: StepPicture) -> RenderableType:
-    """The step pane: the activation after row ``picture.position``, traced | replayed."""
+LABEL_WIDTH = 8
+
+
+def step_lines(picture: StepPicture, width: int) -> list[Text]:
+    """The step pane in ``width`` cells: the activation after row ``picture.position``."""
     title = Text("after event ", style="bold")
-    title.append(f"{picture.position}", style="bold reverse")
+    title.append(f"{picture.position}", style="bold underline")
     title.append(f" of {picture.total}", style="bold")
     title.append("   space/→ step  ← back", style="dim")
-    table = Table(box=None, expand=True, pad_edge=False, show_edge=False, padding=(0, 1))
-    table.add_column("", style="bold", width=8, no_wrap=True)
-    table.add_column("traced", ratio=1, overflow="fold")
-    table.add_column("replayed", ratio=1, overflow="fold")
+    side_w = max(8, (width - LABEL_WIDTH - 2) // 2)
+    widths = (LABEL_WIDTH, side_w, side_w)
+    lines = wrap(title, width)
+    lines += columns([Text(""), Text("traced", style="bold"), Text("replayed", style="bold")], widths)
     sides = (picture.traced, picture.replayed)
     absent = Text("(no events)", style="dim")
-
-    def cells(render: Callable[[SidePicture], Text]) -> list[Text]:
-        return [render(side) if side.present else absent for side in sides]
-
-    table.add_row(Text("model"), *cells(_calls_text))
-    table.add_row(Text("tools"), *cells(_tools_text))
-    table.add_row(Text("intents"), *cells(_intents_text))
-    table.add_row(Text("state"), *cells(_state_text))
-    return Group(title, table)
+    rows: list[tuple[str, Callable[[SidePicture], Text]]] = [
+        ("model", _calls_text),
+        ("tools", _tools_text),
+        ("intents", _intents_text),
+        ("state", _state_text),
+    ]
+    for label, render in rows:
+        cells = [render(side) if side.present else absent.copy() for side in sides]
+        lines += columns([Text(label, style="bold"), *cells], widths, words=True)
+    return lines

@@ -15,7 +15,7 @@ import enum
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rich.text import Text
 
@@ -89,6 +89,8 @@ class SideCells:
     """Kind-specific: cache key, intent id, awaited intents, outcome, error type."""
     fields: frozenset[str]
     """Which event fields the cells show, to highlight them when they differ."""
+    miss: bool = False
+    """The cache-miss event: ``extra`` names the key the re-run could not find."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,11 +206,15 @@ def build_row(
         mark = RowMark.DIFFERS
     else:
         mark = RowMark.SAME
+    replayed = None if pair.replayed is None else side_cells(pair.replayed)
+    if replayed is not None and pair.index == miss_index:
+        # The row the re-run could not serve names the missing key where the eye already is.
+        replayed = replace(replayed, extra=f"missing key {literal(miss_key)}", miss=True)
     return TimelineRow(
         index=pair.index,
         mark=mark,
         traced=None if pair.traced is None else side_cells(pair.traced),
-        replayed=None if pair.replayed is None else side_cells(pair.replayed),
+        replayed=replayed,
         differing_fields=pair.differing_fields,
         miss_key=miss_key if pair.index == miss_index else "",
     )
@@ -332,7 +338,7 @@ def _render_side(
     if rest <= 0:
         return
     flags_w = CACHE_WIDTH + 3  # " MISS" + " $"
-    name_w = max(4, (rest - flags_w) * 2 // 5)
+    name_w = max(4, (rest - flags_w) // 2)
     extra_w = rest - flags_w - name_w - 1
     name_style = "bold red" if "name" in differing else ""
     text.append(" ")
@@ -343,7 +349,12 @@ def _render_side(
     text.append(" ")
     text.append(cells.billed.ljust(1), style="yellow")
     if extra_w > 0:
-        extra_style = "bold red" if _field_differs(differing, cells.fields - {"kind", "name"}) else "dim"
+        if cells.miss:
+            extra_style = "bold yellow"
+        elif _field_differs(differing, cells.fields - {"kind", "name"}):
+            extra_style = "bold red"
+        else:
+            extra_style = "dim"
         text.append(" ")
         text.append(clip(cells.extra, extra_w).ljust(extra_w), style=extra_style)
 
@@ -363,9 +374,6 @@ def render_row(row: TimelineRow, width: int, *, idx_width: int = 3) -> Text:
     )
     text.append(SEPARATOR, style="dim")
     _render_side(text, row.replayed, side_w, differing, missing="(not replayed)")
-    if row.miss_key:
-        # The row the re-run could not serve: name the missing key where the eye already is.
-        text.append(f"  key {row.miss_key}", style="bold yellow")
     text.truncate(width, pad=True)
     return text
 

@@ -16,7 +16,7 @@ HELP: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     (
         "everywhere",
         (
-            ("q", "quit; the exit code is the verdict's (0 reproduced/what-if, 1 diverged, 2 error, 3 irreproducible)"),
+            ("q ctrl+q", "quit; the exit code is the verdict's (0 reproduced/what-if, 1 diverged, 2 error, 3 irreproducible)"),
             ("?", "this help"),
             ("s", "state: memory tree, replay cache, pending intents, continuation, versions"),
             ("i", "intents ledger: staged/released, traced vs replayed"),
@@ -46,7 +46,7 @@ HELP: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     (
         "state",
         (
-            ("1 … 5", "memory, cache, pending, continuation, versions tabs"),
+            ("1 2 3 4 5", "memory, cache, pending, continuation, versions tabs"),
             ("enter / space", "open or close a memory tree node"),
         ),
     ),
@@ -57,6 +57,7 @@ HELP: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
             ("x", "show the selected payload as a hex dump"),
         ),
     ),
+    ("help", (("escape ? enter", "close this help"),)),
 )
 
 

@@ -99,7 +99,8 @@ class MainScreen(Screen[None]):
         if note:
             parts.append(note)
         # The query came from the operator's keyboard; still shown through a literal Text.
-        self.query_one("#status", Static).update(literal_text("  ·  ".join(parts)))
+        # One line, fixed height: no screen layout needed.
+        self.query_one("#status", Static).update(literal_text("  ·  ".join(parts)), layout=False)
 
     # -- actions ----------------------------------------------------------------------------
 

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from textual.app import ComposeResult
-from textual.containers import VerticalScroll
-from textual.widgets import Static
+from rich.text import Text
 
 from beam_agents.replay.result import ReplayResult
-from replay_tui.render.detail import render_detail
+from replay_tui.render.detail import detail_lines
+from replay_tui.widgets.lines_pane import LinesPane
 
 
-class DetailPane(VerticalScroll, can_focus=True):
-    """Scrollable; re-rendered from pure functions whenever the selection changes."""
+class DetailPane(LinesPane):
+    """Re-laid out from pure functions whenever the selection changes."""
 
     def __init__(self, result: ReplayResult, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -19,17 +18,13 @@ class DetailPane(VerticalScroll, can_focus=True):
         self.position: int | None = None
         self.border_title = "detail"
 
-    def compose(self) -> ComposeResult:
-        yield Static(id="detail-body")
-
     def show(self, position: int | None) -> None:
         """Show the pair at row ``position`` (None: nothing selected)."""
         self.position = position
-        body = self.query_one("#detail-body", Static)
         if position is None or not self.result.events:
-            body.update("No event selected." if self.result.events else "This result has no events.")
+            message = "No event selected." if self.result.events else "This result has no events."
+            self.set_text(Text(message, style="dim"))
             return
         pair = self.result.events[position]
-        body.update(render_detail(self.result, pair))
         self.border_title = f"detail · event {pair.index}"
-        self.scroll_home(animate=False)
+        self.set_content(lambda width: detail_lines(self.result, pair, width))

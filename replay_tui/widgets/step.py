@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual import work
-from textual.app import ComposeResult
-from textual.containers import VerticalScroll
-from textual.widgets import Static
 
 from beam_agents.replay.result import ReplayResult
 from replay_tui.messages import StepPictureReady
-from replay_tui.render.step import StepIndex, render_step
+from replay_tui.render.step import StepIndex, StepPicture, step_lines
+from replay_tui.widgets.lines_pane import LinesPane
 
 SYNC_EXTEND_ROWS = 4096
 """Reading up to this many new rows happens inline (well under a frame); more goes to a worker."""
 
 
-class StepPane(VerticalScroll, can_focus=True):
+class StepPane(LinesPane):
     """Asks ``StepIndex`` for a picture; far jumps on huge activations index in a thread."""
 
     def __init__(self, result: ReplayResult, *, id: str | None = None) -> None:
@@ -24,24 +23,23 @@ class StepPane(VerticalScroll, can_focus=True):
         self.position: int | None = None
         self.border_title = "step"
 
-    def compose(self) -> ComposeResult:
-        yield Static(id="step-body")
-
     def show(self, position: int | None) -> None:
         """Picture the activation after row ``position``."""
         self.position = position
-        body = self.query_one("#step-body", Static)
         if position is None or not len(self.index):
-            body.update("Nothing to step through.")
+            self.set_text(Text("Nothing to step through.", style="dim"))
             return
         self.border_title = f"step · after event {position}"
         if position < self.index.built or (
             position - self.index.built < SYNC_EXTEND_ROWS and self.index.try_extend_to(position)
         ):
-            body.update(render_step(self.index.picture(position)))
+            self._show_picture(self.index.picture(position))
             return
-        body.update(f"indexing events up to {position}…")
+        self.set_text(Text(f"indexing events up to {position}…", style="dim"))
         self._extend_in_background(position)
+
+    def _show_picture(self, picture: StepPicture) -> None:
+        self.set_content(lambda width: step_lines(picture, width))
 
     @work(thread=True, exclusive=True, group="step-index")
     def _extend_in_background(self, position: int) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from rich.style import Style
+from rich.text import Text
 from textual import events
 from textual.binding import Binding, BindingType
 from textual.geometry import Size
@@ -217,6 +218,9 @@ class Timeline(ScrollView, can_focus=True):
         text = render_row(row, width, idx_width=self._idx_width)
         style: Style = base
         if index == self._cursor:
+            # One colour pair for the whole cursor row: red or yellow on the cursor colour
+            # is unreadable, and the detail pane shows the same marks in full.
+            text = Text(text.plain, no_wrap=True)
             style = base + self.get_component_rich_style("timeline--cursor")
         elif self.step_mode and index > self._cursor:
             style = base + self.get_component_rich_style("timeline--future")

@@ -13,9 +13,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import tui_results  # noqa: E402
+import tui_results
 
-from replay_tui.app import ReplayApp  # noqa: E402
+from replay_tui.app import ReplayApp
 
 
 def main(argv: list[str]) -> int:

@@ -1,0 +1,116 @@
+"""Benchmark: opening the TUI and moving through a huge activation (not a test; prints numbers).
+
+For a 50-event and a 100,000-event activation (a reproduced ``ReplayResult`` of
+realistic events, built beforehand: the engine's time is not the TUI's), runs
+the app headless and measures:
+
+  (a) first paint: from entering the app to the first frame written with the
+      timeline's rows in it (target <= 0.5 s);
+  (b) ``j``: from sending the key to the frame showing the moved cursor, with
+      the detail and step panes updated (median of N presses; target <= 50 ms).
+
+Frames are timed where Textual hands them to the driver (``App._display``),
+so the numbers include layout, every widget's render and the compositor, not
+the Pilot's idle waits. It prints each number and its ratio to the target.
+
+    .venv/bin/python bench/tui_open.py [--events 50,100000] [--presses 40] [--size 160x48]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from textual import events
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "replay_tui"))
+
+import tui_results
+
+from beam_agents.replay.result import ReplayResult
+from replay_tui.app import ReplayApp
+from replay_tui.widgets.timeline import Timeline
+
+FIRST_PAINT_TARGET_S = 0.5
+KEYPRESS_TARGET_S = 0.050
+
+
+class TimedApp(ReplayApp):
+    """ReplayApp that timestamps every frame it writes."""
+
+    def __init__(self, result: ReplayResult) -> None:
+        super().__init__(result)
+        self.frames: list[float] = []
+        self.frame_event = asyncio.Event()
+
+    def _display(self, screen: Any, renderable: Any) -> None:
+        super()._display(screen, renderable)
+        self.frames.append(time.perf_counter())
+        self.frame_event.set()
+
+
+async def measure(result: ReplayResult, presses: int, size: tuple[int, int]) -> tuple[float, list[float]]:
+    app = TimedApp(result)
+    started = time.perf_counter()
+    async with app.run_test(size=size) as pilot:
+        # (a) the first frame after the timeline rendered its rows
+        while True:
+            timelines = app.screen.query(Timeline)
+            if timelines and timelines.first().first_paint_done and app.frames:
+                break
+            app.frame_event.clear()
+            await app.frame_event.wait()
+        first_paint = app.frames[-1] - started
+        timeline = app.screen.query_one(Timeline)
+        timeline.action_first()
+        await pilot.pause(0.2)
+
+        # (b) j presses, each timed to the frame that shows it
+        times = []
+        driver = app._driver
+        assert driver is not None
+        for _ in range(presses):
+            before = timeline.position
+            app.frame_event.clear()
+            sent = time.perf_counter()
+            driver.send_message(events.Key("j", "j"))
+            while True:
+                await app.frame_event.wait()
+                if timeline.position != before:
+                    break
+                app.frame_event.clear()
+            times.append(app.frames[-1] - sent)
+            await asyncio.sleep(0.03)  # let the frame settle, as a typing human would
+        await pilot.press("q")
+    return first_paint, times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", default="50,100000")
+    parser.add_argument("--presses", type=int, default=40)
+    parser.add_argument("--size", default="160x48")
+    args = parser.parse_args()
+    width, height = (int(v) for v in args.size.split("x"))
+    for count in (int(c) for c in args.events.split(",")):
+        built = time.perf_counter()
+        result = tui_results.large_result(count)
+        build_s = time.perf_counter() - built
+        first_paint, times = asyncio.run(measure(result, args.presses, (width, height)))
+        median = statistics.median(times)
+        print(
+            f"{count:>7} events (result built in {build_s:.2f} s, not counted): "
+            f"first paint {first_paint * 1000:7.1f} ms (target {FIRST_PAINT_TARGET_S * 1000:.0f} ms, "
+            f"ratio {first_paint / FIRST_PAINT_TARGET_S:.2f})   "
+            f"j median {median * 1000:5.1f} ms  p90 {sorted(times)[int(len(times) * 0.9)] * 1000:5.1f} ms "
+            f"(target {KEYPRESS_TARGET_S * 1000:.0f} ms, ratio {median / KEYPRESS_TARGET_S:.2f})"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,346 @@
+"""The app as an operator uses it: every key, every screen, the exit codes (Pilot, headless)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from textual.widgets import DataTable, Input, Static, TabbedContent, Tree
+
+from beam_agents.replay.result import ReplayResult
+from replay_tui.app import ReplayApp
+from replay_tui.screens.error import ErrorScreen
+from replay_tui.screens.help import HelpScreen
+from replay_tui.screens.intents import IntentsScreen
+from replay_tui.screens.main import MainScreen
+from replay_tui.screens.outputs import OutputsScreen
+from replay_tui.screens.state import StateScreen
+from replay_tui.widgets.detail import DetailPane
+from replay_tui.widgets.step import StepPane
+from replay_tui.widgets.timeline import Timeline
+
+WIDE = (160, 48)
+Real = Callable[[str], ReplayResult]
+
+
+def timeline(app: ReplayApp) -> Timeline:
+    return app.screen.query_one(Timeline)
+
+
+def static_text(widget: Static) -> str:
+    return str(widget.render())
+
+
+def selected(app: ReplayApp) -> int | None:
+    return timeline(app).position
+
+
+async def test_opens_on_the_first_divergence_with_the_timeline_focused(real: Real) -> None:
+    result = real("diverged")
+    app = ReplayApp(result)
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.pause()
+        assert isinstance(app.screen, MainScreen)
+        assert app.focused is timeline(app)
+        assert result.first_divergence is not None
+        assert selected(app) == result.first_divergence.index
+        assert app.screen.query_one(DetailPane).position == result.first_divergence.index
+        assert app.screen.query_one(StepPane).position == result.first_divergence.index
+
+
+async def test_opens_on_the_cache_miss_when_nothing_diverged(real: Real) -> None:
+    result = real("cache-miss")
+    assert result.cache_miss is not None
+    async with ReplayApp(result).run_test(size=WIDE) as pilot:
+        await pilot.pause()
+        assert selected(pilot.app) == result.cache_miss.event_index  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("keys", "expected"), [(("j",), 1), (("down",), 1), (("j", "j", "k"), 1), (("up",), 0)])
+async def test_j_k_and_arrows_move_the_selection(real: Real, keys: tuple[str, ...], expected: int) -> None:
+    app = ReplayApp(real("reproduced"))
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.press(*keys)
+        assert selected(app) == expected
+        assert app.screen.query_one(DetailPane).position == expected
+
+
+async def test_home_end_and_pages(real: Real) -> None:
+    result = real("reproduced")
+    app = ReplayApp(result)
+    last = len(result.events) - 1
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.press("G")
+        assert selected(app) == last
+        await pilot.press("g")
+        assert selected(app) == 0
+        await pilot.press("end")
+        assert selected(app) == last
+        await pilot.press("home")
+        assert selected(app) == 0
+        await pilot.press("pagedown")
+        assert selected(app) == last  # fewer rows than a page
+        await pilot.press("pageup")
+        assert selected(app) == 0
+
+
+async def test_step_mode_space_and_right_advance_left_goes_back(real: Real) -> None:
+    app = ReplayApp(real("reproduced"))
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.press("space")
+        tl = timeline(app)
+        assert tl.step_mode and selected(app) == 1
+        await pilot.press("right", "right")
+        assert selected(app) == 3
+        await pilot.press("left")
+        assert selected(app) == 2
+        step = app.screen.query_one(StepPane)
+        assert step.position == 2
+        assert "after event 2" in str(step.border_title)
+        assert "step mode" in static_text(app.screen.query_one("#status", Static))
+        await pilot.press("escape")
+        assert not tl.step_mode
+
+
+async def test_n_and_shift_n_walk_the_differing_rows(real: Real) -> None:
+    result = real("diverged")
+    app = ReplayApp(result)
+    notable = [p.index for p in result.events if p.differs]
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.press("g", "n")
+        assert selected(app) == notable[0]
+        await pilot.press("n")
+        assert selected(app) == notable[1]
+        await pilot.press("N")
+        assert selected(app) == notable[0]
+
+
+async def test_d_jumps_back_to_the_first_divergence(real: Real) -> None:
+    result = real("diverged")
+    app = ReplayApp(result)
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.press("G", "d")
+        assert result.first_divergence is not None
+        assert selected(app) == result.first_divergence.index
+
+
+async def test_d_without_a_divergence_says_so(real: Real) -> None:
+    app = ReplayApp(real("reproduced"))
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.press("j", "d")
+        assert selected(app) == 1
+        assert any("No divergence" in message for _, message in app.notices)
+
+
+async def test_slash_filters_the_timeline_and_escape_clears_it(real: Real) -> None:
+    result = real("reproduced")
+    app = ReplayApp(result)
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.press("slash")
+        box = app.screen.query_one("#filter", Input)
+        assert box.has_focus
+        await pilot.press(*"kind:llm", "enter")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        tl = timeline(app)
+        llm = [i for i, p in enumerate(result.events) if p.traced is not None and p.traced.kind == 2]
+        assert tl.filtered and tl.shown_count == len(llm)
+        assert selected(app) in llm
+        assert tl.has_focus
+        await pilot.press("escape")
+        assert not tl.filtered and tl.shown_count == len(result.events)
+
+
+async def test_filter_matching_nothing_says_so(real: Real) -> None:
+    app = ReplayApp(real("reproduced"))
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.press("slash", *"zzz-nothing", "enter")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert timeline(app).shown_count == 0
+        assert "no row matches" in static_text(app.screen.query_one("#status", Static))
+        await pilot.press("n")  # jumping to a hidden row clears the filter
+        assert not timeline(app).filtered or selected(app) is None
+
+
+@pytest.mark.parametrize(
+    ("key", "screen"), [("s", StateScreen), ("i", IntentsScreen), ("o", OutputsScreen)]
+)
+async def test_s_i_o_open_their_screen_and_the_same_key_closes_it(real: Real, key: str, screen: type) -> None:
+    app = ReplayApp(real("reproduced"))
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.press(key)
+        assert isinstance(app.screen, screen)
+        await pilot.press(key)
+        assert isinstance(app.screen, MainScreen)
+        await pilot.press(key, "escape")
+        assert isinstance(app.screen, MainScreen)
+
+
+async def test_switching_between_state_intents_and_outputs_keeps_one_level(real: Real) -> None:
+    app = ReplayApp(real("reproduced"))
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.press("s", "i", "o")
+        assert isinstance(app.screen, OutputsScreen)
+        await pilot.press("escape")
+        assert isinstance(app.screen, MainScreen)
+
+
+async def test_state_screen_shows_memory_tree_cache_and_tabs(real: Real) -> None:
+    result = real("reproduced")
+    assert result.state is not None
+    app = ReplayApp(result)
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.press("s")
+        tree = app.screen.query_one("#memory-tree", Tree)
+        labels = {str(node.label).split(" ")[0] for node in tree.root.children}
+        assert labels == set(result.state.memory)
+        tabs = app.screen.query_one(TabbedContent)
+        for key, tab in [("2", "cache"), ("3", "pending"), ("4", "continuation"), ("5", "versions"), ("1", "memory")]:
+            await pilot.press(key)
+            assert tabs.active == tab
+        cache = app.screen.query_one("#cache-table", DataTable)
+        assert cache.row_count == len(result.state.cache_entries)
+
+
+async def test_intents_screen_lists_the_ledger(real: Real) -> None:
+    result = real("reproduced")
+    app = ReplayApp(result)
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.press("i")
+        table = app.screen.query_one(DataTable)
+        assert table.row_count == len(result.intents) > 0
+        assert str(table.get_row_at(0)[1]) == result.intents[0].intent_id
+
+
+async def test_outputs_screen_shows_payload_as_text_and_hex_on_request(real: Real) -> None:
+    result = real("reproduced")
+    app = ReplayApp(result)
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.press("o")
+        body = app.screen.query_one("#payload-body", Static)
+        assert "press t for text" in static_text(body)
+        await pilot.press("t")
+        assert "as text" in static_text(body)
+        await pilot.press("x")
+        assert "as hex" in static_text(body) and "00000000  " in static_text(body)
+        await pilot.press("enter")
+        assert "as hex" in static_text(body)
+
+
+async def test_e_exports_both_reports_and_says_where(real: Real, tmp_path: Path) -> None:
+    app = ReplayApp(real("diverged"), export_dir=tmp_path)
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.press("e")
+        written = sorted(p.name for p in tmp_path.iterdir())
+        assert [Path(n).suffix for n in written] == [".json", ".md"]
+        assert app.last_export is not None
+        assert {p.name for p in app.last_export} == set(written)
+        severity, message = app.notices[-1]
+        assert severity == "information"
+        assert all(str(path) in message for path in app.last_export)
+
+
+async def test_e_into_an_unwritable_directory_reports_the_error(real: Real, tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    app = ReplayApp(real("diverged"), export_dir=blocker / "sub")
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.press("e")
+        severity, message = app.notices[-1]
+        assert severity == "error" and message.startswith("Export failed")
+        assert app.last_export is None
+
+
+async def test_c_copies_the_selected_event_via_the_clipboard(real: Real) -> None:
+    import json
+
+    result = real("diverged")
+    app = ReplayApp(result)
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.press("c")
+        copied = json.loads(app.clipboard)
+        assert result.first_divergence is not None
+        assert copied["index"] == result.first_divergence.index
+        assert copied["traced"]["name"] == copied["replayed"]["name"] == "lookup_order"
+
+
+async def test_question_mark_opens_help_and_closes_it(real: Real) -> None:
+    app = ReplayApp(real("reproduced"))
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        assert isinstance(app.screen, MainScreen)
+
+
+def test_help_lists_every_binding() -> None:
+    from replay_tui.screens.help import HELP
+
+    listed = {token for _, keys in HELP for key, _ in keys for token in key.split()}
+    names = {"question_mark": "?", "slash": "/", "space": "space", "right": "→", "left": "←",
+             "down": "↓", "up": "↑", "pagedown": "pgdn", "pageup": "pgup"}
+    for owner in (ReplayApp, MainScreen, Timeline, StateScreen, OutputsScreen, IntentsScreen, HelpScreen):
+        for binding in owner.BINDINGS:
+            for key in binding.key.split(","):  # type: ignore[union-attr]
+                shown = names.get(key, key)
+                assert shown in listed, f"{owner.__name__}: key {key!r} is not in the help"
+
+
+async def test_command_palette_runs_the_same_actions(real: Real) -> None:
+    result = real("diverged")
+    app = ReplayApp(result)
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.press("G", "ctrl+p")
+        await pilot.press(*"First divergence")
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert result.first_divergence is not None
+        assert selected(app) == result.first_divergence.index
+
+
+async def test_clicking_a_row_selects_it(real: Real) -> None:
+    app = ReplayApp(real("reproduced"))
+    async with app.run_test(size=WIDE) as pilot:
+        tl = timeline(app)
+        # Line 0 is the heading; data row 3 is line 4 of the timeline's content.
+        await pilot.click(Timeline, offset=(10, 1 + 4))
+        assert tl.has_focus
+        assert selected(app) == 3
+
+
+@pytest.mark.parametrize(
+    ("scenario", "code"),
+    [("reproduced", 0), ("diverged", 1), ("usage-error", 2), ("cache-miss", 3), ("what-if", 0)],
+)
+async def test_q_exits_with_the_verdicts_code(real: Real, scenario: str, code: int) -> None:
+    result = real(scenario)
+    assert result.exit_code == code
+    app = ReplayApp(result)
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.press("q")
+    assert app.return_code == code
+    assert app.return_value == code
+    assert app.exit_code == code
+
+
+async def test_q_from_a_sub_screen_also_exits_with_the_verdicts_code(real: Real) -> None:
+    app = ReplayApp(real("diverged"))
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.press("s", "q")
+    assert app.return_code == 1
+
+
+async def test_usage_error_shows_the_message_and_no_incident_keys(real: Real) -> None:
+    result = real("usage-error")
+    app = ReplayApp(result)
+    async with app.run_test(size=WIDE) as pilot:
+        assert isinstance(app.screen, ErrorScreen)
+        message = static_text(app.screen.query_one("#error-message", Static))
+        assert result.error[:40] in message
+        await pilot.press("s", "i", "o", "e")
+        assert isinstance(app.screen, ErrorScreen)
+        await pilot.press("q")
+    assert app.return_code == 2

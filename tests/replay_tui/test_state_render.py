@@ -1,0 +1,119 @@
+"""State, intents and outputs as rows: what the tables and the memory tree show."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import tui_results
+
+from beam_agents.replay.result import ReplayResult
+from replay_tui.render.state import (
+    CACHE_COLUMNS,
+    INTENT_COLUMNS,
+    JsonNode,
+    cache_rows,
+    continuation_text,
+    hexdump_lines,
+    intent_rows,
+    json_tree,
+    output_rows,
+    payload_as_hex,
+    payload_as_text,
+    versions_text,
+)
+
+UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e]")
+
+
+def plains(row: tuple[object, ...]) -> list[str]:
+    return [getattr(cell, "plain", str(cell)) for cell in row]
+
+
+def test_cache_rows_in_lru_order_with_age_ttl_digest_only_and_hit() -> None:
+    state = tui_results.state_view()
+    rows = [plains(row) for row in cache_rows(state.cache_entries)]
+    assert len(rows[0]) == len(CACHE_COLUMNS)
+    assert [row[0] for row in rows] == ["1", "2", "3"]
+    first, _, expired = rows
+    assert first[1] == tui_results.cache_key("plan")
+    assert (first[4], first[5], first[7]) == ("1h 35m", "4h 25m", "hit")
+    assert expired[5] == "expired 1h 00m ago" and expired[6] == "digest-only" and expired[7] == "no"
+
+
+def test_real_cache_view_marks_the_entries_the_rerun_was_served(real: Callable[[str], ReplayResult]) -> None:
+    result = real("reproduced")
+    assert result.state is not None
+    rows = [plains(row) for row in cache_rows(result.state.cache_entries)]
+    hits = {row[1] for row in rows if row[7] == "hit"}
+    served = {e.cache_key for e in result.state.cache_entries if e.hit_in_activation}
+    assert hits == served and served
+
+
+def leaves(node: JsonNode) -> list[str]:
+    if node.children is None:
+        return [node.label.plain]
+    return [leaf for child in node.children for leaf in leaves(child)]
+
+
+def test_memory_tree_has_a_node_per_key_and_literal_labels(injection: ReplayResult) -> None:
+    assert injection.state is not None
+    tree = json_tree(injection.state.memory)
+    assert tree.children is not None and len(tree.children) == 2
+    for label in leaves(tree):
+        assert not UNSAFE.search(label)
+    assert any(label.startswith("[bold red]x[/] \\x1b[2J") for label in leaves(tree))
+    nested = next(c for c in tree.children if c.label.plain.startswith("nested"))
+    assert nested.children is not None
+    assert nested.children[0].label.plain.startswith("[link=http://evil]y[/link]")
+
+
+def test_json_tree_summarizes_containers() -> None:
+    tree = json_tree({"a": [1, 2], "b": {"c": None}})
+    assert tree.label.plain == "memory  {} 2 keys"
+    assert tree.children is not None
+    assert tree.children[0].label.plain == "a  [] 2 items"
+    assert tree.children[1].children is not None
+    assert tree.children[1].children[0].label.plain == "c = null"
+
+
+def test_continuation_and_versions_text() -> None:
+    result = tui_results.reproduced_result()
+    assert result.state is not None
+    text = continuation_text(result.state.continuation, result.header.now_ms).plain
+    assert tui_results.REFUND_INTENT in text and "step index       0" in text
+    assert "1h 00m after now_ms" in text and '"asked_at"' in text
+    assert "not suspended" in continuation_text(None, None).plain
+    versions = versions_text(result, result.state).plain
+    assert "snapshot schema  v2" in versions and "llm_cache v1→v2" in versions
+
+
+def test_intent_rows_mark_disagreements() -> None:
+    agree = [plains(row) for row in intent_rows(tui_results.intents_ledger())]
+    assert len(agree[0]) == len(INTENT_COLUMNS)
+    assert all(row[0] == "" for row in agree)
+    disagree = [plains(row) for row in intent_rows(tui_results.intents_ledger(replayed_staged=False))]
+    assert all(row[0] == "≠" for row in disagree)
+    assert disagree[1][5:7] == ["yes", "no"]
+
+
+def test_outputs_list_digests_and_the_memory_blob(real: Callable[[str], ReplayResult]) -> None:
+    result = tui_results.what_if_result()
+    rows = [plains(row) for row in output_rows(result)]
+    assert rows[0][:3] == ["outputs[0]", f"{result.outputs[0].size} bytes", result.outputs[0].sha256]
+    assert rows[-1][0] == "memory blob" and "reported, not diffed" in rows[-1][3]
+
+
+def test_payload_as_text_escapes_controls_and_as_hex_is_a_dump() -> None:
+    blob = tui_results.blob(b"hello\n\x1b[2Jworld\xff")
+    text = payload_as_text(blob).plain
+    assert text == "hello\n\\x1b[2Jworld\\xff"
+    dump = payload_as_hex(blob).plain
+    assert dump.startswith("00000000  68 65 6c 6c 6f 0a 1b 5b")
+    assert dump.endswith("hello..[2Jworld.")
+
+
+def test_payload_views_cap_what_they_show() -> None:
+    blob = tui_results.blob(b"x" * 100)
+    assert payload_as_text(blob, limit=10).plain.endswith("… 90 more bytes not shown")
+    assert len(list(hexdump_lines(blob.payload, limit=32))) == 2
