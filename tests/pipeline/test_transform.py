@@ -18,6 +18,9 @@ from pipeline_harness import (
     Collected,
     Step,
     Watermark,
+    collect,
+    new_pipeline,
+    read_collected,
     run_agent,
 )
 
@@ -508,6 +511,35 @@ def test_an_agent_pickled_by_value_may_hold_and_use_messages(runner: str, tmp_pa
 
     got = run_agent(runner, [event_envelope(KEY, "x", time_ms=T0)], tmp_path, agent=LocalAgent())
     assert got.outputs_of(KEY) == [b"1:OK:ok:status?"]
+
+
+@pytest.mark.parametrize("runner", ["batch", "fnapi"])
+def test_windowed_input_still_gives_one_history_per_key(runner: str, tmp_path: Path) -> None:
+    import apache_beam as beam
+    from apache_beam.transforms.window import FixedWindows, TimestampedValue
+
+    envelopes = [
+        event_envelope(KEY, "echo", b"a", time_ms=T0),
+        event_envelope(KEY, "echo", b"b", time_ms=T0 + 60_000),  # another one-second window
+    ]
+    with new_pipeline(runner) as p:
+        outs = (
+            p
+            | beam.Create(
+                [
+                    TimestampedValue(e.SerializeToString(), e.event_time_ms / 1000)
+                    for e in envelopes
+                ],
+                reshuffle=False,
+            )
+            | beam.WindowInto(FixedWindows(1))
+            | RunAgent(SHOP_AGENT, SHOP_TOOLS, SUITE_CONFIG)
+        )
+        collect(outs.outputs, tmp_path, "outputs")
+    assert sorted(o for _, o in read_collected(tmp_path, "outputs")) == [
+        b"1:echo:a:ok:a",
+        b"2:echo:b:ok:b",
+    ]
 
 
 def test_run_agent_refuses_wrong_arguments_naming_them() -> None:
