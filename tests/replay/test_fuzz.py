@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import random
 import subprocess
 import sys
@@ -169,3 +170,30 @@ def test_the_console_script_exits_2_or_3_on_garbage(tmp_path: Path, seed: int) -
     )
     assert out.returncode in (2, 3)
     assert out.stderr.strip() and "Traceback" not in out.stderr
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=12),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=6)
+    ),
+    max_leaves=20,
+)
+_ROW_COLUMNS = st.sampled_from(
+    ["entity_key", "seq", "index", "kind", "name", "start_ms", "end_ms", "attributes",
+     "trace_id", "span_id", "parent_span_id"]
+)  # fmt: skip
+_ROWS = st.lists(st.dictionaries(_ROW_COLUMNS, _JSON, max_size=11), max_size=5)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(st.binary(max_size=300), _ROWS.map(lambda rows: json.dumps(rows).encode())))
+def test_convert_bq_refuses_bad_rows_without_a_traceback(data: bytes) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = Path(tmp) / "rows.json"
+        rows.write_bytes(data)
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            code = main(["convert-bq", str(rows), "-o", str(Path(tmp) / "out.pb")])
+    assert code in (0, 2)
+    assert "Traceback" not in err.getvalue() and "internal error" not in err.getvalue()
