@@ -268,9 +268,11 @@ def _judge_what_if(
     cache: ReplayCache,
     provider_calls: int,
 ) -> Judgement:
-    # Seed §4: a pending resume's responses are "not yet minted", so a what-if may well
-    # stop at its first model call. It is still a what-if (exit 0): nothing is claimed
-    # reproduced, and the reason says plainly where and why the run stopped.
+    # Seed §4: a pending resume has no traced outcome to diff, so a run that completes is
+    # a what-if (exit 0). Its responses are "not yet minted", so it may well stop at its
+    # first uncached model call: then it did not run to the end, and saying exit 0 would
+    # tell a script "the what-if ran" when it did not. A cache miss is exit 3 (seed's
+    # table) here too; the reason says it was a what-if and where it stopped.
     prefix = (
         f"what-if: seq {plan.seq} (a pending {plan.trigger_name}) has no traced activation, "
         "so there is no traced outcome to diff; this is what the resume would do"
@@ -290,7 +292,7 @@ def _judge_what_if(
     else:
         stopped = ""
     return Judgement(
-        verdict=Verdict.WHAT_IF,
+        verdict=Verdict.IRREPRODUCIBLE if stopped else Verdict.WHAT_IF,
         reason=prefix + stopped,
         comparison=comparison,
         cache_miss=miss,

@@ -128,7 +128,9 @@ class SupportAgent(Agent):
         elif isinstance(inbound, Timeout):
             how = "timeout"
         else:
-            how = f"approval {inbound.approved}"
+            # A rejection needs no model call: nothing happened to summarize.
+            ctx.memory["resumed"] = step_index
+            return Done(output=f"{ctx.seq}:refund rejected by {inbound.approver or 'a human'}".encode())
         summary = ctx.complete(chat_request(MODEL, ("user", f"summarize {how} for {state}")))
         ctx.memory["resumed"] = step_index
         return Done(output=f"{ctx.seq}:{summary.text}".encode())

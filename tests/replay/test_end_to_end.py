@@ -50,6 +50,7 @@ K_BOOM = b"customer-boom"
 K_LATE = b"customer-late"
 K_RESUME = b"customer-resume"
 K_PENDING = b"customer-pending"
+K_DECIDE = b"customer-decide"
 K_RATE = b"customer-rate"
 K_OLDER = b"customer-older"
 K_TIMEOUT = b"customer-timeout"
@@ -82,12 +83,16 @@ ENVELOPES: dict[str, AgentEnvelope] = {
     "p_approve": approval_envelope(
         K_PENDING, intent_id(K_PENDING, 1), approved=True, time_ms=T0 + 1000
     ),
+    "d_refund": ask(K_DECIDE, "refund please", T0, "refund"),
     "rate": ask(K_RATE, "rate?", T0, "rate"),
     "o_first": ask(K_OLDER, "one", T0),
     "o_second": ask(K_OLDER, "two", T0 + 2000),
 }
 PENDING_RESULT = tool_result_envelope(
     K_PENDING, intent_id(K_PENDING, 1), time_ms=T0 + 5000, payload=b"{}"
+)
+PENDING_REJECTION = approval_envelope(
+    K_DECIDE, intent_id(K_DECIDE, 1), approved=False, approver="ops", time_ms=T0 + 5000
 )
 
 BATCH_SCRIPT: list[AgentEnvelope] = [
@@ -105,6 +110,8 @@ BATCH_SCRIPT: list[AgentEnvelope] = [
     ENVELOPES["p_refund"],
     ENVELOPES["p_approve"],
     export_request_envelope(K_PENDING, "e2e", time_ms=T0 + 2000),
+    ENVELOPES["d_refund"],
+    export_request_envelope(K_DECIDE, "e2e", time_ms=T0 + 1000),
     ENVELOPES["rate"],
     export_request_envelope(K_RATE, "e2e", time_ms=T0 + 1000),
     ENVELOPES["o_first"],
@@ -252,22 +259,39 @@ def test_a_suspended_then_resumed_activation_replays_as_resume(
         assert code == 0, out
 
 
-def test_a_pending_resume_is_a_what_if(batch: Run, capsys: pytest.CaptureFixture[str]) -> None:
+def _traces_as_collected_at_export(batch: Run, key: bytes, through_seq: int) -> Path:
     # The traces as collected when the snapshot was taken (before the batch runner's
     # end-of-input watermark fired the key's HITL timer).
-    collected = batch.root / "pending-traces.pb"
+    collected = batch.root / f"{key.hex()}-pending-traces.pb"
     events = [
         e
         for path in sorted(batch.traces.glob("*.pb"))
-        for e in read_trace_stream(path, entity_key=K_PENDING)
-        if e.seq <= 2
+        for e in read_trace_stream(path, entity_key=key)
+        if e.seq <= through_seq
     ]
     write_trace_stream(collected, events)
+    return collected
+
+
+def test_a_pending_resume_is_a_what_if(batch: Run, capsys: pytest.CaptureFixture[str]) -> None:
+    collected = _traces_as_collected_at_export(batch, K_DECIDE, 1)
+    code, out, _ = cli(
+        replay(batch, K_DECIDE, batch.event("decide", PENDING_REJECTION), traces=collected), capsys
+    )
+    assert code == 0, out
+    assert "\nwhat-if\n" in out and "no traced outcome to diff" in out
+    assert f"  key:    {K_DECIDE.hex()}  seq: 2  now_ms: {T0 + 5000}" in out
+
+
+def test_a_pending_resume_needing_an_unminted_response_is_irreproducible(
+    batch: Run, capsys: pytest.CaptureFixture[str]
+) -> None:
+    collected = _traces_as_collected_at_export(batch, K_PENDING, 2)
     code, out, _ = cli(
         replay(batch, K_PENDING, batch.event("pending", PENDING_RESULT), traces=collected), capsys
     )
-    assert code == 0
-    assert "\nwhat-if\n" in out and "no traced outcome to diff" in out
+    assert code == 3, out
+    assert "\nirreproducible\n" in out and "what-if" in out and "not minted yet" in out
     assert f"  key:    {K_PENDING.hex()}  seq: 3  now_ms: {T0 + 5000}" in out
 
 

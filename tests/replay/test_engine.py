@@ -149,24 +149,39 @@ def test_a_completed_resume_replays_as_resume_from_resumed_from(history: KeyHist
 
 def test_a_pending_resume_is_a_what_if(history: KeyHistory) -> None:
     _, intent = suspend_for_refund(history)
+    snapshot, traces = history.export(), history.trace_bytes()
+    rejection = approval_envelope(KEY, intent, approved=False, time_ms=T0 + 5000)
+    result = replay(options(snapshot, traces, event=rejection))
+    assert result.verdict is Verdict.WHAT_IF and result.exit_code == 0, result.reason
+    assert (result.header.seq, result.header.now_ms, result.header.kind) == (2, T0 + 5000, "resume")
+    assert "no traced outcome to diff" in result.reason
+    assert all(p.traced is None and p.replayed is not None for p in result.events)
+    assert result.cache_miss is None and result.provider_calls == 0
+    assert result.header.continuation_source == "snapshot.continuation"
+
+
+def test_a_pending_resume_that_needs_an_unminted_response_is_irreproducible(
+    history: KeyHistory,
+) -> None:
+    _, intent = suspend_for_refund(history)
     history.send(approval_envelope(KEY, intent, approved=True, time_ms=T0 + 1000))
     snapshot, traces = history.export(), history.trace_bytes()
     pending = tool_result_envelope(KEY, intent, time_ms=T0 + 5000, payload=b"{}")
     result = replay(options(snapshot, traces, event=pending))
-    assert result.verdict is Verdict.WHAT_IF and result.exit_code == 0
-    assert (result.header.seq, result.header.now_ms, result.header.kind) == (3, T0 + 5000, "resume")
-    assert "no traced outcome to diff" in result.reason
-    assert all(p.traced is None and p.replayed is not None for p in result.events)
-    # A pending resume's responses are not minted yet: it runs up to its first model call.
+    # A pending resume's responses are not minted yet: it runs up to its first model call,
+    # and a what-if that could not run to its end is not reported as exit 0.
+    assert result.verdict is Verdict.IRREPRODUCIBLE and result.exit_code == 3
+    assert result.reason.startswith("what-if:") and "not minted yet" in result.reason
     assert result.cache_miss is not None and result.provider_calls == 1
-    assert result.header.continuation_source == "snapshot.continuation"
 
 
-def test_a_pending_timeout_is_a_what_if_with_seq(history: KeyHistory) -> None:
+def test_a_pending_timeout_is_a_what_if_run_with_seq(history: KeyHistory) -> None:
     suspend_for_refund(history)
     snapshot, traces = history.export(), history.trace_bytes()
     result = replay(options(snapshot, traces, seq=2))
-    assert result.verdict is Verdict.WHAT_IF, result.error
+    # The timeout's resume asks the model for a summary that was never minted.
+    assert result.verdict is Verdict.IRREPRODUCIBLE, result.error
+    assert result.reason.startswith("what-if:")
     assert (result.header.trigger, result.header.now_ms) == ("timeout", T0 + HOUR_MS)
 
 
