@@ -283,5 +283,14 @@ def detail_lines(result: ReplayResult, pair: EventPair, width: int) -> list[Text
         lines += wrap(note, width)
     rows = detail_rows(pair)
     if what_if:
-        rows = [replace(row, differs=False) for row in rows]
+        return lines + replayed_lines(rows, width)
     return lines + fields_lines(rows, width)
+
+
+def replayed_lines(rows: list[DetailRow], width: int) -> list[Text]:
+    """A what-if has no traced side: the replayed values alone, one column."""
+    label_w = max(12, min(34, width // 3))
+    lines = columns([Text("field", style="bold"), Text("replayed", style="bold")], (label_w, width - label_w - 1))
+    for row in rows:
+        lines += columns([_label(replace(row, normalized=False)), Text(row.replayed)], (label_w, width - label_w - 1))
+    return lines

@@ -392,15 +392,42 @@ def render_heading(width: int, *, idx_width: int = 3) -> Text:
     return text
 
 
-def row_search_text(row: TimelineRow) -> str:
-    """Everything a row shows, lowercased, for the ``/`` filter."""
-    parts = [str(row.index), row.mark.name.lower().replace("_", " "), row.miss_key]
-    for side in (row.traced, row.replayed):
-        if side is not None:
-            parts += [side.kind, te.kind_name(side.kind_code), side.name, side.cache, side.extra]
-            if side.billed:
+def event_search_text(event: TraceEvent) -> str:
+    """What ``/`` matches in one event: kind, name, attribute names and values, hit/miss/billed.
+
+    Read straight from the event (not from a built row): a text filter scans every
+    event of an activation that may hold 100,000 of them.
+    """
+    kind = event.kind
+    parts = [KIND_LABELS.get(kind, ""), te.kind_name(kind), event.name]
+    for name, value in event.attributes.items():
+        parts.append(name)
+        which = value.WhichOneof("value")
+        if which == "string_value":
+            parts.append(value.string_value)
+        elif which == "int_value":
+            parts.append(str(value.int_value))
+        elif which == "bool_value":
+            if name == te.ATTR_CACHE_HIT:
+                parts.append("hit" if value.bool_value else "miss")
+            elif name == te.ATTR_BILLED and value.bool_value:
                 parts.append("billed")
     return " ".join(parts).lower()
+
+
+def pair_search_text(pair: EventPair) -> str:
+    """What ``/`` matches in a row: its index, ``differs``, and both events."""
+    parts = [str(pair.index)]
+    if pair.differs:
+        parts.append("differs")
+    if pair.traced is not None:
+        parts.append(event_search_text(pair.traced))
+    # Identical sides (the common case) are searched once.
+    if pair.replayed is not None and (
+        pair.traced is None or pair.differs or pair.replayed.SerializeToString() != pair.traced.SerializeToString()
+    ):
+        parts.append(event_search_text(pair.replayed))
+    return " ".join(parts)
 
 
 def kind_matches(pair: EventPair, kind_query: str) -> bool:
@@ -423,8 +450,8 @@ def filter_positions(
 ) -> list[int] | None:
     """Row positions matching ``query``: ``kind:LLM`` matches by kind, anything else by text.
 
-    This reads every row once (O(n)); the app runs it in a worker thread, so it
-    builds rows without touching the model's cache. ``progress(done)`` is called
+    This reads every event once (O(n)); the app runs it in a worker thread.
+    ``progress(done)`` is called
     every ``chunk`` rows; when it returns False the scan stops and None is returned
     (a newer filter superseded this one).
     """
@@ -440,6 +467,6 @@ def filter_positions(
         if kind_query is not None:
             if kind_matches(pair, kind_query):
                 matches.append(pos)
-        elif needle in row_search_text(model.build(pos)):
+        elif needle in pair_search_text(pair):
             matches.append(pos)
     return matches

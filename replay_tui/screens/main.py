@@ -43,6 +43,8 @@ class MainScreen(Screen[None]):
         self.result = result
         self.model = TimelineModel(result)
         self.filter_query = ""
+        self.filtering = False
+        """A filter scan is running in a worker."""
 
     def compose(self) -> ComposeResult:
         yield ReplayHeaderPanel(self.result, id="header")
@@ -90,7 +92,9 @@ class MainScreen(Screen[None]):
             parts.append(f"event {self.result.events[position].index} ({position + 1}/{len(self.model)})")
         elif len(self.model):
             parts.append("no row matches the filter")
-        if self.filter_query:
+        if self.filter_query and self.filtering:
+            parts.append(f"filter {self.filter_query!r}: scanning {len(self.model)} events…")
+        elif self.filter_query:
             parts.append(f"filter {self.filter_query!r}: {timeline.shown_count} rows")
         if timeline.step_mode:
             parts.append("step mode (esc leaves)")
@@ -163,6 +167,7 @@ class MainScreen(Screen[None]):
 
     def _clear_filter(self) -> None:
         self.filter_query = ""
+        self.filtering = False
         self.workers.cancel_group(self, "filter")
         self.timeline.set_positions(None)
         self.timeline.border_title = f"timeline · {len(self.model)} events"
@@ -178,7 +183,8 @@ class MainScreen(Screen[None]):
             self._clear_filter()
             return
         self.filter_query = query
-        self._update_status("filtering…")
+        self.filtering = True
+        self._update_status()
         self._run_filter(query)
 
     @work(thread=True, exclusive=True, group="filter")
@@ -192,6 +198,7 @@ class MainScreen(Screen[None]):
     def _filter_finished(self, message: FilterFinished) -> None:
         if message.query != self.filter_query:
             return  # a newer filter (or a clear) superseded this scan
+        self.filtering = False
         positions = message.positions
         self.timeline.set_positions(positions)
         shown = self.timeline.shown_count

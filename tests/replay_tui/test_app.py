@@ -344,3 +344,44 @@ async def test_usage_error_shows_the_message_and_no_incident_keys(real: Real) ->
         assert isinstance(app.screen, ErrorScreen)
         await pilot.press("q")
     assert app.return_code == 2
+
+
+async def test_far_jump_on_a_huge_activation_indexes_in_a_worker() -> None:
+    import tui_results
+
+    result = tui_results.large_result(20_000)
+    app = ReplayApp(result)
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.press("G")
+        step = app.screen.query_one(StepPane)
+        assert step.position == 19_999
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        text = "\n".join(line.plain for line in step.lines)
+        assert "after event 19999 of 20000" in text
+        assert step.index.built == 20_000
+        await pilot.press("k")
+        assert "after event 19998" in "\n".join(line.plain for line in step.lines)
+
+
+async def test_panes_are_laid_out_again_when_the_terminal_is_resized(real: Real) -> None:
+    app = ReplayApp(real("diverged"))
+    async with app.run_test(size=(100, 30)) as pilot:
+        detail = app.screen.query_one(DetailPane)
+        narrow = max(line.cell_len for line in detail.lines)
+        await pilot.resize_terminal(160, 48)
+        await pilot.pause()
+        wide = max(line.cell_len for line in detail.lines)
+        assert narrow <= detail.size.width < 160 and wide > narrow
+        assert all(line.cell_len <= detail.scrollable_content_region.width for line in detail.lines)
+
+
+async def test_focus_moves_to_the_panes_and_arrows_scroll_them(real: Real) -> None:
+    app = ReplayApp(real("diverged"))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("tab")
+        detail = app.screen.query_one(DetailPane)
+        assert detail.has_focus
+        await pilot.press("down", "down")
+        assert detail.scroll_offset.y == 2
+        assert selected(app) == real("diverged").first_divergence.index  # type: ignore[union-attr]

@@ -17,9 +17,9 @@ from replay_tui.render.timeline import (
     build_rows,
     filter_positions,
     index_width,
+    pair_search_text,
     render_heading,
     render_row,
-    row_search_text,
 )
 
 UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e]")
@@ -163,7 +163,11 @@ def test_filter_stops_when_superseded() -> None:
     assert calls == [1000]
 
 
-def test_search_text_includes_kind_names_and_billing() -> None:
-    rows = build_rows(tui_results.reproduced_result())
-    text = row_search_text(rows[1])
-    assert "llm_call" in text and "billed" in text and "miss" in text
+def test_search_text_includes_kinds_names_attributes_and_cache_words() -> None:
+    result = tui_results.reproduced_result()
+    text = pair_search_text(result.events[1])
+    assert "llm_call" in text and "llm" in text and "m-1" in text
+    assert "billed" in text and "miss" in text and "hit" in text  # traced missed, replayed hit
+    assert tui_results.cache_key("greeting") in text
+    assert "differs" in pair_search_text(tui_results.diverged_result().events[2])
+    assert "differs" not in text
