@@ -75,6 +75,15 @@ def trigger_name(trigger: AgentEnvelope | Timeout) -> str:
     return trigger.WhichOneof("body") or "none"
 
 
+def hitl_timeout(continuation: Continuation, fired_ms: int) -> Timeout:
+    """The trigger a suspended key's HITL timer hands ``run_activation`` when it fires.
+
+    The DoFn builds it when the timer fires; replay builds it for a traced timeout
+    resume. One function, so the two can never disagree on what a timeout carries.
+    """
+    return Timeout(deadline_ms=fired_ms, awaiting_intent_ids=tuple(continuation.awaiting_intent_ids))
+
+
 def classify_trigger(state: KeyState, trigger: AgentEnvelope | Timeout) -> TriggerDecision:
     """Decide what a key in ``state`` does with ``trigger`` (see the module docstring)."""
     cont = state.continuation
@@ -439,6 +448,7 @@ __all__ = [
     "TriggerDecision",
     "classify_trigger",
     "envelope_digest",
+    "hitl_timeout",
     "run_activation",
     "trigger_name",
 ]

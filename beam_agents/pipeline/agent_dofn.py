@@ -40,6 +40,7 @@ from beam_agents.activation import (
     ActivationResult,
     TriggerAction,
     classify_trigger,
+    hitl_timeout,
     run_activation,
     trigger_name,
 )
@@ -277,7 +278,7 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
             # A timer set for a suspension that has since ended or been replaced.
             self._stale_timers.inc()
             return
-        trigger = Timeout(deadline_ms=fired_ms, awaiting_intent_ids=tuple(cont.awaiting_intent_ids))
+        trigger = hitl_timeout(cont, fired_ms)
         if classify_trigger(run.state, trigger).action is not TriggerAction.RESUME:
             return
         self._activate(key, run, trigger, now_ms=fired_ms)

@@ -35,6 +35,7 @@ from beam_agents.activation import (
     TriggerAction,
     classify_trigger,
     envelope_digest,
+    hitl_timeout,
     trigger_name,
 )
 from beam_agents.agent import Timeout
@@ -93,13 +94,6 @@ def _traced_seq_of(traced: TracedKey, envelope: AgentEnvelope) -> int | None:
         ):
             return seq
     return None
-
-
-def _timeout_for(continuation: Continuation, fired_ms: int) -> Timeout:
-    # Exactly what the DoFn hands run_activation when the HITL timer fires.
-    return Timeout(
-        deadline_ms=fired_ms, awaiting_intent_ids=tuple(continuation.awaiting_intent_ids)
-    )
 
 
 def plan_replay(
@@ -184,7 +178,7 @@ def _plan_what_if(snapshot: StateSnapshot, state: KeyState, event: AgentEnvelope
     trigger: AgentEnvelope | Timeout
     if event is None:
         assert cont is not None  # _what_if_possible
-        trigger, now_ms = _timeout_for(cont, cont.deadline_ms), cont.deadline_ms
+        trigger, now_ms = hitl_timeout(cont, cont.deadline_ms), cont.deadline_ms
     else:
         trigger, now_ms = event, event.event_time_ms
     return Plan(
@@ -275,7 +269,7 @@ def _plan_traced(
     else:
         if pre.continuation is None:  # pragma: no cover - _resumed_continuation raises first
             raise CannotReproduce(f"no continuation for the timeout at seq {seq}")
-        trigger_obj = _timeout_for(pre.continuation, start.start_ms)
+        trigger_obj = hitl_timeout(pre.continuation, start.start_ms)
     decision = classify_trigger(pre, trigger_obj)
     expected = TriggerAction.START if kind == "start" else TriggerAction.RESUME
     if decision.action is not expected:
