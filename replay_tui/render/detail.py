@@ -8,7 +8,7 @@ nearest cached entry and the request components that differ.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from rich.text import Text
 
@@ -166,17 +166,26 @@ def _mark(row: DetailRow) -> tuple[Text, str]:
 
 
 def _label(row: DetailRow) -> Text:
-    label = Text(row.label, style="bold")
+    return Text(row.label, style="bold")
+
+
+def _replayed(row: DetailRow, style: str) -> Text:
+    value = Text(row.replayed, style=style)
     if row.normalized:
-        label.append(" (normalized)", style="dim cyan")
-    return label
+        value.append(" (normalized)", style="dim cyan")
+    return value
+
+
+def _label_width(rows: list[DetailRow], width: int) -> int:
+    longest = max((len(row.label) for row in rows), default=5)
+    return max(12, min(longest, width * 2 // 5))
 
 
 def fields_lines(rows: list[DetailRow], width: int) -> list[Text]:
     """``detail_rows`` laid out in ``width``: aligned columns, or stacked when narrow."""
     if width < STACK_BELOW_WIDTH:
         return _stacked(rows, width)
-    label_w = max(12, min(34, width // 3))
+    label_w = _label_width(rows, width)
     value_w = max(8, (width - 2 - label_w - 2 * LABEL_GAP) // 2)
     widths = (1, label_w, value_w, value_w)
     lines = columns(
@@ -187,7 +196,7 @@ def fields_lines(rows: list[DetailRow], width: int) -> list[Text]:
     for row in rows:
         mark, style = _mark(row)
         lines += columns(
-            [mark, _label(row), Text(row.traced, style=style), Text(row.replayed, style=style)],
+            [mark, _label(row), Text(row.traced, style=style), _replayed(row, style)],
             widths,
             gap=LABEL_GAP,
         )
@@ -207,7 +216,7 @@ def _stacked(rows: list[DetailRow], width: int) -> list[Text]:
             continue
         lines += fold(head, width)
         lines += columns([Text("    traced", style="dim"), Text(row.traced, style=style)], (13, value_w))
-        lines += columns([Text("    replayed", style="dim"), Text(row.replayed, style=style)], (13, value_w))
+        lines += columns([Text("    replayed", style="dim"), _replayed(row, style)], (13, value_w))
     return lines
 
 
@@ -289,8 +298,9 @@ def detail_lines(result: ReplayResult, pair: EventPair, width: int) -> list[Text
 
 def replayed_lines(rows: list[DetailRow], width: int) -> list[Text]:
     """A what-if has no traced side: the replayed values alone, one column."""
-    label_w = max(12, min(34, width // 3))
-    lines = columns([Text("field", style="bold"), Text("replayed", style="bold")], (label_w, width - label_w - 1))
+    label_w = _label_width(rows, width)
+    widths = (label_w, max(8, width - label_w - 1))
+    lines = columns([Text("field", style="bold"), Text("replayed", style="bold")], widths)
     for row in rows:
-        lines += columns([_label(replace(row, normalized=False)), Text(row.replayed)], (label_w, width - label_w - 1))
+        lines += columns([_label(row), Text(row.replayed)], widths)
     return lines

@@ -101,7 +101,9 @@ def cache_rows(entries: tuple[CacheEntryView, ...]) -> list[tuple[Text, ...]]:
                 Text(literal(entry.cache_key)),
                 Text(literal(entry.model)),
                 Text(literal(entry.provider)),
-                Text(duration(entry.age_ms)),
+                Text(duration(entry.age_ms))
+                if entry.age_ms >= 0
+                else Text(f"minted {duration(-entry.age_ms)} later", style="dim"),
                 ttl,
                 Text("digest-only", style="bold yellow") if entry.digest_only else NO.copy(),
                 Text("hit", style="bold green") if entry.hit_in_activation else NO.copy(),

@@ -99,7 +99,10 @@ class MainScreen(Screen[None]):
         if timeline.step_mode:
             parts.append("step mode (esc leaves)")
         notable = len(self.model.notable)
-        parts.append(f"{notable} differing/missed rows (n/N)" if notable else "no differing rows")
+        if notable:
+            parts.append(f"{notable} differing/missed row{'s' if notable > 1 else ''} (n/N)")
+        else:
+            parts.append("no differing rows")
         if note:
             parts.append(note)
         # The query came from the operator's keyboard; still shown through a literal Text.

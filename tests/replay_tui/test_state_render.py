@@ -117,3 +117,10 @@ def test_payload_views_cap_what_they_show() -> None:
     blob = tui_results.blob(b"x" * 100)
     assert payload_as_text(blob, limit=10).plain.endswith("… 90 more bytes not shown")
     assert len(list(hexdump_lines(blob.payload, limit=32))) == 2
+
+
+def test_entries_minted_after_the_activation_clock_say_so() -> None:
+    import dataclasses
+
+    entry = dataclasses.replace(tui_results.state_view().cache_entries[0], age_ms=-21 * 60_000)
+    assert plains(cache_rows((entry,))[0])[4] == "minted 21m 00s later"
