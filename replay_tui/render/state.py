@@ -67,16 +67,20 @@ def _leaf_label(name: str, value: Any) -> Text:
     return label
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def json_tree(value: Any, name: str = "memory") -> JsonNode:
     """The memory JSON as a tree of literal labels (keys and strings may hold anything)."""
     if isinstance(value, dict):
         label = Text(literal(name), style="bold")
-        label.append(f"  {{}} {len(value)} keys", style="dim")
+        label.append(f"  {{}} {_count(len(value), 'key')}", style="dim")
         children = tuple(json_tree(item, str(key)) for key, item in sorted(value.items()))
         return JsonNode(label, children)
     if isinstance(value, list):
         label = Text(literal(name), style="bold")
-        label.append(f"  [] {len(value)} items", style="dim")
+        label.append(f"  [] {_count(len(value), 'item')}", style="dim")
         return JsonNode(label, tuple(json_tree(item, f"[{i}]") for i, item in enumerate(value)))
     return JsonNode(_leaf_label(name, value), None)
 

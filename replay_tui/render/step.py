@@ -293,7 +293,7 @@ class StepIndex:
 
 def _calls_text(side: SidePicture) -> Text:
     text = Text()
-    text.append(f"{side.model_calls}", style="bold")
+    text.append(f"{side.model_calls} call{'' if side.model_calls == 1 else 's'}", style="bold")
     text.append(f" hit {side.hits}", style="green")
     text.append(f" miss {side.misses}", style="bold yellow" if side.misses else "")
     text.append(f" ${side.billed}", style="yellow" if side.billed else "")
@@ -311,7 +311,7 @@ def _calls_text(side: SidePicture) -> Text:
 
 
 def _tools_text(side: SidePicture) -> Text:
-    text = Text(f"{side.tool_calls}", style="bold")
+    text = Text(f"{side.tool_calls} call{'' if side.tool_calls == 1 else 's'}", style="bold")
     for call in side.recent_tools:
         text.append(f"\n#{call.position} ", style="dim")
         text.append(literal(call.tool))

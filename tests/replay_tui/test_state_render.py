@@ -73,6 +73,7 @@ def test_json_tree_summarizes_containers() -> None:
     assert tree.label.plain == "memory  {} 2 keys"
     assert tree.children is not None
     assert tree.children[0].label.plain == "a  [] 2 items"
+    assert tree.children[1].label.plain == "b  {} 1 key"
     assert tree.children[1].children is not None
     assert tree.children[1].children[0].label.plain == "c = null"
 
