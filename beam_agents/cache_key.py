@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from collections.abc import Sequence
+from typing import NamedTuple
 
 from beam_agents._protos import LlmRequest, RequestFingerprint
 
@@ -45,6 +47,93 @@ def _component_digest(label: bytes, payload: bytes) -> bytes:
 _KEY_FORMAT_DIGEST = _component_digest(b"key_format", str(CACHE_KEY_FORMAT).encode("ascii"))
 
 
+def _key_of(
+    key_format: bytes,
+    model: bytes,
+    provider: bytes,
+    params: bytes,
+    tools: Sequence[bytes],
+    messages: Sequence[bytes],
+) -> str:
+    """sha256 hex over the components in the key's fixed, length-prefixed layout.
+
+    Every component is length-prefixed and the two lists are count-prefixed, so
+    no two different fingerprints share a byte layout. The layout is assembled
+    first and hashed in one call.
+    """
+    pack = _U32.pack
+    parts = [_KEY_DOMAIN]
+    for single in (key_format, model, provider, params):
+        parts += (pack(len(single)), single)
+    for repeated in (tools, messages):
+        parts.append(pack(len(repeated)))
+        for item in repeated:
+            parts += (pack(len(item)), item)
+    return hashlib.sha256(b"".join(parts)).hexdigest()
+
+
+class RequestDigests(NamedTuple):
+    """A request's component digests as plain bytes: its fingerprint before it is a message.
+
+    The hot path (``ctx.complete``) needs the key of every request but the
+    ``RequestFingerprint`` message only to store a new entry or report a miss, so
+    it builds the message only then.
+    """
+
+    model: bytes
+    provider: bytes
+    params: bytes
+    tools: tuple[bytes, ...]
+    messages: tuple[bytes, ...]
+
+    def cache_key(self) -> str:
+        """The cache key these digests determine (``cache_key_from_fingerprint`` of them)."""
+        return _key_of(
+            _KEY_FORMAT_DIGEST, self.model, self.provider, self.params, self.tools, self.messages
+        )
+
+    def fingerprint(self) -> RequestFingerprint:
+        """The ``RequestFingerprint`` message holding these digests."""
+        return RequestFingerprint(
+            key_format=_KEY_FORMAT_DIGEST,
+            model=self.model,
+            provider=self.provider,
+            params=self.params,
+            tools=self.tools,
+            messages=self.messages,
+        )
+
+
+def request_digests(request: LlmRequest, *, provider: str) -> RequestDigests:
+    """One short digest per component of ``request`` as sent to ``provider``.
+
+    Args:
+        request: The model request.
+        provider: The provider's name.
+
+    Returns:
+        The digests ``request_fingerprint`` holds (model, provider, params, one per
+        tool spec, one per message), as bytes.
+    """
+    return RequestDigests(
+        model=_component_digest(b"model", request.model.encode("utf-8")),
+        provider=_component_digest(b"provider", provider.encode("utf-8")),
+        params=_component_digest(b"params", request.params.SerializeToString(deterministic=True)),
+        tools=tuple(
+            [
+                _component_digest(b"tool", tool.SerializeToString(deterministic=True))
+                for tool in request.tools
+            ]
+        ),
+        messages=tuple(
+            [
+                _component_digest(b"message", message.SerializeToString(deterministic=True))
+                for message in request.messages
+            ]
+        ),
+    )
+
+
 def request_fingerprint(request: LlmRequest, *, provider: str) -> RequestFingerprint:
     """One short digest per component of ``request`` as sent to ``provider``.
 
@@ -57,20 +146,7 @@ def request_fingerprint(request: LlmRequest, *, provider: str) -> RequestFingerp
         The fingerprint: key format, model, provider, params, one digest per tool
         spec and one per message (role, content, tool calls, tool_call_id, name).
     """
-    return RequestFingerprint(
-        key_format=_KEY_FORMAT_DIGEST,
-        model=_component_digest(b"model", request.model.encode("utf-8")),
-        provider=_component_digest(b"provider", provider.encode("utf-8")),
-        params=_component_digest(b"params", request.params.SerializeToString(deterministic=True)),
-        tools=[
-            _component_digest(b"tool", tool.SerializeToString(deterministic=True))
-            for tool in request.tools
-        ],
-        messages=[
-            _component_digest(b"message", message.SerializeToString(deterministic=True))
-            for message in request.messages
-        ],
-    )
+    return request_digests(request, provider=provider).fingerprint()
 
 
 def cache_key_from_fingerprint(fingerprint: RequestFingerprint) -> str:
@@ -79,27 +155,20 @@ def cache_key_from_fingerprint(fingerprint: RequestFingerprint) -> str:
     Every component is length-prefixed and the two lists are count-prefixed, so
     no two different fingerprints share a byte layout.
     """
-    digest = hashlib.sha256(_KEY_DOMAIN)
-    for single in (
+    return _key_of(
         fingerprint.key_format,
         fingerprint.model,
         fingerprint.provider,
         fingerprint.params,
-    ):
-        digest.update(_U32.pack(len(single)))
-        digest.update(single)
-    for repeated in (fingerprint.tools, fingerprint.messages):
-        digest.update(_U32.pack(len(repeated)))
-        for item in repeated:
-            digest.update(_U32.pack(len(item)))
-            digest.update(item)
-    return digest.hexdigest()
+        fingerprint.tools,
+        fingerprint.messages,
+    )
 
 
 def cache_key_and_fingerprint(
     request: LlmRequest, *, provider: str
 ) -> tuple[str, RequestFingerprint]:
-    """The cache key and the fingerprint of ``request`` in one pass (the hot path).
+    """The cache key and the fingerprint of ``request`` in one pass.
 
     Args:
         request: The model request.
@@ -109,8 +178,8 @@ def cache_key_and_fingerprint(
         ``(cache_key, fingerprint)``, where ``cache_key == compute_cache_key(request,
         provider=provider)``.
     """
-    fingerprint = request_fingerprint(request, provider=provider)
-    return cache_key_from_fingerprint(fingerprint), fingerprint
+    digests = request_digests(request, provider=provider)
+    return digests.cache_key(), digests.fingerprint()
 
 
 def compute_cache_key(request: LlmRequest, *, provider: str) -> str:
@@ -125,7 +194,7 @@ def compute_cache_key(request: LlmRequest, *, provider: str) -> str:
         (model, any message, any tool spec, sampling params, provider name, key
         format) and is the same on every machine and every Python process.
     """
-    return cache_key_from_fingerprint(request_fingerprint(request, provider=provider))
+    return request_digests(request, provider=provider).cache_key()
 
 
 def fingerprint_differences(cached: RequestFingerprint, wanted: RequestFingerprint) -> list[str]:

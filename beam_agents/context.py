@@ -17,7 +17,7 @@ from typing import Any
 from beam_agents import canonical_json
 from beam_agents import trace_events as te
 from beam_agents._protos import LlmRequest, LlmResponse, RequestFingerprint, ToolIntent, TraceEvent
-from beam_agents.cache_key import cache_key_and_fingerprint
+from beam_agents.cache_key import request_digests
 from beam_agents.errors import AgentCodeError, MemoryValueError, SideEffectRefusedError
 from beam_agents.hitl import HitlPolicy
 from beam_agents.llm_cache import CachePolicy, LookupStatus, ReplayCache, response_digest
@@ -123,8 +123,12 @@ class AgentContext:
         """The activation clock: the trigger's event time. Use it instead of the wall clock."""
         self.memory = JsonMemory(memory)
         """Working memory that survives activations (JSON values only)."""
-        self.random = seeded_random(entity_key, seq)
-        """A random source seeded from (entity_key, seq): the only randomness replay reproduces."""
+        # Seeding a Random costs more than many activations' agent code: it is seeded on
+        # first use, from the (entity_key, seq) the context was built with.
+        self._random: _random.Random | None = None
+        self._random_seed_of = (entity_key, seq)
+        # Every event of the activation shares its trace id and root span id.
+        self._ids = te.ActivationIds(entity_key, seq)
         self._cache = cache
         self._provider = provider
         self._registry = registry
@@ -135,6 +139,17 @@ class AgentContext:
         self._call_ordinal = 0
         self.staged_intents: list[ToolIntent] = []
         self.provider_failures: list[ProviderFailure] = []
+
+    @property
+    def random(self) -> _random.Random:
+        """A random source seeded from (entity_key, seq): the only randomness replay reproduces."""
+        if self._random is None:
+            self._random = seeded_random(*self._random_seed_of)
+        return self._random
+
+    @random.setter
+    def random(self, value: _random.Random) -> None:
+        self._random = value
 
     # -- trace --------------------------------------------------------------------------------
 
@@ -150,6 +165,7 @@ class AgentContext:
                 name=name,
                 now_ms=self.now_ms,
                 attributes=attributes,
+                ids=self._ids,
             )
         )
         return index
@@ -167,7 +183,9 @@ class AgentContext:
                 f"ctx.complete expects an LlmRequest, got {type(request).__name__}"
             )
         provider_name = self._provider.name
-        key, fingerprint = cache_key_and_fingerprint(request, provider=provider_name)
+        # The fingerprint message is built only where it is kept (an insert, a failure).
+        digests = request_digests(request, provider=provider_name)
+        key = digests.cache_key()
         ordinal = self._call_ordinal
         self._call_ordinal += 1
         base: dict[str, te.AttrValue] = {
@@ -205,13 +223,13 @@ class AgentContext:
                 },
             )
             self.provider_failures.append(
-                ProviderFailure(index, key, request.model, found.status, fingerprint, exc)
+                ProviderFailure(index, key, request.model, found.status, digests.fingerprint(), exc)
             )
             raise
         # A staged insert: it reaches the key's state only if the activation commits.
         self._cache.insert(
             key,
-            fingerprint,
+            digests.fingerprint(),
             response,
             model=request.model,
             provider=provider_name,

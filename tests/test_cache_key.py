@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import struct
 import subprocess
 import sys
 from collections.abc import Callable
@@ -25,6 +27,7 @@ from beam_agents.cache_key import (
     cache_key_from_fingerprint,
     compute_cache_key,
     fingerprint_differences,
+    request_digests,
     request_fingerprint,
 )
 
@@ -327,3 +330,67 @@ def test_an_empty_fingerprint_cannot_be_compared() -> None:
 
     assert fingerprint_differences(RequestFingerprint(), wanted) == [FINGERPRINT_UNAVAILABLE]
     assert FINGERPRINT_UNAVAILABLE == "fingerprint unavailable (entry written by an older layout)"
+
+
+# Keys computed before the key's hot path was reworked: the layout must never drift.
+PINNED_KEYS = {
+    "base_request": "d546eaaaa9f0ed93b1591b65918d5dde23caea34b0a7e1016247b2cda11120ce",
+    "empty_request_empty_provider": "b0a7bba34db56a7b02393a8b1cff3eceb929cfb4bd88442d2a979a90bb91380b",
+}
+
+
+def test_keys_are_the_pinned_ones() -> None:
+    assert compute_cache_key(base_request(), provider=PROVIDER) == PINNED_KEYS["base_request"]
+    assert (
+        compute_cache_key(LlmRequest(), provider="") == PINNED_KEYS["empty_request_empty_provider"]
+    )
+
+
+def incremental_key(fingerprint: RequestFingerprint) -> str:
+    """The key's layout written out as one sha256 updated field by field."""
+    digest = hashlib.sha256(b"beam-agents/cache-key/v1\x00")
+    for single in (
+        fingerprint.key_format,
+        fingerprint.model,
+        fingerprint.provider,
+        fingerprint.params,
+    ):
+        digest.update(struct.pack(">I", len(single)) + single)
+    for repeated in (fingerprint.tools, fingerprint.messages):
+        digest.update(struct.pack(">I", len(repeated)))
+        for item in repeated:
+            digest.update(struct.pack(">I", len(item)) + item)
+    return digest.hexdigest()
+
+
+@pytest.mark.parametrize(
+    "fingerprint",
+    [
+        RequestFingerprint(),
+        RequestFingerprint(model=b"x", tools=[b"", b"abc"], messages=[b"\x00" * 40]),
+        request_fingerprint(base_request(), provider=PROVIDER),
+    ],
+    ids=["empty", "odd-lengths", "real"],
+)
+def test_key_from_any_fingerprint_follows_the_layout(fingerprint: RequestFingerprint) -> None:
+    assert cache_key_from_fingerprint(fingerprint) == incremental_key(fingerprint)
+
+
+@pytest.mark.parametrize(
+    "request_", [base_request(), LlmRequest(), LlmRequest(model="m", params=SamplingParams())]
+)
+def test_request_digests_are_the_fingerprint_and_give_the_key(request_: LlmRequest) -> None:
+    digests = request_digests(request_, provider=PROVIDER)
+    fingerprint = request_fingerprint(request_, provider=PROVIDER)
+
+    assert digests.fingerprint() == fingerprint
+    assert digests.fingerprint() is not digests.fingerprint()  # a fresh message each time
+    assert digests.cache_key() == cache_key_from_fingerprint(fingerprint)
+    assert digests.cache_key() == compute_cache_key(request_, provider=PROVIDER)
+    assert (digests.model, digests.provider, digests.params) == (
+        fingerprint.model,
+        fingerprint.provider,
+        fingerprint.params,
+    )
+    assert list(digests.tools) == list(fingerprint.tools)
+    assert list(digests.messages) == list(fingerprint.messages)

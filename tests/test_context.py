@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
 from core_agents import TOOLS
 
+from beam_agents import context
+from beam_agents.cache_key import compute_cache_key, request_fingerprint
 from beam_agents.context import AgentContext, derive_intent_id, seeded_random
 from beam_agents.errors import (
     AgentCodeError,
@@ -18,7 +21,7 @@ from beam_agents.hitl import HitlPolicy
 from beam_agents.llm_cache import CachePolicy, ReplayCache
 from beam_agents.provider import UnservableProvider
 from beam_agents.testing import ScriptedProvider, chat_request
-from beam_agents.trace_events import attributes_dict, kind_name
+from beam_agents.trace_events import attributes_dict, kind_name, span_id_for, trace_id_for
 
 
 def make_ctx(provider: Any = None, **kw: Any) -> AgentContext:
@@ -109,3 +112,71 @@ def test_random_is_seeded_by_key_and_seq() -> None:
     assert seeded_random(b"k", 1).random() == seeded_random(b"k", 1).random()
     assert seeded_random(b"k", 1).random() != seeded_random(b"k", 2).random()
     assert seeded_random(b"k", 1).random() != seeded_random(b"j", 1).random()
+
+
+def test_random_is_seeded_on_first_use_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    seeded: list[tuple[bytes, int]] = []
+
+    def counting(entity_key: bytes, seq: int) -> random.Random:
+        seeded.append((entity_key, seq))
+        return seeded_random(entity_key, seq)
+
+    monkeypatch.setattr(context, "seeded_random", counting)
+    ctx = make_ctx()
+    ctx.complete(chat_request("m", ("user", "hi")))
+    ctx.memory["x"] = 1
+    assert seeded == []
+
+    first = ctx.random.random()
+
+    assert ctx.random is ctx.random and seeded == [(b"k", 3)]
+    assert first == seeded_random(b"k", 3).random()
+
+
+def test_random_follows_the_key_and_seq_the_context_was_built_with() -> None:
+    ctx = make_ctx()
+    ctx.seq = 99  # agent code rebinding it does not reseed the activation's randomness
+
+    assert ctx.random.random() == seeded_random(b"k", 3).random()
+
+
+def test_agent_code_may_replace_random() -> None:
+    ctx = make_ctx()
+    mine = random.Random(7)
+
+    ctx.random = mine
+
+    assert ctx.random is mine
+
+
+def test_a_provider_failure_keeps_the_request_fingerprint() -> None:
+    ctx = make_ctx(UnservableProvider("scripted"))
+    request = chat_request("m", ("system", "s"), ("user", "hi"))
+
+    with pytest.raises(CacheMissError):
+        ctx.complete(request)
+
+    (failure,) = ctx.provider_failures
+    assert failure.fingerprint == request_fingerprint(request, provider="scripted")
+
+
+def test_a_staged_insert_keeps_the_request_fingerprint() -> None:
+    cache = ReplayCache.empty()
+    ctx = make_ctx(cache=cache)
+    request = chat_request("m", ("user", "hi"))
+
+    ctx.complete(request)
+
+    (entry,) = cache.entries_by_recency()
+    assert entry.fingerprint == request_fingerprint(request, provider="scripted")
+    assert entry.cache_key == compute_cache_key(request, provider="scripted")
+
+
+def test_events_of_a_context_carry_the_ids_of_its_activation() -> None:
+    ctx = make_ctx()
+    ctx.call("lookup_order", order_id="A1")
+    ctx.complete(chat_request("m", ("user", "hi")))
+
+    assert [e.trace_id for e in ctx.events] == [trace_id_for(b"k", 3)] * 2
+    assert [e.span_id for e in ctx.events] == [span_id_for(b"k", 3, i) for i in (0, 1)]
+    assert [e.parent_span_id for e in ctx.events] == [b"", span_id_for(b"k", 3, 0)]
