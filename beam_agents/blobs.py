@@ -64,6 +64,14 @@ def encode_blob(kind: str, body: bytes) -> bytes:
     return blob.SerializeToString(deterministic=True)
 
 
+# The cells an empty value is dumped to (what dump_memory({}), dump_pending([]) and
+# dump_resume_history([]) return). Most keys have no pending intents and no resume
+# history, so these are recognized on load without parsing and written without encoding.
+_EMPTY_MEMORY_CELL = encode_blob("memory", b"{}")
+_EMPTY_PENDING_CELL = encode_blob("pending", b"")
+_EMPTY_RESUME_HISTORY_CELL = encode_blob("resume_history", b"")
+
+
 def unwrap_blob(kind: str, raw: bytes) -> tuple[int, bytes]:
     """The stamped version and the body of a non-empty cell, as stored (nothing migrated).
 
@@ -108,6 +116,8 @@ def load_memory(raw: bytes) -> tuple[dict[str, Any], list[str]]:
     Returns:
         ``(memory, applied migration steps)``.
     """
+    if raw == _EMPTY_MEMORY_CELL:
+        return {}, []
     body, steps = decode_blob("memory", raw)
     return parse_json_object("memory", body), steps
 
@@ -141,6 +151,8 @@ def dump_memory(memory: Mapping[str, Any]) -> bytes:
     """
     if not isinstance(memory, Mapping):
         raise MemoryValueError("", f"memory is a {type(memory).__name__}, not a JSON object")
+    if type(memory) is dict and not memory:
+        return _EMPTY_MEMORY_CELL
     found = _non_json_path(memory, "")
     if found is not None:
         raise MemoryValueError(*found)
@@ -167,7 +179,7 @@ def load_llm_cache(raw: bytes) -> tuple[ReplayCache, list[str]]:
 
 def dump_llm_cache(cache: ReplayCache) -> bytes:
     """An ``llm_cache`` cell holding ``cache`` (entries in cache-key order)."""
-    return encode_blob("llm_cache", cache.to_body().SerializeToString(deterministic=True))
+    return encode_blob("llm_cache", cache.body_bytes())
 
 
 # --- continuation ------------------------------------------------------------------------
@@ -243,7 +255,7 @@ def load_pending(raw: bytes) -> tuple[list[ToolIntent], list[str]]:
     Returns:
         ``(intents in stored order, applied migration steps)``.
     """
-    if raw == b"":
+    if raw == b"" or raw == _EMPTY_PENDING_CELL:
         return [], []
     version, body = unwrap_blob("pending", raw)
     return load_pending_at(version, body)
@@ -251,6 +263,8 @@ def load_pending(raw: bytes) -> tuple[list[ToolIntent], list[str]]:
 
 def dump_pending(intents: Iterable[ToolIntent]) -> bytes:
     """A ``pending`` cell holding ``intents`` in the given order."""
+    if type(intents) is list and not intents:
+        return _EMPTY_PENDING_CELL
     body = PendingIntents(intents=list(intents)).SerializeToString(deterministic=True)
     return encode_blob("pending", body)
 
@@ -282,7 +296,7 @@ def load_resume_history(raw: bytes) -> tuple[list[ResumeRecord], list[str]]:
     Returns:
         ``(records, applied migration steps)``.
     """
-    if raw == b"":
+    if raw == b"" or raw == _EMPTY_RESUME_HISTORY_CELL:
         return [], []
     version, body = unwrap_blob("resume_history", raw)
     return load_resume_history_at(version, body)
@@ -294,6 +308,8 @@ def dump_resume_history(records: Sequence[ResumeRecord]) -> bytes:
     Args:
         records: Oldest first, newest last.
     """
+    if not records:
+        return _EMPTY_RESUME_HISTORY_CELL
     kept: list[ResumeRecord] = []
     for record in records[-MAX_RESUME_RECORDS:]:
         copy = ResumeRecord()

@@ -12,7 +12,8 @@ replayed, however much later that is. Recency is a monotonic tick stored in the
 body, not a time, so LRU order is exact even when many uses share one ``now_ms``.
 
 The cache is mutated in place (a hit refreshes recency, an insert may evict);
-callers work on a fresh ``ReplayCache`` per activation and discard it if the
+callers work on a fresh ``ReplayCache`` per activation (``copy()``, which is
+copy-on-write and costs nothing until the copy changes) and discard it if the
 activation fails, which is what makes a failed activation commit nothing.
 """
 
@@ -21,6 +22,8 @@ from __future__ import annotations
 import enum
 import hashlib
 from dataclasses import dataclass
+
+from google.protobuf.unknown_fields import UnknownFieldSet
 
 from beam_agents._protos import LlmCacheBody, LlmCacheEntry, LlmResponse, RequestFingerprint
 from beam_agents.cache_key import fingerprint_differences
@@ -108,15 +111,43 @@ def _recency_order(entry: LlmCacheEntry) -> tuple[int, str]:
     return (entry.last_used_tick, entry.cache_key)
 
 
-class ReplayCache:
-    """A key's replay cache, in memory. Deterministic: same operations, same ``to_body()``."""
+def _by_cache_key(entry: LlmCacheEntry) -> str:
+    return entry.cache_key
 
-    __slots__ = ("_entries", "_tick")
+
+class ReplayCache:
+    """A key's replay cache, in memory. Deterministic: same operations, same ``to_body()``.
+
+    The cache *is* an ``LlmCacheBody`` (``_body``, usually the body parsed from the
+    cell) plus ``_entries``, an index from cache key to the entry inside
+    ``_body.entries``. Entries are never unpacked into separate copies: loading a
+    blob is one parse and one pass over the keys, dumping it is one serialization
+    (``body_bytes``), and a hit changes its entry where it lies.
+
+    ``copy()`` is copy-on-write: the two caches share one body until either changes
+    it, and that one first takes a private copy (``_own_body``). So an activation
+    that never changes its cache never copies it.
+
+    Invariants (``body_bytes`` and ``to_body`` rely on them; every method keeps them):
+
+    1. ``_body.entries`` holds exactly the entries indexed by ``_entries`` (the same
+       objects), one per key.
+    2. ``_body.tick`` is the recency tick: no entry's ``last_used_tick`` exceeds it.
+    3. ``_body`` carries no field of its own that this code does not know (its
+       entries may): to_body never wrote such fields.
+    4. If ``_sorted``, ``_body.entries`` are in cache-key order.
+    5. If ``_shared``, another cache may hold this ``_body`` and ``_entries``:
+       neither is changed before ``_own_body()`` replaced them with private copies.
+    """
+
+    __slots__ = ("_body", "_entries", "_shared", "_sorted")
 
     def __init__(self) -> None:
         """An empty cache; see also ``empty()`` and ``from_body()``."""
+        self._body = LlmCacheBody()
         self._entries: dict[str, LlmCacheEntry] = {}
-        self._tick = 0
+        self._shared = False
+        self._sorted = True
 
     @classmethod
     def empty(cls) -> ReplayCache:
@@ -129,29 +160,46 @@ class ReplayCache:
 
         Args:
             body: The body.
-            copy: False lets the cache adopt the body's entries without copying them
-                (for a body parsed just for this); later changes to either then show
-                in both.
+            copy: False hands ``body`` over to the cache without copying it (for a
+                body parsed just for this): the cache then reads and changes it in
+                place, so the caller must not use it afterwards.
 
         Raises:
             CorruptBlobError: The body holds an entry without a key, or two entries
                 under one key.
         """
-        cache = cls()
-        for stored in body.entries:
-            if not stored.cache_key:
+        if len(UnknownFieldSet(body)):
+            # Fields of the body itself that this code does not know: keep only the
+            # entries (with everything they hold) and the tick, as to_body always did.
+            body = LlmCacheBody(entries=body.entries, tick=body.tick)
+        elif copy:
+            own = LlmCacheBody()
+            own.CopyFrom(body)
+            body = own
+        entries: dict[str, LlmCacheEntry] = {}
+        in_key_order = True
+        previous_key = ""
+        newest_use: int | None = None
+        for entry in body.entries:
+            key = entry.cache_key
+            if not key:
                 raise CorruptBlobError("llm_cache", "an entry has an empty cache_key")
-            if stored.cache_key in cache._entries:
-                raise CorruptBlobError(
-                    "llm_cache", f"two entries under cache key {stored.cache_key}"
-                )
-            entry = stored
-            if copy:
-                entry = LlmCacheEntry()
-                entry.CopyFrom(stored)
-            cache._entries[entry.cache_key] = entry
-        newest_use = max((e.last_used_tick for e in cache._entries.values()), default=0)
-        cache._tick = max(body.tick, newest_use)
+            if key in entries:
+                raise CorruptBlobError("llm_cache", f"two entries under cache key {key}")
+            if key < previous_key:
+                in_key_order = False
+            previous_key = key
+            entries[key] = entry
+            used = entry.last_used_tick
+            if newest_use is None or used > newest_use:
+                newest_use = used
+        tick = max(body.tick, 0 if newest_use is None else newest_use)
+        if body.tick != tick:
+            body.tick = tick
+        cache = cls()
+        cache._body = body
+        cache._entries = entries
+        cache._sorted = in_key_order
         return cache
 
     def to_body(self) -> LlmCacheBody:
@@ -159,13 +207,43 @@ class ReplayCache:
 
         The body holds copies: changing it does not change the cache.
         """
-        return LlmCacheBody(
-            entries=[self._entries[key] for key in sorted(self._entries)], tick=self._tick
-        )
+        body = LlmCacheBody()
+        body.CopyFrom(self._sorted_body())
+        return body
+
+    def body_bytes(self) -> bytes:
+        """``to_body().SerializeToString(deterministic=True)``, without copying any entry."""
+        return self._sorted_body().SerializeToString(deterministic=True)
 
     def copy(self) -> ReplayCache:
-        """An independent copy (for a caller that must keep the original untouched)."""
-        return ReplayCache.from_body(self.to_body(), copy=False)
+        """An independent copy (for a caller that must keep the original untouched).
+
+        Copy-on-write: the copy shares this cache's body until either of them
+        changes, so copying costs nothing whatever the number of entries.
+        """
+        twin = ReplayCache()
+        twin._body = self._body
+        twin._entries = self._entries
+        twin._sorted = self._sorted
+        twin._shared = self._shared = True
+        return twin
+
+    def _own_body(self) -> None:
+        """Make ``_body`` and ``_entries`` this cache's own; call before any change."""
+        if self._shared:
+            body = LlmCacheBody()
+            body.CopyFrom(self._body)
+            self._body = body
+            self._entries = {entry.cache_key: entry for entry in body.entries}
+            self._shared = False
+
+    def _sorted_body(self) -> LlmCacheBody:
+        """``_body`` with its entries in cache-key order (sorting it first if needed)."""
+        if not self._sorted:
+            self._own_body()  # reordering is a change like any other
+            self._body.entries.sort(key=_by_cache_key)
+            self._sorted = True
+        return self._body
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -174,12 +252,17 @@ class ReplayCache:
         return cache_key in self._entries
 
     def get(self, cache_key: str) -> LlmCacheEntry | None:
-        """The entry under ``cache_key`` whatever its state, without touching its recency."""
+        """The entry under ``cache_key`` whatever its state, without touching its recency.
+
+        The entry is owned by the cache (and may be shared with its copies): read
+        it, do not change it.
+        """
         return self._entries.get(cache_key)
 
     def _next_tick(self) -> int:
-        self._tick += 1
-        return self._tick
+        # Only after _own_body(): the tick lives in the body.
+        self._body.tick += 1
+        return self._body.tick
 
     def lookup(
         self, cache_key: str, *, now_ms: int, visible_through_seq: int | None = None
@@ -197,7 +280,8 @@ class ReplayCache:
         Returns:
             The lookup, checked in this order: ``ABSENT``, ``EXPIRED``,
             ``DIGEST_ONLY``, ``MINTED_LATER``, else ``HIT``. A ``HIT`` makes the entry
-            the most recently used (``last_used_ms = now_ms``).
+            the most recently used (``last_used_ms = now_ms``). The entry is owned by
+            the cache: read it, do not change it.
         """
         entry = self._entries.get(cache_key)
         if entry is None:
@@ -208,6 +292,8 @@ class ReplayCache:
             return CacheLookup(LookupStatus.DIGEST_ONLY, entry)
         if visible_through_seq is not None and entry.inserted_seq > visible_through_seq:
             return CacheLookup(LookupStatus.MINTED_LATER, entry)
+        self._own_body()
+        entry = self._entries[cache_key]  # the same key's entry in the (now) private body
         entry.last_used_ms = now_ms
         entry.last_used_tick = self._next_tick()
         return CacheLookup(LookupStatus.HIT, entry)
@@ -247,7 +333,13 @@ class ReplayCache:
         """
         payload = response.SerializeToString(deterministic=True)
         digest_only = not policy.retain_payloads or len(payload) > policy.max_payload_bytes
-        entry = LlmCacheEntry(
+        self._own_body()
+        if cache_key in self._entries:
+            self._delete({cache_key})  # the replaced entry leaves the body unchanged
+        stored = self._body.entries
+        if self._sorted and len(stored) and stored[-1].cache_key > cache_key:
+            self._sorted = False  # appended out of key order: sorted when dumped
+        entry = stored.add(
             cache_key=cache_key,
             digest_only=digest_only,
             response_sha256=hashlib.sha256(payload).digest(),
@@ -268,16 +360,30 @@ class ReplayCache:
         self._evict_beyond(policy.max_entries)
         return entry
 
-    def _purge_expired(self, now_ms: int) -> None:
-        for key in [key for key, entry in self._entries.items() if _expired(entry, now_ms)]:
+    def _delete(self, keys: set[str]) -> None:
+        """Remove the entries under ``keys`` (all present) from the body and the index.
+
+        The remaining entries keep their order. A removed entry object stays readable
+        by whoever still holds it, unchanged.
+        """
+        stored = self._body.entries
+        for index in range(len(stored) - 1, -1, -1):
+            if stored[index].cache_key in keys:
+                del stored[index]
+        for key in keys:
             del self._entries[key]
+
+    def _purge_expired(self, now_ms: int) -> None:
+        expired = {key for key, entry in self._entries.items() if _expired(entry, now_ms)}
+        if expired:
+            self._delete(expired)
 
     def _evict_beyond(self, max_entries: int) -> None:
         excess = len(self._entries) - max_entries
         if excess <= 0:
             return
-        for entry in sorted(self._entries.values(), key=_recency_order)[:excess]:
-            del self._entries[entry.cache_key]
+        by_recency = sorted(self._entries.values(), key=_recency_order)
+        self._delete({entry.cache_key for entry in by_recency[:excess]})
 
     def nearest(self, fingerprint: RequestFingerprint) -> tuple[LlmCacheEntry, list[str]] | None:
         """The entry whose request differs from ``fingerprint`` in the fewest components.

@@ -59,13 +59,22 @@ def _refuse_constant(name: str) -> float:
     raise ValueError(f"{name} is not a JSON number")
 
 
+# json.loads(text, parse_constant=...) builds a decoder on every call; this is the same
+# decoder, built once (decoders hold no state between calls).
+_JSON_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+
+
 def parse_json_object(kind: str, body: bytes) -> dict[str, Any]:
     """Parse ``body`` as JSON text of an object (any formatting), or raise ``CorruptBlobError``.
 
     NaN and infinities are refused: no canonical JSON writer produces them.
     """
     try:
-        value = json.loads(body.decode("utf-8"), parse_constant=_refuse_constant)
+        text = body.decode("utf-8")
+        if text.startswith("\ufeff"):  # json.loads refuses a BOM with its own message
+            value = json.loads(text, parse_constant=_refuse_constant)
+        else:
+            value = _JSON_DECODER.decode(text)
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise CorruptBlobError(kind, f"the body is not JSON text ({exc})") from exc
     if not isinstance(value, dict):

@@ -269,3 +269,51 @@ def test_same_inputs_give_identical_bytes_across_processes() -> None:
     assert runs[0] == runs[1]
     local = [[serialize_trace_event(e).hex() for e in r.trace] for r in hitl_round_trip()]
     assert [r["trace"] for r in runs[0]] == local
+
+
+# --- invariant 1 with a copy-on-write cache: nothing is copied until changed, nothing leaks --
+
+
+class AsksOnce(Agent):
+    """One model call (the same request each time), or none when the event says "quiet"."""
+
+    def start(self, ctx: Any, event: Event) -> Any:
+        if event.type != "quiet":
+            ctx.complete(chat_request("m-1", ("user", "same question")))
+        return Done()
+
+
+def cache_bytes(state: KeyState) -> bytes:
+    return state.cache.to_body().SerializeToString(deterministic=True)
+
+
+def test_a_cache_hit_changes_the_result_but_not_the_state_passed_in() -> None:
+    warm = run(AsksOnce(), empty_state(), event_envelope(KEY, "m", time_ms=T0))
+    before = load_key_state(warm.cells)
+    untouched = cache_bytes(before)
+
+    hit = run(AsksOnce(), before, event_envelope(KEY, "m", time_ms=T0 + 1), seq=2, now=T0 + 1)
+
+    assert isinstance(hit, ActivationCommit)
+    assert cache_bytes(before) == untouched
+    assert cache_bytes(hit.state) != untouched  # the hit refreshed recency in the result
+    assert dump_key_state(hit.state) == hit.cells
+
+
+def test_a_state_that_shares_its_cache_with_a_result_stays_apart_from_it() -> None:
+    warm = run(AsksOnce(), empty_state(), event_envelope(KEY, "m", time_ms=T0))
+    pre = load_key_state(warm.cells)
+    pre_bytes = cache_bytes(pre)
+    # No model call: the result's cache is the pre-state's, not yet copied.
+    quiet = run(AsksOnce(), pre, event_envelope(KEY, "quiet", time_ms=T0 + 1), seq=2)
+    assert isinstance(quiet, ActivationCommit)
+    quiet_cells = quiet.cells
+
+    # A hit on the result's state, a failure after a hit on the pre-state.
+    later = run(AsksOnce(), quiet.state, event_envelope(KEY, "m", time_ms=T0 + 2), seq=3)
+    failed = run(Exploding("after-model"), pre, event_envelope(KEY, "m", time_ms=T0 + 3), seq=3)
+
+    assert isinstance(later, ActivationCommit) and isinstance(failed, ActivationFailure)
+    assert cache_bytes(pre) == pre_bytes == cache_bytes(quiet.state)
+    assert dump_key_state(quiet.state) == quiet.cells == quiet_cells
+    assert cache_bytes(later.state) != pre_bytes

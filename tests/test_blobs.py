@@ -6,6 +6,7 @@ import contextlib
 import math
 from collections.abc import Callable
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from beam_agents._protos import (
     Continuation,
     LlmRequest,
     LlmResponse,
+    PendingIntents,
     ResumeHistory,
     ResumeRecord,
     ToolIntent,
@@ -409,3 +411,36 @@ def test_random_bodies_at_every_version_load_or_are_corrupt(
         assert kind == "resume_history" and error.kind == "continuation"
     except MigrationGapError as error:
         assert kind == "resume_history" and error.kind == "continuation"
+
+
+# --- empty cells: recognized and written without parsing or encoding ---------------------
+
+
+def test_empty_values_are_written_as_the_general_path_writes_them() -> None:
+    assert dump_memory({}) == dump_memory(MappingProxyType({})) == encode_blob("memory", b"{}")
+    assert dump_pending([]) == dump_pending(iter([])) == dump_pending(())
+    assert dump_pending([]) == encode_blob("pending", PendingIntents().SerializeToString())
+    assert dump_resume_history([]) == dump_resume_history(())
+    assert dump_resume_history([]) == encode_blob(
+        "resume_history", ResumeHistory().SerializeToString()
+    )
+
+
+def test_an_empty_cell_loads_as_a_new_object_each_time() -> None:
+    memory, _ = load_memory(dump_memory({}))
+    memory["changed"] = True
+    pending, _ = load_pending(dump_pending([]))
+    pending.append(intent(1, 0))
+    history, _ = load_resume_history(dump_resume_history([]))
+    history.append(record(2))
+
+    assert load_memory(dump_memory({})) == ({}, [])
+    assert load_pending(dump_pending([])) == ([], [])
+    assert load_resume_history(dump_resume_history([])) == ([], [])
+
+
+def test_an_empty_cell_of_another_kind_is_still_refused() -> None:
+    with pytest.raises(CorruptBlobError, match="kind 'pending'"):
+        load_resume_history(dump_pending([]))
+    with pytest.raises(CorruptBlobError, match="kind 'memory'"):
+        load_pending(dump_memory({}))

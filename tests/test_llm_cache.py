@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from beam_agents._protos import LlmCacheBody, LlmCacheEntry, LlmRequest, LlmResponse
 from beam_agents.cache_key import FINGERPRINT_UNAVAILABLE, cache_key_and_fingerprint
@@ -367,3 +371,269 @@ def test_a_body_with_two_entries_under_one_key_is_corrupt() -> None:
 
     with pytest.raises(CorruptBlobError, match="two entries"):
         ReplayCache.from_body(LlmCacheBody(entries=[entry, entry]))
+
+
+# --- copy-on-write and the body the cache keeps ----------------------------------------------
+
+
+def body_bytes_of(cache: ReplayCache) -> bytes:
+    return cache.to_body().SerializeToString(deterministic=True)
+
+
+def test_a_hit_on_a_copy_leaves_the_original_unchanged() -> None:
+    original = _populated()
+    before = body_bytes_of(original)
+    key = next(iter(e.cache_key for e in original.entries_by_recency()[3:]))
+    held = original.get(key)
+    assert held is not None
+    held_before = held.SerializeToString(deterministic=True)
+
+    twin = original.copy()
+    assert twin.lookup(key, now_ms=T0 + 99).status is LookupStatus.HIT
+
+    assert body_bytes_of(original) == original.body_bytes() == before
+    assert held.SerializeToString(deterministic=True) == held_before
+    assert twin.entries_by_recency()[0].cache_key == key
+    assert original.entries_by_recency()[0].cache_key != key
+
+
+def test_a_change_to_the_original_after_a_copy_leaves_the_copy_unchanged() -> None:
+    original = _populated()
+    twin = original.copy()
+    before = twin.body_bytes()
+    keys = [e.cache_key for e in original.entries_by_recency()]
+
+    original.lookup(keys[-1], now_ms=T0 + 5)
+    insert(original, 40, policy=CachePolicy(max_entries=4))
+
+    assert twin.body_bytes() == body_bytes_of(twin) == before
+    assert len(twin) == 11 and len(original) == 4
+
+
+def test_a_copy_of_a_copy_is_independent_of_both() -> None:
+    first = _populated()
+    second = first.copy()
+    third = second.copy()
+    keys = [e.cache_key for e in first.entries_by_recency()]
+
+    second.lookup(keys[-1], now_ms=T0 + 1)
+
+    assert first.body_bytes() == third.body_bytes() != second.body_bytes()
+
+
+def test_body_bytes_is_to_body_serialized_after_out_of_order_inserts_and_evictions() -> None:
+    cache = ReplayCache.empty()
+    for n in (5, 1, 9, 3, 7, 2):  # keys arrive in no particular order
+        insert(cache, n, policy=CachePolicy(max_entries=4))
+        assert cache.body_bytes() == body_bytes_of(cache)
+    keys = [entry.cache_key for entry in cache.to_body().entries]
+    assert keys == sorted(keys) and len(keys) == 4
+
+
+def test_a_body_stored_out_of_key_order_is_dumped_in_key_order() -> None:
+    body = _populated().to_body()
+    body.entries.reverse()  # hand-made: the dumper never writes this order
+
+    cache = ReplayCache.from_body(body)
+    twin = cache.copy()
+
+    expected = LlmCacheBody(entries=sorted(body.entries, key=lambda e: e.cache_key), tick=body.tick)
+    assert cache.body_bytes() == expected.SerializeToString(deterministic=True)
+    assert twin.body_bytes() == cache.body_bytes() == body_bytes_of(twin)
+
+
+def test_fields_of_the_body_unknown_here_are_dropped_and_those_of_entries_kept() -> None:
+    known = _populated().to_body()
+    entry_extra = b"\xa0\x06\x01"  # field 100, varint 1: unknown to LlmCacheEntry
+    known.entries[0].MergeFromString(entry_extra)
+    data = known.SerializeToString(deterministic=True)
+    body_extra = b"\x18\x07"  # field 3, varint 7: unknown to LlmCacheBody
+
+    for copy in (True, False):
+        cache = ReplayCache.from_body(LlmCacheBody.FromString(data + body_extra), copy=copy)
+
+        assert cache.body_bytes() == data == body_bytes_of(cache)
+
+
+def test_a_replaced_or_evicted_entry_stays_as_it_was_for_whoever_holds_it() -> None:
+    cache = ReplayCache.empty()
+    first = cache.insert(
+        *cache_key_and_fingerprint(request(1), provider=PROVIDER),
+        response(1),
+        model="gpt-test-1",
+        provider=PROVIDER,
+        now_ms=T0,
+        seq=1,
+        policy=POLICY,
+    )
+    snapshot = first.SerializeToString(deterministic=True)
+
+    insert(cache, 1, seq=2, resp=response(77))  # replaces it
+    for n in range(2, 5):
+        insert(cache, n, policy=CachePolicy(max_entries=2))  # evicts the replacement too
+
+    assert first.SerializeToString(deterministic=True) == snapshot
+    assert first.response == response(1) and first.inserted_seq == 1
+
+
+def test_from_body_without_copy_takes_the_body_over() -> None:
+    body = _populated().to_body()
+    data = body.SerializeToString(deterministic=True)
+
+    cache = ReplayCache.from_body(body, copy=False)
+
+    assert cache.body_bytes() == data
+    assert len(cache) == len(body.entries)
+
+
+class ReferenceCache:
+    """The replay cache as it was before copy-on-write: a dict of independent entry copies.
+
+    ``ReplayCache`` must behave exactly like it, operation for operation and byte for byte.
+    """
+
+    def __init__(self, entries: dict[str, LlmCacheEntry], tick: int) -> None:
+        self.entries = entries
+        self.tick = tick
+
+    @classmethod
+    def from_body(cls, body: LlmCacheBody) -> ReferenceCache:
+        entries = {}
+        for stored in body.entries:
+            entry = LlmCacheEntry()
+            entry.CopyFrom(stored)
+            entries[entry.cache_key] = entry
+        newest = max((e.last_used_tick for e in entries.values()), default=0)
+        return cls(entries, max(body.tick, newest))
+
+    def to_bytes(self) -> bytes:
+        body = LlmCacheBody(entries=[self.entries[k] for k in sorted(self.entries)], tick=self.tick)
+        return body.SerializeToString(deterministic=True)
+
+    def copy(self) -> ReferenceCache:
+        return ReferenceCache.from_body(LlmCacheBody.FromString(self.to_bytes()))
+
+    def lookup(self, key: str, now_ms: int, visible: int | None) -> LookupStatus:
+        entry = self.entries.get(key)
+        if entry is None:
+            return LookupStatus.ABSENT
+        if now_ms >= entry.inserted_ms + entry.ttl_ms:
+            return LookupStatus.EXPIRED
+        if entry.digest_only:
+            return LookupStatus.DIGEST_ONLY
+        if visible is not None and entry.inserted_seq > visible:
+            return LookupStatus.MINTED_LATER
+        self.tick += 1
+        entry.last_used_ms, entry.last_used_tick = now_ms, self.tick
+        return LookupStatus.HIT
+
+    def insert(self, n: int, now_ms: int, seq: int, policy: CachePolicy) -> None:
+        key, fingerprint = cache_key_and_fingerprint(request(n), provider=PROVIDER)
+        payload = response(n).SerializeToString(deterministic=True)
+        digest_only = not policy.retain_payloads or len(payload) > policy.max_payload_bytes
+        self.tick += 1
+        entry = LlmCacheEntry(
+            cache_key=key,
+            digest_only=digest_only,
+            response_sha256=hashlib.sha256(payload).digest(),
+            response_size=len(payload),
+            inserted_ms=now_ms,
+            inserted_seq=seq,
+            last_used_ms=now_ms,
+            ttl_ms=policy.ttl_ms,
+            model="gpt-test-1",
+            provider=PROVIDER,
+            fingerprint=fingerprint,
+            last_used_tick=self.tick,
+        )
+        if not digest_only:
+            entry.response.CopyFrom(response(n))
+        self.entries[key] = entry
+        for k in [k for k, e in self.entries.items() if now_ms >= e.inserted_ms + e.ttl_ms]:
+            del self.entries[k]
+        excess = len(self.entries) - policy.max_entries
+        if excess > 0:
+            by_recency = sorted(
+                self.entries.values(), key=lambda e: (e.last_used_tick, e.cache_key)
+            )
+            for entry in by_recency[:excess]:
+                del self.entries[entry.cache_key]
+
+
+POLICIES = [
+    POLICY,
+    CachePolicy(max_entries=3),
+    CachePolicy(ttl_ms=50),
+    CachePolicy(retain_payloads=False),
+    CachePolicy(max_payload_bytes=40),
+]
+OPERATION = st.one_of(
+    st.tuples(
+        st.just("insert"),
+        st.integers(0, 7),  # which cache
+        st.integers(0, 9),  # which request
+        st.integers(0, 120),  # clock offset
+        st.integers(-1, 5),  # seq
+        st.integers(0, len(POLICIES) - 1),
+    ),
+    st.tuples(
+        st.just("lookup"),
+        st.integers(0, 7),
+        st.integers(0, 9),
+        st.integers(0, 120),
+        st.one_of(st.none(), st.integers(-1, 5)),
+    ),
+    st.tuples(st.just("copy"), st.integers(0, 7)),
+    st.tuples(st.just("reload"), st.integers(0, 7)),
+    st.tuples(st.just("to_body"), st.integers(0, 7)),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(OPERATION, max_size=40))
+def test_every_operation_sequence_matches_the_reference_cache(
+    operations: list[tuple[Any, ...]],
+) -> None:
+    caches, references = [ReplayCache.empty()], [ReferenceCache({}, 0)]
+    for operation in operations:
+        kind, which = operation[0], operation[1] % len(caches)
+        cache, reference = caches[which], references[which]
+        if kind == "insert":
+            _, _, n, offset, seq, policy = operation
+            insert(cache, n, now_ms=T0 + offset, seq=seq, policy=POLICIES[policy])
+            reference.insert(n, T0 + offset, seq, POLICIES[policy])
+        elif kind == "lookup":
+            _, _, n, offset, visible = operation
+            key = cache_key_and_fingerprint(request(n), provider=PROVIDER)[0]
+            found = cache.lookup(key, now_ms=T0 + offset, visible_through_seq=visible)
+            assert found.status is reference.lookup(key, T0 + offset, visible)
+        elif kind == "copy":
+            caches.append(cache.copy())
+            references.append(reference.copy())
+        elif kind == "reload":
+            caches[which] = ReplayCache.from_body(LlmCacheBody.FromString(cache.body_bytes()))
+        else:
+            assert cache.to_body().SerializeToString(deterministic=True) == reference.to_bytes()
+        # Every cache, not only the one changed: a copy must never see another's change.
+        for each, expected in zip(caches, references, strict=True):
+            assert each.body_bytes() == expected.to_bytes()
+            assert [e.cache_key for e in each.entries_by_recency()] == [
+                e.cache_key
+                for e in sorted(
+                    expected.entries.values(), key=lambda e: (-e.last_used_tick, e.cache_key)
+                )
+            ]
+
+
+def test_a_body_whose_tick_lags_its_entries_continues_after_the_newest_use() -> None:
+    body = _populated().to_body()
+    newest = max(entry.last_used_tick for entry in body.entries)
+    body.tick = 0  # hand-made: behind its own entries
+    oldest = min(body.entries, key=lambda entry: entry.last_used_tick).cache_key
+
+    cache = ReplayCache.from_body(body)
+    assert LlmCacheBody.FromString(cache.body_bytes()).tick == newest
+
+    cache.lookup(oldest, now_ms=T0)
+    assert cache.entries_by_recency()[0].cache_key == oldest
+    assert LlmCacheBody.FromString(cache.body_bytes()).tick == newest + 1

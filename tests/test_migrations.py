@@ -8,6 +8,7 @@ invents data fails here, not only one that raises.
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,7 @@ from beam_agents.migrations import (
     STATE_SCHEMA_VERSION,
     MigrationRegistry,
     migrate,
+    parse_json_object,
 )
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "fixtures" / "blobs"
@@ -324,3 +326,19 @@ def test_migrating_is_pure() -> None:
     body = golden("llm_cache", 1).body
 
     assert migrate("llm_cache", 1, body) == migrate("llm_cache", 1, body)
+
+
+def test_a_memory_body_starting_with_a_bom_is_corrupt_as_json_says() -> None:
+    body = "\ufeff{}".encode()
+    with pytest.raises(ValueError) as json_says:
+        json.loads(body.decode("utf-8"))
+
+    with pytest.raises(CorruptBlobError) as raised:
+        parse_json_object("memory", body)
+
+    assert str(json_says.value) in str(raised.value)
+
+
+@pytest.mark.parametrize("body", [b'{"a": [1, 2.5, "\\u00fc"], "b": {"c": null}}', b"{}", b" {} "])
+def test_a_memory_body_parses_as_json_loads_parses_it(body: bytes) -> None:
+    assert parse_json_object("memory", body) == json.loads(body)
