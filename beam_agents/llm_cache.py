@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from google.protobuf.unknown_fields import UnknownFieldSet
@@ -228,6 +229,11 @@ class ReplayCache:
         twin._shared = self._shared = True
         return twin
 
+    def __reduce__(self) -> tuple[Callable[[bytes], ReplayCache], tuple[bytes]]:
+        # Pickle and copy.copy/deepcopy go through the serialized body: the index must
+        # point into the body it indexes, which copying the two separately would break.
+        return (_cache_from_body_bytes, (self.body_bytes(),))
+
     def _own_body(self) -> None:
         """Make ``_body`` and ``_entries`` this cache's own; call before any change."""
         if self._shared:
@@ -407,3 +413,8 @@ class ReplayCache:
     def entries_by_recency(self) -> list[LlmCacheEntry]:
         """The entries, most recently used first (LRU rank 1 is index 0)."""
         return sorted(self._entries.values(), key=lambda e: (-e.last_used_tick, e.cache_key))
+
+
+def _cache_from_body_bytes(data: bytes) -> ReplayCache:
+    """The cache ``ReplayCache.body_bytes()`` serialized (how a cache is unpickled)."""
+    return ReplayCache.from_body(LlmCacheBody.FromString(data), copy=False)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
+import pickle
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -449,8 +452,8 @@ def test_fields_of_the_body_unknown_here_are_dropped_and_those_of_entries_kept()
     data = known.SerializeToString(deterministic=True)
     body_extra = b"\x18\x07"  # field 3, varint 7: unknown to LlmCacheBody
 
-    for copy in (True, False):
-        cache = ReplayCache.from_body(LlmCacheBody.FromString(data + body_extra), copy=copy)
+    for copying in (True, False):
+        cache = ReplayCache.from_body(LlmCacheBody.FromString(data + body_extra), copy=copying)
 
         assert cache.body_bytes() == data == body_bytes_of(cache)
 
@@ -637,3 +640,25 @@ def test_a_body_whose_tick_lags_its_entries_continues_after_the_newest_use() -> 
     cache.lookup(oldest, now_ms=T0)
     assert cache.entries_by_recency()[0].cache_key == oldest
     assert LlmCacheBody.FromString(cache.body_bytes()).tick == newest + 1
+
+
+@pytest.mark.parametrize(
+    "duplicate",
+    [lambda c: pickle.loads(pickle.dumps(c)), copy.deepcopy, copy.copy],
+    ids=["pickle", "deepcopy", "copy"],
+)
+def test_a_pickled_or_copied_cache_is_the_same_cache_and_independent(
+    duplicate: Callable[[ReplayCache], ReplayCache],
+) -> None:
+    original = _populated()
+    before = original.body_bytes()
+    oldest = original.entries_by_recency()[-1].cache_key
+
+    twin = duplicate(original)
+    assert twin.body_bytes() == before
+    twin.lookup(oldest, now_ms=T0 + 1)
+    insert(twin, 50)
+
+    assert original.body_bytes() == before
+    assert twin.entries_by_recency()[1].cache_key == oldest
+    assert twin.body_bytes() == body_bytes_of(twin) != before
