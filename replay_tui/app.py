@@ -11,7 +11,6 @@ Tests (and anyone holding a result already) open ``ReplayApp(result)`` directly.
 
 from __future__ import annotations
 
-import importlib
 import threading
 from collections.abc import Iterable
 from pathlib import Path
@@ -22,6 +21,7 @@ from textual.binding import Binding, BindingType
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
+from beam_agents.replay.options import ReplayOptions
 from beam_agents.replay.result import ReplayResult, Verdict
 from replay_tui.messages import ReplayCrashed, ReplayLoaded
 from replay_tui.render.report import export_report
@@ -63,7 +63,7 @@ class ReplayApp(App[int]):
         self,
         result: ReplayResult | None = None,
         *,
-        options: Any = None,
+        options: ReplayOptions | None = None,
         export_dir: Path | None = None,
     ) -> None:
         """Open on ``result``, or run ``engine.replay(options)`` in a thread and open on that.
@@ -108,8 +108,10 @@ class ReplayApp(App[int]):
 
     def _replay_in_thread(self) -> None:
         try:
-            # Imported here: the engine pulls in agent code paths the TUI itself never needs.
-            engine = importlib.import_module("beam_agents.replay.engine")
+            # Imported here, in the thread: the engine imports the operator's agent code.
+            from beam_agents.replay import engine
+
+            assert self.options is not None
             result = engine.replay(self.options)
         except BaseException as exc:  # shown on the error screen, never lost
             self.post_message(ReplayCrashed(type(exc).__qualname__, str(exc)))
@@ -213,7 +215,7 @@ class ReplayApp(App[int]):
         yield SystemCommand("Help", "Every key (?)", self.action_help)
 
 
-def run_tui(options: Any) -> int:
+def run_tui(options: ReplayOptions) -> int:
     """Replay ``options`` in the TUI; return the verdict's exit code once the operator quits.
 
     Args:
