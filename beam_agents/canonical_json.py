@@ -38,11 +38,15 @@ def check_json_value(value: object, path: str = "") -> str | None:
     return f"{path or 'value'} is a {type(value).__name__}, not a JSON value"
 
 
+# One encoder for every call: json.dumps with non-default settings builds a new one each time.
+_ENCODER = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
 def dumps(value: JsonValue) -> bytes:
     """Serialize a JSON value canonically; raises ValueError/TypeError on a non-JSON value."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
+    return _ENCODER.encode(value).encode("utf-8")
 
 
 def loads(data: bytes) -> JsonValue:
