@@ -3,10 +3,18 @@
 Nothing needs to be set up beforehand: ``make test`` on a fresh machine builds
 the BigQuery emulator's venv under ``.peers/`` the first time (about a
 minute), and reuses it afterwards.
+
+Pub/Sub tests take the ``pubsub_peer`` fixture, parametrized over
+``pubsub_peer_kinds()``: ``[emulator]`` runs against Google's emulator (skipped,
+with the reason, where it is not installed) and ``[inprocess]`` against the
+in-process gRPC server of ``pubsub_fake_server.py``; each peer prints a line
+naming itself when it starts. ``BEAM_AGENTS_PUBSUB_PEER=inprocess`` (or
+``=emulator``) runs one of them only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -15,12 +23,16 @@ import pytest
 
 from .peers import (
     PEER_THREAD_PREFIX,
+    PUBSUB_PEER_ENV,
     BigQueryEmulator,
     KafkaMockCluster,
     OtlpReceiver,
     PubSubEmulator,
+    PubSubPeer,
     pubsub_emulator_launcher,
+    pubsub_peer_kinds,
 )
+from .pubsub_fake_server import InProcessPubSubServer
 
 
 @pytest.fixture(scope="session")
@@ -37,17 +49,61 @@ def pubsub_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PubSub
     launcher = pubsub_emulator_launcher()
     if launcher is None:
         # Google's emulator is a Debian package of this machine image; where it
-        # is missing the Pub/Sub tests skip (also under CI: issue 4 requires
-        # Kafka, BigQuery and OTLP there, and Pub/Sub "when present").
-        pytest.skip(
+        # is missing its runs skip (also under CI: issue 4 asks for it "when
+        # present") and the in-process server's runs stand in for them.
+        missing = (
             "Google's Pub/Sub emulator is not installed "
             "(Debian package google-cloud-cli-pubsub-emulator)"
         )
+        if "inprocess" in pubsub_peer_kinds():
+            pytest.skip(f"{missing}; the [inprocess] runs stand in for these")
+        pytest.fail(f"{PUBSUB_PEER_ENV}=emulator but {missing}", pytrace=False)
     emulator = PubSubEmulator(launcher, tmp_path_factory.mktemp("pubsub-emulator"))
     try:
         yield emulator
     finally:
         emulator.close()
+
+
+@pytest.fixture(scope="session")
+def pubsub_inprocess() -> Iterator[InProcessPubSubServer]:
+    server = InProcessPubSubServer(thread_name_prefix=PEER_THREAD_PREFIX)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="session", params=pubsub_peer_kinds())
+def pubsub_peer(request: pytest.FixtureRequest) -> PubSubPeer:
+    """A Pub/Sub server for ``PUBSUB_EMULATOR_HOST``: one run per peer of ``pubsub_peer_kinds()``.
+
+    Session-scoped (and so set up before each test's thread check) even
+    though it picks its peer fixture by name.
+    """
+    kind: str = request.param
+    if kind == "emulator":
+        peer: PubSubPeer = request.getfixturevalue("pubsub_emulator")
+        what = "Google's Pub/Sub emulator"
+    else:
+        peer = request.getfixturevalue("pubsub_inprocess")
+        what = "the in-process gRPC Pub/Sub server (tests/sinks/pubsub_fake_server.py)"
+    announce(request.config, f"Pub/Sub tests [{kind}]: {what} at {peer.host}")
+    return peer
+
+
+def announce(config: pytest.Config, line: str) -> None:
+    """Print ``line`` on the terminal now, past output capture (even under ``-q``)."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None:
+        return
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    suspended = capture.global_and_fixture_disabled() if capture else contextlib.nullcontext()
+    with suspended:
+        if config.get_verbosity() < 0:
+            # Under -q the reporter does not track the line of progress dots.
+            reporter.write("\n")
+        reporter.write_line(line)
 
 
 @pytest.fixture(scope="session")

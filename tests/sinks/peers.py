@@ -7,7 +7,9 @@ recipes are those of ``shared/INFRA.md``:
 - Kafka: the librdkafka mock cluster (a Kafka-protocol broker inside this
   process), through the C API of the librdkafka that ships in the
   confluent-kafka wheel.
-- Pub/Sub: Google's Pub/Sub emulator (a Java server), where installed.
+- Pub/Sub: Google's Pub/Sub emulator (a Java server), where installed, and
+  an in-process gRPC Pub/Sub server (``pubsub_fake_server.py``) everywhere;
+  ``pubsub_peer_kinds`` says which of them the tests run against.
 - BigQuery: ``local-bigquery`` in its own Python 3.13 venv, built once under
   ``.peers/`` by ``scripts/peers/bigquery_emulator.py``.
 - OTLP: an in-process OTLP/gRPC ``TraceService`` that records what it receives.
@@ -30,7 +32,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
@@ -177,6 +179,46 @@ def consume_all(bootstrap: str, topic: str, count: int, timeout_s: float = 20.0)
 
 # --------------------------------------------------------------------------- Pub/Sub
 
+PUBSUB_PEER_ENV = "BEAM_AGENTS_PUBSUB_PEER"
+"""``inprocess`` or ``emulator``: run the Pub/Sub tests against that peer only."""
+
+PUBSUB_PEER_KINDS = ("emulator", "inprocess")
+
+
+class PubSubPeer(Protocol):
+    """A Pub/Sub server the client libraries reach through ``PUBSUB_EMULATOR_HOST``."""
+
+    @property
+    def host(self) -> str:
+        """``127.0.0.1:PORT``."""
+        ...
+
+    def close(self) -> None:
+        """Stop the server."""
+        ...
+
+
+def pubsub_peer_kinds() -> list[str]:
+    """The Pub/Sub peers the tests run against, each a parameter of the ``pubsub_peer`` fixture.
+
+    By default both: Google's emulator (its runs skip where it is not
+    installed) and the in-process server (which therefore stands in for the
+    emulator where it is missing, and is proven against the same tests where
+    it is present). ``BEAM_AGENTS_PUBSUB_PEER=inprocess`` (or ``=emulator``)
+    selects one.
+
+    Raises:
+        pytest.UsageError: The variable names no peer.
+    """
+    chosen = os.environ.get(PUBSUB_PEER_ENV, "").strip().lower()
+    if not chosen:
+        return list(PUBSUB_PEER_KINDS)
+    if chosen not in PUBSUB_PEER_KINDS:
+        raise pytest.UsageError(
+            f"{PUBSUB_PEER_ENV}={chosen!r}: expected one of {', '.join(PUBSUB_PEER_KINDS)}"
+        )
+    return [chosen]
+
 
 def pubsub_emulator_launcher() -> str | None:
     """The emulator's launcher script, from its Debian package (or PATH)."""
@@ -302,7 +344,7 @@ class BigQueryEmulator:
 
         return bigquery.Client(
             project=self.PROJECT,
-            credentials=AnonymousCredentials(),
+            credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
             client_options={"api_endpoint": self.url},
         )
 
@@ -333,7 +375,7 @@ class OtlpReceiver:
         self.rejected_spans = 0
         self._lock = threading.Lock()
 
-        class Servicer(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore[misc]
+        class Servicer(trace_service_pb2_grpc.TraceServiceServicer):
             def Export(self, request: Any, context: Any) -> Any:
                 with receiver._lock:
                     if receiver.fail_with is not None:
@@ -349,7 +391,9 @@ class OtlpReceiver:
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix=PEER_THREAD_PREFIX)
         )
-        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Servicer(), self._server)
+        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(  # type: ignore[no-untyped-call]
+            Servicer(), self._server
+        )
         self.port = self._server.add_insecure_port("127.0.0.1:0")
         self._server.start()
 
