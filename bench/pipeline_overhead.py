@@ -35,28 +35,13 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 
-from beam_agents import Agent, AgentConfig, Done, RunAgent, ToolRegistry
-from beam_agents._protos import AgentEnvelope, Event
-from beam_agents.context import AgentContext
-from beam_agents.testing import ScriptedProvider, chat_request, event_envelope
+# The same agent, provider and core timer as bench/core_activation.py (this directory is on
+# sys.path when a bench script runs), so the two benchmarks measure one scenario.
+from core_activation import T0, CachedCallAgent, make_provider, time_core
 
-T0 = 1_734_000_000_000
-
-
-REQUEST = chat_request("bench-model", ("system", "Be brief."), ("user", "Status?"))
-
-
-class CachedCallAgent(Agent):
-    """One model call (the same request every time, so it is cached after the first)."""
-
-    def start(self, ctx: AgentContext, event: Event) -> Done:
-        answer = ctx.complete(REQUEST)
-        return Done(output=answer.text.encode())
-
-
-def make_provider() -> ScriptedProvider:
-    return ScriptedProvider(lambda request: "All good.")
-
+from beam_agents import AgentConfig, RunAgent, ToolRegistry
+from beam_agents._protos import AgentEnvelope
+from beam_agents.testing import event_envelope
 
 SEQ = ReadModifyWriteStateSpec("seq", VarIntCoder())
 MEMORY = ReadModifyWriteStateSpec("memory", BytesCoder())
@@ -139,37 +124,6 @@ def run_agent(data: list[bytes]) -> float:
     return time.perf_counter() - started
 
 
-def time_core(data: list[bytes]) -> tuple[float, float, float]:
-    """Seconds spent in load_key_state, run_activation and trace serialization, without Beam."""
-    from beam_agents.activation import ActivationCommit, run_activation
-    from beam_agents.key_state import StateCells, load_key_state
-    from beam_agents.trace_events import serialize_trace_event
-
-    agent, registry, provider = CachedCallAgent(), ToolRegistry([]), make_provider()
-    cells: dict[bytes, tuple[int, StateCells]] = {}
-    load = run = serialize = 0.0
-    clock = time.perf_counter
-    for raw in data:
-        envelope = AgentEnvelope.FromString(raw)
-        key = envelope.entity_key
-        seq, key_cells = cells.get(key, (0, StateCells()))
-        t0 = clock()
-        state = load_key_state(key_cells)
-        t1 = clock()
-        result = run_activation(
-            agent, registry, provider, state, envelope,
-            now_ms=envelope.event_time_ms, seq=seq + 1, entity_key=key,
-        )  # fmt: skip
-        t2 = clock()
-        for event in result.trace:
-            serialize_trace_event(event)
-        t3 = clock()
-        load, run, serialize = load + t1 - t0, run + t2 - t1, serialize + t3 - t2
-        assert isinstance(result, ActivationCommit)
-        cells[key] = (seq + 1, result.cells)
-    return load, run, serialize
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--activations", type=int, default=20_000)
@@ -181,7 +135,7 @@ def main() -> int:
     run_agent(data[:200])
     bare = run_bare(data)
     agent = run_agent(data)
-    load, run, serialize = time_core(data)
+    load, run, serialize = time_core([AgentEnvelope.FromString(raw) for raw in data])
     n = args.activations
     us = 1e6 / n
     print(f"{n} activations over {args.keys} keys, BundleBasedDirectRunner")
