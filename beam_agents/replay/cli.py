@@ -5,7 +5,10 @@
                        [--hitl module:ATTR] [--headless] [--json]
     beam-agents-replay tui <the same flags but --headless/--json>
     beam-agents-replay convert-bq ROWS [-o OUT]
-    beam-agents-replay --version | --help
+    beam-agents-replay --version | --help | COMMAND --help
+
+The parser is ``build_parser()``: the default (replay) flags on the top-level parser and
+one argparse subparser per command, each registered by one function in ``SUBCOMMANDS``.
 
 Exit codes are the verdict's (0 reproduced or what-if, 1 diverged, 2 usage or
 configuration error, 3 irreproducible). ``main`` returns the code instead of
@@ -20,16 +23,17 @@ import argparse
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from beam_agents._version import __version__
 from beam_agents.replay.options import ReplayOptions
 from beam_agents.replay.result import ReplayResult, Verdict
 
-__all__ = ["PROG", "main"]
+__all__ = ["PROG", "SUBCOMMANDS", "build_parser", "main"]
 
 PROG = "beam-agents-replay"
+_CONVERT_BQ = f"{PROG} convert-bq"
 
 _EXIT_CODES_HELP = """\
 exit codes:
@@ -45,7 +49,11 @@ See docs/replay.md for the report fields and the --json schema."""
 
 
 class _UsageError(Exception):
-    """A command line argparse (or our own checks) refuses."""
+    """A command line argparse (or our own checks) refuses; ``prog`` is whose ``--help`` to run."""
+
+    def __init__(self, message: str, prog: str = PROG) -> None:
+        super().__init__(message)
+        self.prog = prog
 
 
 class _Exit(Exception):
@@ -60,7 +68,7 @@ class _Parser(argparse.ArgumentParser):
     """An ArgumentParser that raises instead of exiting, so ``main`` returns a code."""
 
     def error(self, message: str) -> NoReturn:
-        raise _UsageError(message)
+        raise _UsageError(message, self.prog)
 
     def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
         if message:
@@ -68,38 +76,45 @@ class _Parser(argparse.ArgumentParser):
         raise _Exit(status)
 
 
-def _replay_parser(prog: str, *, headless: bool) -> _Parser:
-    parser = _Parser(
-        prog=prog,
-        description=(
-            "Re-run one traced activation offline, from a StateSnapshot, its trace stream and "
-            "its triggering envelope, against a provider that serves nothing; then diff the "
-            "re-run against the trace."
-            if headless
-            else "Open the replay of one activation in the terminal UI."
-        ),
-        epilog=_EXIT_CODES_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        allow_abbrev=False,
+def _replay_usage(prog: str, *, headless: bool) -> str:
+    """The replay flags' usage lines, required ones without brackets.
+
+    The four required flags are checked by ``_options`` rather than argparse's
+    ``required=True``, so that a mistyped flag is reported as the unrecognized argument it
+    is (argparse would first report the flag it failed to recognize as missing).
+    """
+    indent = " " * (len("usage: ") + len(prog) + 1)
+    last = "[--hitl module:ATTR] [--headless | --json]" if headless else "[--hitl module:ATTR]"
+    return (
+        f"{prog} --snapshot FILE --traces FILE|DIR [--traces ...] --agent module:ATTR\n"
+        f"{indent}--registry module:ATTR [--event FILE] [--seq N]\n"
+        f"{indent}{last}"
     )
-    parser.add_argument(
-        "--snapshot", metavar="FILE", help="one serialized StateSnapshot (the sink's message value)"
+
+
+def _add_replay_flags(parser: _Parser, *, headless: bool) -> None:
+    """The flags naming one activation's inputs (--snapshot, --traces, --agent, --registry required)."""
+    required = parser.add_argument_group("required flags")
+    required.add_argument(
+        "--snapshot",
+        metavar="FILE",
+        help="one serialized StateSnapshot (the sink's message value)",
     )
-    parser.add_argument(
+    required.add_argument(
         "--traces",
         metavar="FILE|DIR",
         action="append",
         default=[],
         help="a trace stream, or a directory of *.pb trace streams; may be repeated",
     )
+    required.add_argument("--agent", metavar="module:ATTR", help="the Agent the pipeline ran")
+    required.add_argument("--registry", metavar="module:ATTR", help="its ToolRegistry")
     parser.add_argument(
         "--event",
         metavar="FILE",
         help="the serialized AgentEnvelope that triggered the activation "
         "(leave out for a HITL timeout)",
     )
-    parser.add_argument("--agent", metavar="module:ATTR", help="the Agent the pipeline ran")
-    parser.add_argument("--registry", metavar="module:ATTR", help="its ToolRegistry")
     parser.add_argument(
         "--seq",
         metavar="N",
@@ -118,11 +133,121 @@ def _replay_parser(prog: str, *, headless: bool) -> _Parser:
         parser.add_argument(
             "--json", action="store_true", help="print one JSON document instead of the report"
         )
+
+
+# --------------------------------------------------------------------------- subcommands
+#
+# Each subcommand is one function that registers its parser on the subparsers action and
+# sets ``run`` (a function of the parsed namespace returning the exit code). To add one,
+# write ``_register_x(commands)`` and append it to ``SUBCOMMANDS``; ``--help`` lists it.
+
+
+def _register_tui(commands: argparse._SubParsersAction[_Parser]) -> None:
+    parser = commands.add_parser(
+        "tui",
+        usage=_replay_usage(f"{PROG} tui", headless=False),
+        help="open the replay of one activation in the terminal UI (the same flags, "
+        "without --headless/--json)",
+        description="Open the replay of one activation in the terminal UI.",
+        epilog=_EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    _add_replay_flags(parser, headless=False)
+    parser.set_defaults(run=_run_tui)
+
+
+def _register_convert_bq(commands: argparse._SubParsersAction[_Parser]) -> None:
+    parser = commands.add_parser(
+        "convert-bq",
+        help="turn rows of the BigQuery trace table into a trace stream for --traces",
+        description=(
+            "Turn rows of the BigQuery trace table (a JSON array or newline-delimited JSON, as "
+            "`bq query --format=json|prettyjson` or the client library save them) into a trace "
+            "stream for --traces. Rows are sorted by (entity_key, seq, index); exact duplicates "
+            "are kept once."
+        ),
+        allow_abbrev=False,
+    )
+    parser.add_argument("rows", metavar="ROWS", help="the rows file, or - for standard input")
+    parser.add_argument(
+        "-o", "--output", metavar="OUT", default="-", help="the trace stream to write (default: -)"
+    )
+    parser.set_defaults(run=_run_convert_bq)
+
+
+SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[_Parser]], None], ...] = (
+    _register_tui,
+    _register_convert_bq,
+)
+
+
+def build_parser() -> _Parser:
+    """The whole command line (see ``_build``), for ``--help`` and for tests."""
+    return _build()[0]
+
+
+def _build() -> tuple[_Parser, argparse._SubParsersAction[_Parser]]:
+    """The whole command line: the default (replay) flags, and one subparser per subcommand.
+
+    ``beam-agents-replay --snapshot ...`` (no subcommand) is the headless/JSON replay;
+    ``beam-agents-replay COMMAND ...`` runs that subcommand's parser on what follows it.
+    """
+    parser = _Parser(
+        prog=PROG,
+        usage=(
+            f"{_replay_usage(PROG, headless=True)}\n"
+            f"       {PROG} COMMAND ...  (COMMAND --help for its flags)\n"
+            f"       {PROG} --version | --help"
+        ),
+        description=(
+            "Re-run one traced activation offline, from a StateSnapshot, its trace stream and "
+            "its triggering envelope, against a provider that serves nothing; then diff the "
+            "re-run against the trace. Without a COMMAND, the replay is printed as a report "
+            "(or, with --json, one JSON document)."
+        ),
+        epilog=_EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    _add_replay_flags(parser, headless=True)
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    return parser
+    commands = parser.add_subparsers(
+        title="commands", dest="command", metavar="COMMAND", prog=PROG, parser_class=_Parser
+    )
+    for register in SUBCOMMANDS:
+        register(commands)
+    parser.set_defaults(run=_run_replay)
+    return parser, commands
 
 
-def _options(ns: argparse.Namespace) -> ReplayOptions:
+def _parse(args: Sequence[str]) -> argparse.Namespace:
+    parser, commands = _build()
+    if args[:1] and args[0] in commands.choices:
+        # The subcommand's own parser sees everything after its name (and only that):
+        # the default command's required flags do not apply to it.
+        sub = commands.choices[args[0]]
+        ns = sub.parse_args(args[1:])
+        ns.command = args[0]
+        return ns
+    try:
+        ns = parser.parse_args(args)
+    except _UsageError as exc:
+        misplaced = [a for a in args if a in commands.choices]
+        if misplaced:
+            raise _UsageError(
+                f"{exc}; a command ('{misplaced[0]}') must come first, before its flags", exc.prog
+            ) from None
+        raise
+    if ns.command is not None:
+        raise _UsageError(
+            f"flags before the '{ns.command}' command: put the command first "
+            f"({PROG} {ns.command} --help shows its flags)"
+        )
+    return ns
+
+
+def _options(ns: argparse.Namespace, prog: str = PROG) -> ReplayOptions:
     missing = [
         flag
         for flag, value in (
@@ -136,7 +261,8 @@ def _options(ns: argparse.Namespace) -> ReplayOptions:
     if missing:
         raise _UsageError(
             f"missing {', '.join(missing)}: a replay needs --snapshot, --traces, --agent and "
-            "--registry (and --event, unless the activation was a HITL timeout)"
+            "--registry (and --event, unless the activation was a HITL timeout)",
+            prog,
         )
     stdin_flags = [
         flag
@@ -149,10 +275,11 @@ def _options(ns: argparse.Namespace) -> ReplayOptions:
     ]
     if len(stdin_flags) > 1:
         raise _UsageError(
-            f"{' and '.join(stdin_flags)} all read standard input (-); only one input can"
+            f"{' and '.join(stdin_flags)} all read standard input (-); only one input can",
+            prog,
         )
     if ns.seq is not None and ns.seq < 0:
-        raise _UsageError(f"--seq must be a seq number (0 or more), got {ns.seq}")
+        raise _UsageError(f"--seq must be a seq number (0 or more), got {ns.seq}", prog)
     return ReplayOptions(
         snapshot=ns.snapshot,
         traces=tuple(ns.traces),
@@ -172,8 +299,7 @@ def _cwd_importable() -> None:
         sys.path.insert(0, cwd)
 
 
-def _headless(args: Sequence[str]) -> int:
-    ns = _replay_parser(PROG, headless=True).parse_args(args)
+def _run_replay(ns: argparse.Namespace) -> int:
     options = _options(ns)
     _cwd_importable()
     from beam_agents.replay.engine import replay
@@ -216,9 +342,8 @@ def _silence_stdout() -> None:
     os.dup2(devnull, sys.stdout.fileno())
 
 
-def _tui(args: Sequence[str]) -> int:
-    ns = _replay_parser(f"{PROG} tui", headless=False).parse_args(args)
-    options = _options(ns)
+def _run_tui(ns: argparse.Namespace) -> int:
+    options = _options(ns, f"{PROG} tui")
     _cwd_importable()
     try:
         from replay_tui.app import run_tui
@@ -236,22 +361,7 @@ def _tui(args: Sequence[str]) -> int:
         sys.dont_write_bytecode = saved
 
 
-def _convert_bq(args: Sequence[str]) -> int:
-    parser = _Parser(
-        prog=f"{PROG} convert-bq",
-        description=(
-            "Turn rows of the BigQuery trace table (a JSON array or newline-delimited JSON, as "
-            "`bq query --format=json|prettyjson` or the client library save them) into a trace "
-            "stream for --traces. Rows are sorted by (entity_key, seq, index); exact duplicates "
-            "are kept once."
-        ),
-        allow_abbrev=False,
-    )
-    parser.add_argument("rows", metavar="ROWS", help="the rows file, or - for standard input")
-    parser.add_argument(
-        "-o", "--output", metavar="OUT", default="-", help="the trace stream to write (default: -)"
-    )
-    ns = parser.parse_args(args)
+def _run_convert_bq(ns: argparse.Namespace) -> int:
     from beam_agents.bigquery_rows import read_bigquery_rows, rows_to_trace_events
     from beam_agents.errors import TraceStreamError
     from beam_agents.trace_stream import write_trace_stream
@@ -261,11 +371,12 @@ def _convert_bq(args: Sequence[str]) -> int:
     try:
         events = rows_to_trace_events(read_bigquery_rows(source), source=name)
     except TraceStreamError as exc:
-        raise _UsageError(f"convert-bq: {exc}") from None
+        raise _UsageError(f"convert-bq: {exc}", _CONVERT_BQ) from None
     if ns.output == "-":
         if sys.stdout.isatty():
             raise _UsageError(
-                "convert-bq writes a binary trace stream: pass -o FILE or redirect standard output"
+                "convert-bq writes a binary trace stream: pass -o FILE or redirect standard output",
+                _CONVERT_BQ,
             )
         sys.stdout.flush()
         write_trace_stream(sys.stdout.buffer, events)
@@ -275,7 +386,7 @@ def _convert_bq(args: Sequence[str]) -> int:
             write_trace_stream(ns.output, events)
         except OSError as exc:
             raise _UsageError(
-                f"convert-bq: cannot write {ns.output}: {exc.strerror or exc}"
+                f"convert-bq: cannot write {ns.output}: {exc.strerror or exc}", _CONVERT_BQ
             ) from None
     keys = len({e.entity_key for e in events})
     out = "standard output" if ns.output == "-" else ns.output
@@ -291,15 +402,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        if args[:1] == ["convert-bq"]:
-            return _convert_bq(args[1:])
-        if args[:1] == ["tui"]:
-            return _tui(args[1:])
-        return _headless(args)
+        ns = _parse(args)
+        run: Callable[[argparse.Namespace], int] = ns.run
+        return run(ns)
     except _Exit as exc:
         return exc.code
     except _UsageError as exc:
-        sys.stderr.write(f"{PROG}: error: {exc}. Run '{PROG} --help' for usage.\n")
+        sys.stderr.write(f"{PROG}: error: {exc}. Run '{exc.prog} --help' for usage.\n")
         return 2
     except KeyboardInterrupt:
         sys.stderr.write(f"{PROG}: interrupted\n")

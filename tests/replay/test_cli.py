@@ -91,6 +91,96 @@ def test_version_and_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert "3  irreproducible" in out
 
 
+def test_help_lists_the_commands_and_marks_the_required_flags(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = run(["--help"], capsys)
+    assert (code, err) == (0, "")
+    usage = out.split("\n\n")[0]
+    # Required flags appear bare in the usage, optional ones in brackets.
+    for required in ("--snapshot FILE", "--traces FILE|DIR", "--agent module:ATTR"):
+        assert f" {required}" in usage and f"[{required}" not in usage
+    assert "--registry module:ATTR" in usage and "[--registry" not in usage
+    for optional in (
+        "[--event FILE]",
+        "[--seq N]",
+        "[--hitl module:ATTR]",
+        "[--headless | --json]",
+    ):
+        assert optional in usage
+    assert "beam-agents-replay COMMAND ..." in usage
+    sections = {block.split("\n", 1)[0]: block for block in out.split("\n\n")}
+    required_section = sections["required flags:"]
+    for flag in ("--snapshot", "--traces", "--agent", "--registry"):
+        assert f"  {flag} " in required_section
+    assert "--event" not in required_section and "--seq" not in required_section
+    commands = sections["commands:"]
+    assert re.search(
+        r"^    tui +open the replay of one activation in the terminal UI", commands, re.M
+    )
+    assert re.search(r"^    convert-bq +turn rows of the BigQuery trace table", commands, re.M)
+
+
+@pytest.mark.parametrize(
+    ("command", "present", "absent"),
+    [
+        (
+            "tui",
+            ["usage: beam-agents-replay tui --snapshot FILE", "required flags:"],
+            ["  --json", "--headless"],
+        ),
+        ("convert-bq", ["usage: beam-agents-replay convert-bq [-h] [-o OUT] ROWS"], ["--snapshot"]),
+    ],
+)
+def test_each_command_has_its_own_help(
+    command: str, present: list[str], absent: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run([command, "--help"], capsys)
+    assert (code, err) == (0, "")
+    for needle in present:
+        assert needle in out
+    for needle in absent:
+        assert needle not in out
+
+
+def test_a_command_after_flags_or_an_unknown_command_is_a_usage_error(
+    inputs: Inputs, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run([*inputs.flags(), "tui"], capsys)
+    assert (code, out) == (2, "")
+    assert "put the command first" in err and err.count("\n") == 1
+    code, out, err = run(["--snapshot", "s", "tui", "--bogus"], capsys)
+    assert (code, out) == (2, "")
+    assert "a command ('tui') must come first" in err
+    code, out, err = run(["replay-it"], capsys)
+    assert (code, out) == (2, "")
+    assert "invalid choice: 'replay-it'" in err and "'convert-bq'" in err
+    code, _, err = run(["tui", "--agent", "a:b"], capsys)
+    assert code == 2 and err.endswith("Run 'beam-agents-replay tui --help' for usage.\n")
+
+
+def test_a_subcommand_is_one_registering_function(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """How a new command is added: a function adding its parser, appended to SUBCOMMANDS."""
+    import argparse
+
+    from beam_agents.replay import cli
+
+    def register(commands: Any) -> None:
+        parser = commands.add_parser("echo", help="print NAME")
+        parser.add_argument("name", metavar="NAME")
+        parser.set_defaults(run=lambda ns: print(f"hello {ns.name}") or 7)
+
+    monkeypatch.setattr(cli, "SUBCOMMANDS", (*cli.SUBCOMMANDS, register))
+    assert isinstance(cli.build_parser(), argparse.ArgumentParser)
+    assert run(["echo", "you"], capsys) == (7, "hello you\n", "")
+    code, out, _ = run(["--help"], capsys)
+    assert code == 0 and re.search(r"^    echo +print NAME", out, re.M)
+    code, _, err = run(["echo"], capsys)
+    assert code == 2 and "the following arguments are required: NAME" in err
+
+
 def test_the_report_has_the_seeds_shape(inputs: Inputs, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(inputs.flags(), capsys)
     assert (code, err) == (0, "")
