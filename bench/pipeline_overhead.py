@@ -14,9 +14,11 @@ events spread evenly over ``--keys`` keys) from an in-memory ``Create``:
 (b) ``RunAgent`` with a trivial agent making one model call per activation,
     served from the replay cache (the first activation of each key warms it:
     ``keys`` misses, ``activations - keys`` hits), emitting one output and its
-    trace events.
+    trace (one element per activation; nobody reads the per-event ``.traces``).
 
-It prints activations/s of both and the time ratio b/a. Target: <= 1.5.
+It prints activations/s of both and the time ratio b/a. Target: <= 2.0 (issue #16).
+The ratio cannot go below (bare + core) / bare: RunAgent does the bare DoFn's state
+traffic plus the activation core, so the floor is printed next to it.
 To show where RunAgent's time goes, it also times the activation core alone on
 the same envelopes, without Beam: ``load_key_state`` + ``run_activation`` +
 trace serialization per activation (what the DoFn calls for each element).
@@ -144,12 +146,16 @@ def main() -> int:
         f"  RunAgent:           {agent:7.2f} s  {n / agent:9.0f} activations/s"
         f"  ({n - args.keys} cache hits, {args.keys} misses)"
     )
-    print(f"  ratio RunAgent/bare: {agent / bare:.2f}  (target <= 1.5)")
+    core = load + run + serialize
+    print(
+        f"  ratio RunAgent/bare: {agent / bare:.2f}  (target <= 2.0; floor (bare + core) / bare"
+        f" = {(bare + core) / bare:.2f})"
+    )
     print("per activation, microseconds:")
     print(f"  bare stateful DoFn (Beam + state traffic): {bare * us:6.1f}")
     print(f"  RunAgent:                                  {agent * us:6.1f}")
     print(
-        f"  of which the core, timed without Beam:     {(load + run + serialize) * us:6.1f}"
+        f"  of which the core, timed without Beam:     {core * us:6.1f}"
         f"  (load_key_state {load * us:.1f}, run_activation {run * us:.1f},"
         f" trace serialization {serialize * us:.1f})"
     )

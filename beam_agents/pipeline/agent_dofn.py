@@ -22,7 +22,8 @@ the current version is written back only by the next commit) and exported by
 core, and the outputs.
 
 Every output element is ``(entity_key, bytes)`` of deterministic serializations,
-except ``errors`` (``ErrorRecord``).
+except ``trace_batches`` (``(entity_key, tuple of bytes)``: one activation's trace)
+and ``errors`` (``ErrorRecord``).
 """
 
 from __future__ import annotations
@@ -131,16 +132,19 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
     """Runs ``agent`` for each key of a ``(entity_key, envelope bytes)`` PCollection.
 
     Main output: ``(entity_key, output bytes)`` (``Done`` outputs); tagged outputs
-    ``TAG_INTENTS``, ``TAG_APPROVALS``, ``TAG_TRACES``, ``TAG_SNAPSHOTS`` (all
-    ``(entity_key, bytes)``) and ``TAG_ERRORS`` (``ErrorRecord``).
+    ``TAG_INTENTS``, ``TAG_APPROVALS``, ``TAG_SNAPSHOTS`` (all ``(entity_key, bytes)``),
+    ``TAG_TRACE_BATCHES`` (``(entity_key, tuple of bytes)``, one per activation) and
+    ``TAG_ERRORS`` (``ErrorRecord``).
     """
 
     TAG_INTENTS = "intents"
     """Released ``ToolIntent`` bytes: an executor may perform them now."""
     TAG_APPROVALS = "approvals"
     """Approval-gated ``ToolIntent`` bytes for the approval service."""
-    TAG_TRACES = "traces"
-    """``serialize_trace_event`` bytes, in activation order."""
+    TAG_TRACE_BATCHES = "trace_batches"
+    """One element per activation: ``(entity_key, (serialize_trace_event bytes, ...))``, the
+    activation's events in order. One element instead of one per event: each output element
+    costs a runner far more than the bytes it carries (``RunAgentOutputs.traces`` splits it)."""
     TAG_SNAPSHOTS = "snapshots"
     """``StateSnapshot`` bytes (deterministic serialization), one per export request."""
     TAG_ERRORS = "errors"
@@ -333,8 +337,12 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
         # the trace of a failure).
         run.seq = seq
         out = run.outputs
-        for event in result.trace:
-            out.append((AgentDoFn.TAG_TRACES, (key, serialize_trace_event(event))))
+        out.append(
+            (
+                AgentDoFn.TAG_TRACE_BATCHES,
+                (key, tuple([serialize_trace_event(event) for event in result.trace])),
+            )
+        )
         if result.provider_failures:
             self._provider_failures.inc(len(result.provider_failures))
         if not isinstance(result, ActivationCommit):

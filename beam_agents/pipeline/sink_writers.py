@@ -1,4 +1,4 @@
-"""DoFns that deliver ``.traces`` and ``.snapshots`` to the configured sinks.
+"""DoFns that deliver ``.trace_batches`` and ``.snapshots`` to the configured sinks.
 
 Each DoFn instance opens its own writer in ``setup`` (the client is never
 pickled), writes every element, and flushes in ``finish_bundle``: a flush that
@@ -53,12 +53,14 @@ class _WriteToSink(beam.DoFn):  # type: ignore[misc]
 
 
 class WriteTraces(_WriteToSink):
-    """Delivers ``.traces`` elements to ``AgentConfig.traces_to``."""
+    """Delivers ``.trace_batches`` elements (one activation's events) to ``AgentConfig.traces_to``."""
 
     ROLE: Role = "traces"
 
-    def process(self, element: tuple[bytes, bytes]) -> None:
-        self._open_writer().write_trace(TraceEvent.FromString(element[1]))
+    def process(self, element: tuple[bytes, tuple[bytes, ...]]) -> None:
+        writer = self._open_writer()
+        for data in element[1]:
+            writer.write_trace(TraceEvent.FromString(data))
 
 
 class WriteSnapshots(_WriteToSink):

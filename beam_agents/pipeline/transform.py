@@ -6,11 +6,13 @@
 Steps: route each element to ``(entity_key, envelope bytes)`` (refusals to
 ``errors``), re-window into the global window if needed, run ``AgentDoFn``
 keyed by ``entity_key``, and, when ``traces_to`` / ``snapshots_to`` are set,
-write ``traces`` / ``snapshots`` to those sinks. See docs/pipeline.md.
+write each activation's trace batch / ``snapshots`` to those sinks. See docs/pipeline.md.
 """
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from apache_beam.pvalue import PCollection
@@ -28,11 +30,24 @@ from beam_agents.tools import ToolRegistry
 _KEYED = "keyed"
 
 
+_TRACE_EVENTS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+"""``trace_batches`` PCollection -> its per-event ``traces`` PCollection, built on first use."""
+
+
+def _trace_events(batch: tuple[bytes, tuple[bytes, ...]]) -> Iterator[tuple[bytes, bytes]]:
+    key, events = batch
+    for data in events:
+        yield key, data
+
+
 class RunAgentOutputs(NamedTuple):
-    """The outputs of ``RunAgent``. Every element is ``(entity_key, bytes)`` except ``errors``.
+    """The outputs of ``RunAgent``. Every element is ``(entity_key, bytes)`` except
+    ``trace_batches`` and ``errors``.
 
     A NamedTuple (not a dataclass) so Beam registers each field as a named output
-    of the composite transform.
+    of the composite transform. ``traces`` is a property, not a field: the per-event
+    PCollection is built from ``trace_batches`` the first time it is read, so a
+    pipeline that only writes traces to a sink never pays for one element per event.
     """
 
     intents: PCollection[tuple[bytes, bytes]]
@@ -41,12 +56,31 @@ class RunAgentOutputs(NamedTuple):
     """Approval-gated ``ToolIntent``s for the approval service; released only when approved."""
     outputs: PCollection[tuple[bytes, bytes]]
     """The bytes of every ``Done(output=..., outputs=...)``, in emission order per activation."""
-    traces: PCollection[tuple[bytes, bytes]]
-    """``serialize_trace_event`` bytes of every activation's trace events, failed ones too."""
+    trace_batches: PCollection[tuple[bytes, tuple[bytes, ...]]]
+    """One element per activation, failed ones too: ``(entity_key, (event bytes, ...))``,
+    its ``serialize_trace_event`` bytes in order (what the trace sink writes)."""
     snapshots: PCollection[tuple[bytes, bytes]]
     """``StateSnapshot`` bytes (deterministic), one per export request."""
     errors: PCollection[ErrorRecord]
     """``beam_agents.pipeline.ErrorRecord``: refused inputs, with a code, a reason, the raw bytes."""
+
+    @property
+    def traces(self) -> PCollection[tuple[bytes, bytes]]:
+        """``(entity_key, serialize_trace_event bytes)`` of every event of every activation.
+
+        Split from ``trace_batches`` by a ``FlatMap`` applied the first time this is read
+        (the same PCollection on every later read); within a key, in activation order.
+        """
+        batches = self.trace_batches
+        events: PCollection[tuple[bytes, bytes]] | None = _TRACE_EVENTS.get(batches)
+        if events is None:
+            producer = batches.producer
+            label = f"TraceEvents({producer.full_label if producer else 'RunAgent'})"
+            events = batches | label >> beam.FlatMap(_trace_events).with_output_types(
+                tuple[bytes, bytes]
+            )
+            _TRACE_EVENTS[batches] = events
+        return events
 
 
 class RunAgent(beam.PTransform):  # type: ignore[misc]
@@ -90,7 +124,7 @@ class RunAgent(beam.PTransform):  # type: ignore[misc]
         ).with_output_types(tuple[bytes, bytes]).with_outputs(
             AgentDoFn.TAG_INTENTS,
             AgentDoFn.TAG_APPROVALS,
-            AgentDoFn.TAG_TRACES,
+            AgentDoFn.TAG_TRACE_BATCHES,
             AgentDoFn.TAG_SNAPSHOTS,
             AgentDoFn.TAG_ERRORS,
             main=AgentDoFn.TAG_OUTPUTS,
@@ -100,13 +134,13 @@ class RunAgent(beam.PTransform):  # type: ignore[misc]
             intents=results[AgentDoFn.TAG_INTENTS],
             approvals=results[AgentDoFn.TAG_APPROVALS],
             outputs=results[AgentDoFn.TAG_OUTPUTS],
-            traces=results[AgentDoFn.TAG_TRACES],
+            trace_batches=results[AgentDoFn.TAG_TRACE_BATCHES],
             snapshots=results[AgentDoFn.TAG_SNAPSHOTS],
             errors=errors,
         )
         options = self._config.sink_options
         if self._config.traces_to is not None:
-            _ = outs.traces | "WriteTraces" >> beam.ParDo(
+            _ = outs.trace_batches | "WriteTraces" >> beam.ParDo(
                 WriteTraces(self._config.traces_to, options)
             )
         if self._config.snapshots_to is not None:

@@ -312,11 +312,21 @@ def run_seeded(
         ).with_output_types(tuple[bytes, bytes]).with_outputs(
             AgentDoFn.TAG_INTENTS,
             AgentDoFn.TAG_APPROVALS,
-            AgentDoFn.TAG_TRACES,
+            AgentDoFn.TAG_TRACE_BATCHES,
             AgentDoFn.TAG_SNAPSHOTS,
             AgentDoFn.TAG_ERRORS,
             main=AgentDoFn.TAG_OUTPUTS,
         )
         for name in OUTPUT_NAMES:
-            collect(results[name], out_dir, name)
+            if name == "traces":  # the DoFn emits one batch per activation
+                batches = results[AgentDoFn.TAG_TRACE_BATCHES]
+                collect(batches | beam.FlatMap(explode_trace_batch), out_dir, name)
+            else:
+                collect(results[name], out_dir, name)
     return Collected(*(read_collected(out_dir, name) for name in OUTPUT_NAMES))
+
+
+def explode_trace_batch(batch: tuple[bytes, tuple[bytes, ...]]) -> list[tuple[bytes, bytes]]:
+    """One activation's trace batch as ``(entity_key, event bytes)`` elements, in order."""
+    key, events = batch
+    return [(key, data) for data in events]

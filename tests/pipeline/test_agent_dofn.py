@@ -176,7 +176,8 @@ def test_a_failed_activation_writes_only_seq() -> None:
         n: w for n, w in before.items() if n != "seq"
     }
     assert AgentDoFn.TAG_OUTPUTS not in out
-    assert len(out[AgentDoFn.TAG_TRACES]) >= 2
+    [(batch_key, trace)] = out[AgentDoFn.TAG_TRACE_BATCHES]  # one element per activation
+    assert batch_key == KEY and len(trace) >= 2
 
 
 def test_a_refused_trigger_writes_nothing() -> None:

@@ -88,7 +88,7 @@ def test_a_failed_flush_fails_the_bundle_and_teardown_closes_the_writer(
     dofn = WriteTraces("kafka://b:9092/t", {})
     dofn.setup()
     event = TraceEvent(entity_key=KEY, seq=1, index=0)
-    dofn.process((KEY, serialize_trace_event(event)))
+    dofn.process((KEY, (serialize_trace_event(event),)))
     assert writer.written == [event]
     with pytest.raises(SinkError, match="broker down"):
         dofn.finish_bundle()

@@ -549,3 +549,27 @@ def test_run_agent_refuses_wrong_arguments_naming_them() -> None:
         RunAgent(SHOP_AGENT, [], SUITE_CONFIG)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="config must be an AgentConfig"):
         RunAgent(SHOP_AGENT, SHOP_TOOLS, {"traces_to": None})  # type: ignore[arg-type]
+
+
+def test_traces_are_split_from_one_batch_per_activation_only_when_read() -> None:
+    import apache_beam as beam
+
+    def labels(pipeline: beam.Pipeline) -> list[str]:
+        seen: list[str] = []
+
+        class Visitor(beam.pipeline.PipelineVisitor):  # type: ignore[misc]
+            def visit_transform(self, node: object) -> None:
+                seen.append(node.full_label)  # type: ignore[attr-defined]
+
+        pipeline.visit(Visitor())
+        return seen
+
+    p = new_pipeline("batch")
+    outs = p | beam.Create([b""]) | RunAgent(SHOP_AGENT, SHOP_TOOLS, SUITE_CONFIG)
+    assert not any("TraceEvents" in label for label in labels(p))
+    first, again = outs.traces, outs.traces
+    assert first is again
+    assert [label for label in labels(p) if "TraceEvents" in label] == [
+        "TraceEvents(RunAgent/AgentDoFn/ParDo(AgentDoFn))"
+    ]
+    assert "trace_batches" in outs._fields and "traces" not in outs._fields
