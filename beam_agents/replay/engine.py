@@ -17,6 +17,7 @@ from __future__ import annotations
 import traceback
 from typing import Any
 
+from beam_agents._protos import AgentEnvelope
 from beam_agents._version import __version__
 from beam_agents.activation import run_activation
 from beam_agents.agent import Agent
@@ -27,11 +28,12 @@ from beam_agents.replay.judge import judge
 from beam_agents.replay.network_guard import NetworkAttempt, block_network
 from beam_agents.replay.options import ReplayOptions
 from beam_agents.replay.reconstruct import plan_replay
-from beam_agents.replay.refusal import ReplayRefused
+from beam_agents.replay.refusal import InputError, ReplayRefused
 from beam_agents.replay.result import ReplayHeader, ReplayResult, Verdict
-from beam_agents.replay.traced import scan_traces
+from beam_agents.replay.traced import TracedKey, scan_traces
 from beam_agents.replay.views import blob_digest, intent_ledger, state_view
 from beam_agents.tools import ToolRegistry
+from beam_agents.trace_events import ATTR_ENVELOPE_ID, ATTR_ENVELOPE_SHA256, ATTR_TRIGGER
 
 __all__ = ["UNKNOWN_PROVIDER", "replay"]
 
@@ -112,6 +114,8 @@ def _replay(
     facts["hitl_policy"] = hitl.describe()
 
     traced = scan_traces(options.traces, snapshot.entity_key, seq=options.seq)
+    if options.events:
+        event = _event_from_dump(options, traced, snapshot.entity_key)
     plan = plan_replay(snapshot, state, traced, event, options.seq)
     facts.update(
         seq=plan.seq,
@@ -177,6 +181,28 @@ def _replay(
         provider_calls=provider.calls,
         network_attempts=tuple(a.describe() for a in run_attempts),
     )
+
+
+def _event_from_dump(
+    options: ReplayOptions, traced: TracedKey, entity_key: bytes
+) -> AgentEnvelope | None:
+    """``--events``: the traced triggering envelope of the target, picked by id and sha256."""
+    from beam_agents.replay.events_lookup import load_envelopes, string_attr
+
+    if options.event is not None:
+        raise InputError(
+            "both --event and --events were given",
+            "pass the triggering envelope with --event, or a dump to pick it from with --events",
+        )
+    seq = options.seq if options.seq is not None else traced.highest_seq
+    start = traced.starts.get(seq) if seq is not None else None
+    if seq is None or start is None or string_attr(start, ATTR_TRIGGER) == "timeout":
+        return None  # nothing traced to pick by (plan_replay says why), or no envelope at all
+    index = load_envelopes(options.events, entity_key)
+    raw = index.find(
+        string_attr(start, ATTR_ENVELOPE_ID), string_attr(start, ATTR_ENVELOPE_SHA256), seq=seq
+    )
+    return load_event_source(raw)
 
 
 class _AgentExited(ReplayRefused):

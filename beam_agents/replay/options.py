@@ -23,6 +23,9 @@ class ReplayOptions:
     """``module:ATTR`` of its ``ToolRegistry``."""
     event: Source | None = None
     """The serialized ``AgentEnvelope`` that triggered the activation; None for a HITL timeout."""
+    events: tuple[Source, ...] = ()
+    """``--events``: envelope streams or directories to pick the triggering envelope from, by
+    the traced envelope id and sha256 (instead of ``event``)."""
     seq: int | None = None
     """Replay this traced activation instead of the key's highest traced one."""
     hitl: str | None = None

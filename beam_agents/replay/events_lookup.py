@@ -1,0 +1,246 @@
+"""``--events``: find the envelope that triggered an activation in a dump of the topics.
+
+A consumer dump of the events, results and approvals topics becomes a
+*envelope stream*: frames of ``varint(len) + AgentEnvelope bytes``, the framing
+trace streams use. ``--events`` takes such a stream, or a directory whose
+``*.pb`` files are each either a stream or one serialized envelope (what
+``make demo`` writes: ``events/<envelope_id>.pb``). The flag may be repeated.
+
+The traced ``ACTIVATION_START`` names the triggering envelope by id and by the
+sha256 of its deterministic serialization (``envelope_digest``), so picking it
+out of a dump is exact: the id finds the candidates, the digest proves one of
+them is the traced bytes. An id that is absent, or present only with other
+bytes, is refused (exit 2) naming the id: replaying a look-alike would judge
+another input.
+
+Only the wanted key's envelopes are kept (a dump may hold every key of the
+topic), as raw bytes; an exact duplicate (at-least-once delivery) is kept once.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from google.protobuf.message import DecodeError
+
+from beam_agents._protos import AgentEnvelope, TraceEvent
+from beam_agents.activation import envelope_digest
+from beam_agents.errors import TraceStreamError
+from beam_agents.replay.inputs import describe_source
+from beam_agents.replay.options import Source
+from beam_agents.replay.refusal import InputError
+from beam_agents.trace_stream import BinaryWriter, iter_frames
+
+__all__ = [
+    "EnvelopeIndex",
+    "load_envelopes",
+    "read_envelope_file",
+    "string_attr",
+    "write_envelope_stream",
+]
+
+_ADVICE = (
+    "--events takes a varint-delimited stream of AgentEnvelopes (a consumer dump of the "
+    "events, results or approvals topic), or a directory of *.pb files each holding such a "
+    "stream or one serialized envelope"
+)
+
+
+def string_attr(event: TraceEvent, name: str) -> str:
+    """A string attribute of a trace event, or ``""`` when it has none by that name."""
+    return event.attributes[name].string_value if name in event.attributes else ""
+
+
+@dataclass
+class EnvelopeIndex:
+    """The envelopes of one key found in the ``--events`` sources, by envelope id."""
+
+    entity_key: bytes | None
+    """The key kept (None: every key)."""
+    by_id: dict[str, list[tuple[str, bytes]]] = field(default_factory=dict)
+    """Envelope id -> distinct ``(sha256 hex, raw bytes)`` found under it, in reading order."""
+    sources: list[str] = field(default_factory=list)
+    """The files read, for messages."""
+
+    def add(self, raw: bytes, envelope: AgentEnvelope) -> None:
+        """Keep ``envelope`` (its raw bytes) if it is of the index's key."""
+        if self.entity_key is not None and envelope.entity_key != self.entity_key:
+            return
+        digest = envelope_digest(envelope)
+        found = self.by_id.setdefault(envelope.envelope_id, [])
+        if all(known != digest for known, _ in found):
+            found.append((digest, raw))
+
+    def find(self, envelope_id: str, sha256: str, *, seq: int) -> bytes:
+        """The raw bytes of the envelope ``envelope_id`` whose digest is ``sha256``.
+
+        Raises:
+            InputError: No envelope has that id, or none under it has the traced digest.
+        """
+        found = self.by_id.get(envelope_id)
+        where = ", ".join(self.sources) or "the --events sources"
+        if not found:
+            raise InputError(
+                f"--events: the activation at seq {seq} was triggered by envelope_id "
+                f"{envelope_id!r}, which is not in {where}",
+                "dump the topic the envelope was published to (events, results or approvals) "
+                "over the activation's time, or pass the envelope itself with --event",
+            )
+        for digest, raw in found:
+            if digest == sha256:
+                return raw
+        shown = ", ".join(d for d, _ in found)
+        raise InputError(
+            f"--events: envelope_id {envelope_id!r} (seq {seq}) is in {where}, but with other "
+            f"bytes: sha256 {shown}, the traced one is {sha256}",
+            "the dump holds an edited or re-encoded copy, or another pipeline's envelope under "
+            "the same id; replay only the bytes that were on the topic",
+        )
+
+    def envelopes(self) -> Iterator[tuple[str, bytes]]:
+        """Every ``(envelope id, raw bytes)`` kept."""
+        for envelope_id, found in self.by_id.items():
+            for _, raw in found:
+                yield envelope_id, raw
+
+
+def _files(source: Source) -> list[tuple[str, Source]]:
+    if isinstance(source, bytes):
+        return [(describe_source(source), source)]
+    path = Path(os.fspath(source))
+    if path.is_dir():
+        files = sorted((f for f in path.glob("*.pb") if f.is_file()), key=lambda f: f.name)
+        if not files:
+            raise InputError(f"--events {path} is a directory with no *.pb files", _ADVICE)
+        return [(str(f), f) for f in files]
+    if not path.exists():
+        raise InputError(f"--events {path}: no such file or directory", _ADVICE)
+    if not path.is_file():
+        raise InputError(f"--events {path} is not a regular file", _ADVICE)
+    return [(str(path), path)]
+
+
+def _parse_envelope(data: bytes) -> AgentEnvelope | None:
+    envelope = AgentEnvelope()
+    try:
+        envelope.ParseFromString(data)
+    except DecodeError:
+        return None
+    if envelope.WhichOneof("body") is None:
+        return None
+    return envelope
+
+
+_MAX_SINGLE_ENVELOPE_BYTES = 64 * 1024 * 1024
+
+
+def read_envelope_file(name: str, source: Path | bytes) -> Iterator[tuple[bytes, AgentEnvelope]]:
+    """The envelopes of one ``--events`` file: a stream of frames, else one envelope.
+
+    A file is a stream when it splits into frames end to end and every frame is
+    an envelope with a body; otherwise it must be one such envelope. (One
+    serialized envelope almost never splits that way: its first frame would start
+    inside the key bytes.) A stream is read in chunks, so a large dump is never
+    held in memory; only the kept envelopes are.
+
+    Raises:
+        InputError: Neither, naming the file and where the stream reading failed.
+    """
+    stream_error = ""
+    count = 0
+    try:
+        for offset, frame in iter_frames(source):
+            envelope = _parse_envelope(frame)
+            if envelope is None:
+                stream_error = (
+                    f"the frame at byte offset {offset} ({len(frame)} bytes) is not an "
+                    "AgentEnvelope with a body"
+                )
+                break
+            if count == 0:
+                first = (frame, envelope)
+            elif count == 1:
+                yield first
+                yield frame, envelope
+            else:
+                yield frame, envelope
+            count += 1
+    except TraceStreamError as exc:
+        stream_error = str(exc).removeprefix(f"{exc.source}: ")
+    if not stream_error:
+        if count == 0:
+            raise InputError(f"--events {name} is empty", _ADVICE)
+        if count == 1:
+            yield first
+        return
+    if count > 1:
+        raise InputError(
+            f"--events {name} is an envelope stream that breaks after {count} envelopes: "
+            f"{stream_error}",
+            _ADVICE,
+        )
+    data = source if isinstance(source, bytes) else _read_small(name, source)
+    single = _parse_envelope(data)
+    if single is not None:
+        yield data, single
+        return
+    raise InputError(
+        f"--events {name} ({len(data)} bytes) is neither an envelope stream ({stream_error}) "
+        "nor one serialized AgentEnvelope",
+        _ADVICE,
+    )
+
+
+def _read_small(name: str, path: Path) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            data = f.read(_MAX_SINGLE_ENVELOPE_BYTES + 1)
+    except OSError as exc:
+        raise InputError(f"cannot read --events {name}: {exc.strerror or exc}", _ADVICE) from None
+    if len(data) > _MAX_SINGLE_ENVELOPE_BYTES:
+        raise InputError(
+            f"--events {name} is not an envelope stream and too large to be one envelope",
+            _ADVICE,
+        )
+    return data
+
+
+def load_envelopes(sources: Sequence[Source], entity_key: bytes | None) -> EnvelopeIndex:
+    """Index the envelopes of ``entity_key`` in the ``--events`` sources.
+
+    Args:
+        sources: Files, directories, or stream bytes.
+        entity_key: Keep this key's envelopes only (None: all).
+
+    Raises:
+        InputError: A source is missing, unreadable, or not envelopes.
+    """
+    index = EnvelopeIndex(entity_key=entity_key)
+    for source in sources:
+        for name, item in _files(source):
+            index.sources.append(name)
+            data: Path | bytes = item if isinstance(item, bytes) else Path(os.fspath(item))
+            for raw, envelope in read_envelope_file(name, data):
+                index.add(raw, envelope)
+    return index
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        bits = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(bits | 0x80)
+        else:
+            out.append(bits)
+            return bytes(out)
+
+
+def write_envelope_stream(out: BinaryWriter, envelopes: Iterable[bytes]) -> None:
+    """Write serialized envelopes as an envelope stream (``varint(len) + bytes`` frames)."""
+    for raw in envelopes:
+        out.write(_varint(len(raw)) + raw)
