@@ -1,0 +1,428 @@
+"""``beam-agents-replay ls``: the traced activations of a key (or of every key), one row each.
+
+One pass over the trace streams builds a small summary per traced activation
+(its ``ACTIVATION_START`` facts, its outcome, how many model calls and staged
+intents, the cache keys of its model calls), never keeping whole events.
+
+Given a snapshot, each activation of the snapshot's key also says whether it
+can be replayed from that snapshot, by the engine's own rules rather than new
+ones: the snapshot's ``ReplayCache.lookup`` at the traced clock with
+``visible_through_seq`` (the same call the re-run makes, so "cached",
+"expired", "digest-only" and "minted later" mean what they mean there), and
+``reconstruct``'s choice of the continuation a resume consumed. A key suspended
+in the snapshot with no traced next activation gets one more row: its pending
+resume, which replays as a what-if.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from beam_agents._protos import StateSnapshot, TraceEvent
+from beam_agents.errors import TraceStreamError
+from beam_agents.key_state import KeyState
+from beam_agents.llm_cache import LookupStatus
+from beam_agents.replay.events_lookup import string_attr
+from beam_agents.replay.options import Source
+from beam_agents.replay.refusal import CannotReproduce, InputError
+from beam_agents.trace_events import (
+    ATTR_ACTIVATION_KIND,
+    ATTR_CACHE_HIT,
+    ATTR_CACHE_KEY,
+    ATTR_ENVELOPE_ID,
+    ATTR_ENVELOPE_SHA256,
+    ATTR_ERROR_TYPE,
+    ATTR_TRIGGER,
+)
+from beam_agents.trace_stream import read_trace_stream
+
+__all__ = ["ActivationRow", "Listing", "list_activations", "parse_key", "render_listing"]
+
+# Replayability words (the ``replay`` column), in the order an operator reads them.
+CACHED = "cached"
+"""Every traced model call is served from the snapshot's cache (a resume's continuation too)."""
+EVICTED = "evicted"
+"""A traced response is no longer in the snapshot's cache (LRU eviction, or purged)."""
+EXPIRED = "expired"
+DIGEST_ONLY = "digest-only"
+MINTED_LATER = "minted-later"
+"""The cache holds the request's entry, but a later activation inserted it."""
+NOT_COMMITTED = "not-committed"
+"""A failed activation's billed response: failures commit nothing, so it was never cached."""
+CONTINUATION_GONE = "continuation-gone"
+AFTER_SNAPSHOT = "after-snapshot"
+INCOMPLETE = "incomplete-trace"
+PENDING_RESUME = "pending-resume"
+
+_MISS_WORDS = {
+    LookupStatus.ABSENT: EVICTED,
+    LookupStatus.EXPIRED: EXPIRED,
+    LookupStatus.DIGEST_ONLY: DIGEST_ONLY,
+    LookupStatus.MINTED_LATER: MINTED_LATER,
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ActivationRow:
+    """One traced activation (or the pending resume of a suspended snapshot)."""
+
+    entity_key: bytes
+    seq: int
+    kind: str
+    """``start``, ``resume``, or empty when its ``ACTIVATION_START`` is not in the traces."""
+    trigger: str
+    """``event``, ``tool_result``, ``approval``, ``timeout`` (empty if unknown)."""
+    envelope_id: str
+    envelope_sha256: str
+    now_ms: int | None
+    outcome: str
+    """``done``, ``suspended``, ``failed``, ``incomplete`` (no terminal event) or ``pending``."""
+    model_calls: int
+    staged_intents: int
+    error_type: str = ""
+    replay: str | None = None
+    """With a snapshot of this key: whether it replays from it (see the module's words)."""
+    replay_detail: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Listing:
+    """What ``ls`` found."""
+
+    rows: tuple[ActivationRow, ...]
+    """Ordered by key, then seq."""
+    snapshot_key: bytes | None = None
+    snapshot_seq: int | None = None
+
+    @property
+    def keys(self) -> list[bytes]:
+        """The keys listed, in order."""
+        return sorted({row.entity_key for row in self.rows})
+
+
+@dataclass
+class _Summary:
+    start: TraceEvent | None = None
+    kinds: dict[int, int] = field(default_factory=dict)
+    """index -> kind (an exact duplicate counts once)."""
+    calls: dict[int, tuple[str, bool]] = field(default_factory=dict)
+    """index -> (cache key, cache hit) of its LLM_CALLs."""
+    terminal: TraceEvent | None = None
+
+
+def parse_key(text: str, known: Sequence[bytes]) -> bytes:
+    """The key ``--key`` names: hex of the key's bytes, or its text.
+
+    Raises:
+        InputError: The key is in none of the traces, or both readings are.
+    """
+    readings: list[bytes] = [text.encode("utf-8")]
+    if len(text) % 2 == 0 and text and all(c in string.hexdigits for c in text):
+        readings.insert(0, bytes.fromhex(text))
+    matching = [k for k in dict.fromkeys(readings) if k in set(known)]
+    if len(matching) == 1:
+        return matching[0]
+    if len(matching) > 1:
+        raise InputError(
+            f"--key {text!r} names two traced keys: hex {matching[0].hex()} and the text "
+            f"{text!r} (hex {matching[1].hex()})",
+            "pass the hex of the one you mean",
+        )
+    raise InputError(
+        f"--key {text!r}: the traces hold no activation of that key "
+        f"({len(known)} key(s) traced)",
+        "run ls without --key to see the traced keys",
+    )
+
+
+def _scan(sources: Sequence[Source], key: bytes | None) -> dict[bytes, dict[int, _Summary]]:
+    from beam_agents.replay.traced import _stream_inputs
+
+    found: dict[bytes, dict[int, _Summary]] = {}
+    if not sources:
+        raise InputError("no --traces given", "pass the trace stream(s) to list")
+    try:
+        for name, source in _stream_inputs(sources):
+            for event in read_trace_stream(source, entity_key=key):
+                summary = found.setdefault(event.entity_key, {}).setdefault(event.seq, _Summary())
+                known = summary.kinds.get(event.index)
+                if known is not None:
+                    if known != event.kind:
+                        raise InputError(
+                            f"the traces hold two different events for key "
+                            f"{event.entity_key.hex()} seq {event.seq} index {event.index} "
+                            f"(the second in {name})",
+                            "pass only the traces of one pipeline",
+                        )
+                    continue
+                summary.kinds[event.index] = event.kind
+                if event.kind == TraceEvent.ACTIVATION_START and event.index == 0:
+                    summary.start = event
+                elif event.kind == TraceEvent.LLM_CALL:
+                    hit = ATTR_CACHE_HIT in event.attributes and event.attributes[
+                        ATTR_CACHE_HIT
+                    ].bool_value
+                    summary.calls[event.index] = (string_attr(event, ATTR_CACHE_KEY), hit)
+                elif event.kind in (TraceEvent.ACTIVATION_END, TraceEvent.ACTIVATION_FAILED):
+                    summary.terminal = event
+    except TraceStreamError as exc:
+        raise InputError(
+            f"--traces: {exc}", "pass trace streams as the file:// sink or convert-bq writes them"
+        ) from None
+    return found
+
+
+def _outcome(summary: _Summary) -> tuple[str, str]:
+    terminal = summary.terminal
+    if terminal is None:
+        return "incomplete", ""
+    if terminal.kind == TraceEvent.ACTIVATION_FAILED:
+        return "failed", string_attr(terminal, ATTR_ERROR_TYPE) or terminal.name
+    return terminal.name or "done", ""
+
+
+def _complete(summary: _Summary) -> bool:
+    indices = summary.kinds
+    return (
+        summary.start is not None
+        and summary.terminal is not None
+        and set(indices) == set(range(len(indices)))
+        and summary.terminal.index == len(indices) - 1
+    )
+
+
+def _replayability(
+    snapshot: StateSnapshot, state: KeyState, seq: int, summary: _Summary, outcome: str
+) -> tuple[str, str]:
+    from beam_agents.replay.reconstruct import _resumed_continuation
+
+    if seq > snapshot.seq:
+        return AFTER_SNAPSHOT, f"the snapshot was exported at seq {snapshot.seq}, before it"
+    if not _complete(summary):
+        return INCOMPLETE, "not every trace event of it is in the traces"
+    assert summary.start is not None
+    if string_attr(summary.start, ATTR_ACTIVATION_KIND) == "resume":
+        try:
+            _resumed_continuation(snapshot, state, seq)
+        except CannotReproduce as gone:
+            return CONTINUATION_GONE, gone.reason
+    now_ms = summary.start.start_ms
+    calls = [summary.calls[i] for i in sorted(summary.calls)]
+    for number, (cache_key, hit) in enumerate(calls, start=1):
+        lookup = state.cache.copy().lookup(cache_key, now_ms=now_ms, visible_through_seq=seq)
+        if lookup.status is LookupStatus.HIT:
+            continue
+        word = _MISS_WORDS[lookup.status]
+        if lookup.status is LookupStatus.ABSENT and outcome == "failed" and not hit:
+            word = NOT_COMMITTED
+        return word, f"model call {number} of {len(calls)} (cache key {cache_key[:16]}…) is {word}"
+    return CACHED, f"{len(calls)} of {len(calls)} model responses cached"
+
+
+def _row(key: bytes, seq: int, summary: _Summary) -> ActivationRow:
+    start = summary.start
+    outcome, error_type = _outcome(summary)
+    return ActivationRow(
+        entity_key=key,
+        seq=seq,
+        kind=string_attr(start, ATTR_ACTIVATION_KIND) if start is not None else "",
+        trigger=string_attr(start, ATTR_TRIGGER) if start is not None else "",
+        envelope_id=string_attr(start, ATTR_ENVELOPE_ID) if start is not None else "",
+        envelope_sha256=string_attr(start, ATTR_ENVELOPE_SHA256) if start is not None else "",
+        now_ms=start.start_ms if start is not None else None,
+        outcome=outcome,
+        model_calls=len(summary.calls),
+        staged_intents=sum(1 for k in summary.kinds.values() if k == TraceEvent.INTENT_STAGED),
+        error_type=error_type,
+    )
+
+
+def list_activations(
+    traces: Sequence[Source],
+    *,
+    snapshot: Source | None = None,
+    key: str | bytes | None = None,
+) -> Listing:
+    """The traced activations, one row each; with a snapshot, whether each replays from it.
+
+    Args:
+        traces: ``--traces`` sources (files, directories of ``*.pb``, stream bytes).
+        snapshot: ``--snapshot``: list its key, and judge each activation's replayability.
+        key: ``--key``: a key's bytes, or text (hex of the key, or the key itself).
+            None: every traced key (the snapshot's, if one is given).
+
+    Raises:
+        InputError: Unreadable inputs, or a key that names no traced activation.
+        CannotReproduce: The snapshot has a migration gap.
+    """
+    loaded: tuple[StateSnapshot, KeyState] | None = None
+    if snapshot is not None:
+        from beam_agents.replay.inputs import load_snapshot_source
+
+        snap, state, _ = load_snapshot_source(snapshot)
+        loaded = (snap, state)
+    wanted: bytes | None = key if isinstance(key, bytes) else None
+    if loaded is not None:
+        snap_key = loaded[0].entity_key
+        if wanted is not None and wanted != snap_key:
+            raise InputError(
+                f"--key {wanted.hex()} is not the snapshot's key ({snap_key.hex()})",
+                "leave --key out to list the snapshot's key",
+            )
+        if isinstance(key, str) and snap_key not in (key.encode("utf-8"), _hex_or_none(key)):
+            raise InputError(
+                f"--key {key!r} is not the snapshot's key ({snap_key.hex()})",
+                "leave --key out to list the snapshot's key",
+            )
+        wanted = snap_key
+    found = _scan(traces, wanted)
+    if isinstance(key, str) and loaded is None:
+        wanted = parse_key(key, sorted(found))
+        found = {wanted: found[wanted]}
+    elif wanted is not None and wanted not in found:
+        raise InputError(
+            f"the traces hold no activation of key {wanted.hex()}",
+            "pass the trace streams of the pipeline that ran the key",
+        )
+    rows: list[ActivationRow] = []
+    for entity_key in sorted(found):
+        for seq in sorted(found[entity_key]):
+            summary = found[entity_key][seq]
+            row = _row(entity_key, seq, summary)
+            if loaded is not None:
+                word, detail = _replayability(loaded[0], loaded[1], seq, summary, row.outcome)
+                row = _with(row, replay=word, replay_detail=detail)
+            rows.append(row)
+    if loaded is not None:
+        pending = _pending_resume(loaded[0], loaded[1], found.get(loaded[0].entity_key, {}))
+        if pending is not None:
+            rows.append(pending)
+    return Listing(
+        rows=tuple(rows),
+        snapshot_key=loaded[0].entity_key if loaded is not None else None,
+        snapshot_seq=loaded[0].seq if loaded is not None else None,
+    )
+
+
+def _hex_or_none(text: str) -> bytes | None:
+    try:
+        return bytes.fromhex(text)
+    except ValueError:
+        return None
+
+
+def _with(row: ActivationRow, **changes: object) -> ActivationRow:
+    from dataclasses import replace
+
+    return replace(row, **changes)  # type: ignore[arg-type]
+
+
+def _pending_resume(
+    snapshot: StateSnapshot, state: KeyState, traced: dict[int, _Summary]
+) -> ActivationRow | None:
+    cont = state.continuation
+    seq = snapshot.seq + 1
+    if cont is None or seq in traced:
+        return None
+    awaiting = ", ".join(cont.awaiting_intent_ids) or "nothing"
+    return ActivationRow(
+        entity_key=snapshot.entity_key,
+        seq=seq,
+        kind="resume",
+        trigger="",
+        envelope_id="",
+        envelope_sha256="",
+        now_ms=None,
+        outcome="pending",
+        model_calls=0,
+        staged_intents=0,
+        replay=PENDING_RESUME,
+        replay_detail=(
+            f"suspended at seq {cont.suspended_seq}, awaiting {awaiting} (HITL deadline "
+            f"{cont.deadline_ms}): a what-if, its responses are not minted yet"
+        ),
+    )
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def literal(text: str) -> str:
+    """``text`` with every non-printable character escaped (inputs never drive the terminal)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def key_label(key: bytes) -> str:
+    """The key's hex, and its text when it is printable ASCII."""
+    try:
+        text = key.decode("ascii")
+    except UnicodeDecodeError:
+        return key.hex()
+    if text and text.isprintable():
+        return f"{key.hex()} ({text})"
+    return key.hex()
+
+
+def render_listing(listing: Listing) -> str:
+    """The ``ls`` table: per key, a heading with its count, then one line per activation."""
+    lines: list[str] = []
+    with_replay = listing.snapshot_seq is not None
+    keys = listing.keys
+    for key in keys:
+        rows = [r for r in listing.rows if r.entity_key == key]
+        traced = sum(1 for r in rows if r.outcome != "pending")
+        heading = f"key {key_label(key)}: {traced} traced activation(s)"
+        if with_replay and key == listing.snapshot_key:
+            heading += f"; snapshot at seq {listing.snapshot_seq}"
+        lines.append(heading)
+        header = (
+            f"  {'seq':>5}  {'kind':<6}  {'trigger':<11}  {'envelope id':<20}  {'outcome':<10}  "
+            f"{'calls':>5}  {'intents':>7}"
+        )
+        lines.append(header + ("  replay from the snapshot" if with_replay else ""))
+        for r in rows:
+            outcome = r.outcome + (f" ({literal(r.error_type)})" if r.error_type else "")
+            line = (
+                f"  {r.seq:>5}  {literal(r.kind) or '?':<6}  {literal(r.trigger) or '?':<11}  "
+                f"{literal(r.envelope_id) or '-':<20}  {outcome:<10}  {r.model_calls:>5}  "
+                f"{r.staged_intents:>7}"
+            )
+            if r.replay is not None:
+                line += f"  {r.replay}: {literal(r.replay_detail)}"
+            lines.append(line)
+    total = sum(1 for r in listing.rows if r.outcome != "pending")
+    lines.append(f"{total} traced activation(s) of {len(keys)} key(s)")
+    return "\n".join(lines) + "\n"
+
+
+def listing_json(listing: Listing) -> dict[str, object]:
+    """The ``ls --json`` document (stable field names; keys as hex)."""
+    return {
+        "keys": len(listing.keys),
+        "activations": sum(1 for r in listing.rows if r.outcome != "pending"),
+        "snapshot": None
+        if listing.snapshot_key is None
+        else {"entity_key": listing.snapshot_key.hex(), "seq": listing.snapshot_seq},
+        "rows": [
+            {
+                "entity_key": r.entity_key.hex(),
+                "seq": r.seq,
+                "kind": r.kind,
+                "trigger": r.trigger,
+                "envelope_id": r.envelope_id,
+                "envelope_sha256": r.envelope_sha256,
+                "now_ms": r.now_ms,
+                "outcome": r.outcome,
+                "error_type": r.error_type,
+                "model_calls": r.model_calls,
+                "staged_intents": r.staged_intents,
+                "replay": r.replay,
+                "replay_detail": r.replay_detail,
+            }
+            for r in listing.rows
+        ],
+    }
