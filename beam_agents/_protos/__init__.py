@@ -5,6 +5,7 @@ re-exports the message classes under short names, as the seed page imports them
 (``from beam_agents._protos import AgentEnvelope``).
 """
 
+from beam_agents._protos.v1.bundle_pb2 import HitlSettings, IncidentBundle
 from beam_agents._protos.v1.envelope_pb2 import AgentEnvelope, Approval, Event, ToolResult
 from beam_agents._protos.v1.intent_pb2 import ToolIntent
 from beam_agents._protos.v1.llm_pb2 import (
@@ -36,6 +37,8 @@ __all__ = [
     "ChatMessage",
     "Continuation",
     "Event",
+    "HitlSettings",
+    "IncidentBundle",
     "LlmCacheBody",
     "LlmCacheEntry",
     "LlmRequest",

@@ -106,11 +106,13 @@ def _replay(
     event = load_event_source(options.event) if options.event is not None else None
     agent = import_object(options.agent, "--agent", Agent)
     registry = import_object(options.registry, "--registry", ToolRegistry)
-    hitl = (
-        import_object(options.hitl, "--hitl", HitlPolicy)
-        if options.hitl is not None
-        else DEFAULT_HITL_POLICY
-    )
+    if options.hitl_policy is not None:
+        hitl = options.hitl_policy
+        facts["hitl_source"] = options.hitl_label or "given"
+    elif options.hitl is not None:
+        hitl = import_object(options.hitl, "--hitl", HitlPolicy)
+    else:
+        hitl = DEFAULT_HITL_POLICY
     facts["hitl_policy"] = hitl.describe()
 
     traced = scan_traces(options.traces, snapshot.entity_key, seq=options.seq)

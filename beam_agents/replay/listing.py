@@ -131,8 +131,7 @@ def parse_key(text: str, known: Sequence[bytes]) -> bytes:
             "pass the hex of the one you mean",
         )
     raise InputError(
-        f"--key {text!r}: the traces hold no activation of that key "
-        f"({len(known)} key(s) traced)",
+        f"--key {text!r}: the traces hold no activation of that key ({len(known)} key(s) traced)",
         "run ls without --key to see the traced keys",
     )
 
@@ -161,9 +160,10 @@ def _scan(sources: Sequence[Source], key: bytes | None) -> dict[bytes, dict[int,
                 if event.kind == TraceEvent.ACTIVATION_START and event.index == 0:
                     summary.start = event
                 elif event.kind == TraceEvent.LLM_CALL:
-                    hit = ATTR_CACHE_HIT in event.attributes and event.attributes[
-                        ATTR_CACHE_HIT
-                    ].bool_value
+                    hit = (
+                        ATTR_CACHE_HIT in event.attributes
+                        and event.attributes[ATTR_CACHE_HIT].bool_value
+                    )
                     summary.calls[event.index] = (string_attr(event, ATTR_CACHE_KEY), hit)
                 elif event.kind in (TraceEvent.ACTIVATION_END, TraceEvent.ACTIVATION_FAILED):
                     summary.terminal = event

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from beam_agents.hitl import HitlPolicy
 
 Source = str | os.PathLike[str] | bytes
 """A file: its path, ``"-"`` for standard input, or its bytes."""
@@ -30,3 +34,7 @@ class ReplayOptions:
     """Replay this traced activation instead of the key's highest traced one."""
     hitl: str | None = None
     """``module:ATTR`` of the pipeline's ``HitlPolicy``; None for the default policy."""
+    hitl_policy: HitlPolicy | None = None
+    """The pipeline's ``HitlPolicy`` itself (a bundle records it); wins over ``hitl``."""
+    hitl_label: str = ""
+    """Where ``hitl_policy`` came from, for the report's header (e.g. ``bundle (default)``)."""

@@ -1,0 +1,468 @@
+"""Incident bundles: a key's snapshot, trace slice and envelopes as one deterministic file.
+
+``make_bundle`` gathers what the replay of some of a key's activations needs
+(the ``IncidentBundle`` message of ``protos/beam_agents/v1/bundle.proto``):
+the snapshot bytes as the sink wrote them, the trace events of those
+activations and nothing else of the trace, the envelopes that triggered them
+(picked out of topic dumps by traced id and sha256), the agent, registry and
+HITL policy the pipeline ran, and the package version. Serialized
+deterministically, with every repeated part in a fixed order, the same inputs
+give the same bytes.
+
+``load_bundle`` refuses (``InputError``, exit 2, naming the file and what is
+wrong) anything that is not such a file, a bundle newer than this package, and
+a bundle whose parts disagree: a snapshot or envelope of another key, an
+envelope whose sha256 is not the traced one, an envelope no activation needs,
+an activation without its events. ``bundle_options`` turns a loaded bundle
+into the ``ReplayOptions`` of one of its activations: the engine then reads
+the bundle's parts exactly as it reads the separate files.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from google.protobuf.message import DecodeError
+
+from beam_agents._protos import (
+    AgentEnvelope,
+    HitlSettings,
+    IncidentBundle,
+    StateSnapshot,
+    TraceEvent,
+)
+from beam_agents._version import __version__
+from beam_agents.activation import envelope_digest
+from beam_agents.errors import ConfigError, TraceStreamError
+from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
+from beam_agents.replay.events_lookup import (
+    load_envelopes,
+    string_attr,
+    write_envelope_stream,
+)
+from beam_agents.replay.inputs import describe_source, import_object, read_source
+from beam_agents.replay.options import ReplayOptions, Source
+from beam_agents.replay.refusal import InputError
+from beam_agents.replay.traced import check_complete, seq_ranges
+from beam_agents.trace_events import (
+    ATTR_ENVELOPE_ID,
+    ATTR_ENVELOPE_SHA256,
+    ATTR_TRIGGER,
+    serialize_trace_event,
+)
+from beam_agents.trace_stream import read_trace_stream
+
+__all__ = [
+    "BUNDLE_FORMAT",
+    "BUNDLE_VERSION",
+    "MAX_BUNDLE_BYTES",
+    "Bundle",
+    "bundle_options",
+    "is_bundle_file",
+    "load_bundle",
+    "make_bundle",
+]
+
+BUNDLE_FORMAT = "beam-agents/incident-bundle"
+"""The ``format`` field of every bundle."""
+BUNDLE_VERSION = 1
+"""The layout version this package writes and the newest it reads."""
+MAX_BUNDLE_BYTES = 512 * 1024 * 1024
+"""A bundle larger than this is refused before it is read (a snapshot tops out near 64 MiB)."""
+
+# A serialized bundle starts with its format field: tag 1 (length-delimited), then the text.
+_MAGIC = b"\x0a" + bytes([len(BUNDLE_FORMAT)]) + BUNDLE_FORMAT.encode()
+
+_MAKE_ADVICE = "bundle takes the snapshot, traces and --events (or --event) of one incident"
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """A loaded, checked bundle."""
+
+    name: str
+    """How the bundle is named in messages (its path)."""
+    message: IncidentBundle
+    hitl: HitlPolicy
+
+    @property
+    def entity_key(self) -> bytes:
+        return self.message.entity_key
+
+    @property
+    def seqs(self) -> tuple[int, ...]:
+        return tuple(self.message.seqs)
+
+
+def is_bundle_file(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a regular file that starts like a bundle (for the CLI's ``FILE``)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(_MAGIC)) == _MAGIC
+    except OSError:
+        return False
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def _key_events(traces: Sequence[Source], key: bytes) -> dict[int, dict[int, bytes]]:
+    from beam_agents.replay.traced import _stream_inputs
+
+    found: dict[int, dict[int, bytes]] = {}
+    try:
+        for name, source in _stream_inputs(traces):
+            for event in read_trace_stream(source, entity_key=key):
+                data = serialize_trace_event(event)
+                known = found.setdefault(event.seq, {}).get(event.index)
+                if known is None:
+                    found[event.seq][event.index] = data
+                elif known != data:
+                    raise InputError(
+                        f"the traces hold two different events for key {key.hex()} seq "
+                        f"{event.seq} index {event.index} (the second in {name})",
+                        "pass only the traces of the pipeline the snapshot came from",
+                    )
+    except TraceStreamError as exc:
+        raise InputError(f"--traces: {exc}", _MAKE_ADVICE) from None
+    return found
+
+
+def _hitl_settings(policy: HitlPolicy) -> HitlSettings:
+    return HitlSettings(
+        intent_ttl_ms=policy.intent_ttl_ms,
+        hitl_timeout_ms=policy.hitl_timeout_ms,
+        approval_channel=policy.approval_channel,
+        approval_required_tools=sorted(policy.approval_required_tools),
+    )
+
+
+def make_bundle(
+    *,
+    snapshot: Source,
+    traces: Sequence[Source],
+    agent: str,
+    registry: str,
+    events: Sequence[Source] = (),
+    event: Source | None = None,
+    seq: int | None = None,
+    all_seqs: bool = False,
+    hitl: str | None = None,
+) -> bytes:
+    """The bytes of the bundle of one incident (deterministic: same inputs, same bytes).
+
+    Args:
+        snapshot: The ``StateSnapshot`` file (its bytes are kept as they are).
+        traces: Trace streams or directories; only the snapshot key's events of the
+            chosen activations are kept.
+        agent: ``module:ATTR`` of the Agent the pipeline ran (recorded, not imported).
+        registry: ``module:ATTR`` of its ToolRegistry (recorded, not imported).
+        events: Envelope dumps (``--events``); the triggering envelopes are picked by
+            traced id and sha256.
+        event: One envelope file (``--event``), added to ``events``.
+        seq: The activation to bundle; None: the key's highest traced one.
+        all_seqs: Every traced activation of the key up to the snapshot's seq.
+        hitl: ``module:ATTR`` of the pipeline's HitlPolicy (imported to record it).
+
+    Raises:
+        InputError: Unreadable or disagreeing inputs, an activation the snapshot
+            cannot hold, or a triggering envelope missing from the dumps.
+        CannotReproduce: The snapshot has a migration gap.
+    """
+    from beam_agents.replay.inputs import load_snapshot_source
+
+    for flag, value in (("--agent", agent), ("--registry", registry)):
+        if ":" not in value:
+            raise InputError(f"{flag} {value!r} is not of the form module:ATTR")
+    if seq is not None and all_seqs:
+        raise InputError("--seq and --all were both given", "bundle one activation, or all")
+    raw_snapshot = read_source(snapshot, "--snapshot")
+    snap, _state, _ = load_snapshot_source(raw_snapshot)
+    key = snap.entity_key
+    by_seq = _key_events(traces, key)
+    if not by_seq:
+        raise InputError(
+            f"the traces hold no event of key {key.hex()} (the snapshot's key)",
+            "pass the trace streams of the pipeline the snapshot came from",
+        )
+    traced = sorted(by_seq)
+    if all_seqs:
+        seqs = [s for s in traced if s <= snap.seq]
+        if not seqs:
+            raise InputError(
+                f"every traced activation of key {key.hex()} (seqs {seq_ranges(traced)}) is "
+                f"after the snapshot (seq {snap.seq})",
+                "export the key after the activations you want to bundle",
+            )
+    else:
+        target = traced[-1] if seq is None else seq
+        if target not in by_seq:
+            raise InputError(
+                f"--seq {target}: the traces hold no activation of key {key.hex()} at seq "
+                f"{target} (traced seqs: {seq_ranges(traced)})",
+                "pick a traced seq, or pass the traces that hold it",
+            )
+        if target > snap.seq:
+            raise InputError(
+                f"the snapshot was exported at seq {snap.seq}, before the activation at seq "
+                f"{target}: it cannot replay it",
+                f"export the key again after seq {target}, or bundle --seq {snap.seq} or lower",
+            )
+        seqs = [target]
+    trace_bytes: list[bytes] = []
+    starts: dict[int, TraceEvent] = {}
+    for s in seqs:
+        events_of = [TraceEvent.FromString(by_seq[s][i]) for i in sorted(by_seq[s])]
+        check_complete(events_of, key, s)
+        starts[s] = events_of[0]
+        trace_bytes.extend(by_seq[s][i] for i in sorted(by_seq[s]))
+    needed = [
+        (s, string_attr(starts[s], ATTR_ENVELOPE_ID), string_attr(starts[s], ATTR_ENVELOPE_SHA256))
+        for s in seqs
+        if string_attr(starts[s], ATTR_TRIGGER) != "timeout"
+    ]
+    envelopes: list[bytes] = []
+    if needed:
+        sources = [*events, *([event] if event is not None else [])]
+        if not sources:
+            raise InputError(
+                f"the activation(s) at seq {seq_ranges(s for s, _, _ in needed)} were triggered "
+                f"by envelopes (first: {needed[0][1]!r}), and no --events or --event was given",
+                "pass a dump of the events (and results, approvals) topics with --events",
+            )
+        index = load_envelopes(sources, key)
+        for s, envelope_id, sha256 in needed:
+            raw = index.find(envelope_id, sha256, seq=s)
+            if raw not in envelopes:
+                envelopes.append(raw)
+    policy = import_object(hitl, "--hitl", HitlPolicy) if hitl is not None else DEFAULT_HITL_POLICY
+    message = IncidentBundle(
+        format=BUNDLE_FORMAT,
+        bundle_version=BUNDLE_VERSION,
+        package_version=__version__,
+        entity_key=key,
+        seqs=seqs,
+        snapshot=raw_snapshot,
+        trace_events=trace_bytes,
+        envelopes=envelopes,
+        agent=agent,
+        registry=registry,
+        hitl_path=hitl or "",
+        hitl=_hitl_settings(policy),
+        hitl_description=policy.describe(),
+    )
+    return message.SerializeToString(deterministic=True)
+
+
+# --------------------------------------------------------------------------- reading
+
+_LOAD_ADVICE = "make bundles with beam-agents-replay bundle; never edit one by hand"
+
+
+def _refuse(name: str, what: str, advice: str = _LOAD_ADVICE) -> InputError:
+    return InputError(f"bundle {name} {what}", advice)
+
+
+def load_bundle(source: Source) -> Bundle:
+    """Read and check a bundle.
+
+    Raises:
+        InputError: Not a bundle, truncated or corrupt, newer than this package, too
+            large, or with parts that disagree (the message names the file and the part).
+    """
+    name = describe_source(source)
+    if not isinstance(source, bytes):
+        path = os.fspath(source)
+        try:
+            st = os.stat(path)
+        except OSError as exc:
+            raise InputError(f"cannot read bundle {name}: {exc.strerror or exc}") from None
+        import stat
+
+        if not stat.S_ISREG(st.st_mode):
+            raise _refuse(name, "is not a regular file", "pass a bundle file")
+        if st.st_size > MAX_BUNDLE_BYTES:
+            raise _refuse(
+                name,
+                f"is {st.st_size} bytes, over the {MAX_BUNDLE_BYTES}-byte limit for a bundle",
+            )
+    data = read_source(source, "bundle")
+    if not data.startswith(_MAGIC):
+        raise _refuse(
+            name,
+            f"is not an incident bundle (it does not start with the {BUNDLE_FORMAT!r} format "
+            "field)",
+            "pass a file beam-agents-replay bundle wrote",
+        )
+    message = IncidentBundle()
+    try:
+        message.ParseFromString(data)
+    except DecodeError as exc:
+        raise _refuse(
+            name, f"is truncated or corrupt ({len(data)} bytes do not parse: {exc})"
+        ) from None
+    if message.bundle_version > BUNDLE_VERSION:
+        raise _refuse(
+            name,
+            f"has bundle version {message.bundle_version}, newer than this beam-agents "
+            f"{__version__} reads (up to {BUNDLE_VERSION}); it was written by beam-agents "
+            f"{message.package_version or '?'}",
+            f"install beam-agents {message.package_version or 'of that version'} or newer "
+            "to replay it",
+        )
+    if message.bundle_version < 1:
+        raise _refuse(name, f"has bundle version {message.bundle_version}, which never existed")
+    hitl = _check_parts(name, message)
+    return Bundle(name=name, message=message, hitl=hitl)
+
+
+def _check_parts(name: str, message: IncidentBundle) -> HitlPolicy:
+    key = message.entity_key
+    for field_name in ("agent", "registry"):
+        if ":" not in getattr(message, field_name):
+            raise _refuse(name, f"has no {field_name} path (module:ATTR)")
+    seqs = list(message.seqs)
+    if not seqs or seqs != sorted(set(seqs)) or seqs[0] < 0:
+        raise _refuse(name, f"names no activation, or its seqs are not ascending ({seqs})")
+    snapshot = StateSnapshot()
+    try:
+        snapshot.ParseFromString(message.snapshot)
+    except DecodeError as exc:
+        raise _refuse(name, f"holds a snapshot that does not parse: {exc}") from None
+    if snapshot.entity_key != key:
+        raise _refuse(
+            name,
+            f"holds a snapshot of key {snapshot.entity_key.hex()}, but the bundle is of key "
+            f"{key.hex()}: its parts disagree",
+        )
+    by_seq: dict[int, list[TraceEvent]] = {}
+    positions: set[tuple[int, int]] = set()
+    for number, data in enumerate(message.trace_events):
+        try:
+            event = TraceEvent.FromString(data)
+        except DecodeError as exc:
+            raise _refuse(
+                name, f"holds trace event {number}, which does not parse: {exc}"
+            ) from None
+        if event.entity_key != key:
+            raise _refuse(
+                name,
+                f"holds a trace event of key {event.entity_key.hex()} (trace event {number}), "
+                f"but the bundle is of key {key.hex()}: its parts disagree",
+            )
+        if event.seq not in seqs:
+            raise _refuse(
+                name,
+                f"holds a trace event of seq {event.seq}, an activation it does not name "
+                f"(seqs {seq_ranges(seqs)})",
+            )
+        if (event.seq, event.index) in positions:
+            raise _refuse(name, f"holds two trace events at seq {event.seq} index {event.index}")
+        positions.add((event.seq, event.index))
+        by_seq.setdefault(event.seq, []).append(event)
+    envelopes: dict[tuple[str, str], int] = {}
+    for number, data in enumerate(message.envelopes):
+        envelope = AgentEnvelope()
+        try:
+            envelope.ParseFromString(data)
+        except DecodeError as exc:
+            raise _refuse(name, f"holds envelope {number}, which does not parse: {exc}") from None
+        if envelope.entity_key != key:
+            raise _refuse(
+                name,
+                f"holds an envelope of key {envelope.entity_key.hex()} (id "
+                f"{envelope.envelope_id!r}), but the bundle is of key {key.hex()}: its parts "
+                "disagree",
+            )
+        envelopes[(envelope.envelope_id, envelope_digest(envelope))] = 0
+    for seq in seqs:
+        events = sorted(by_seq.get(seq, []), key=lambda e: e.index)
+        if not events:
+            raise _refuse(name, f"names seq {seq} but holds none of its trace events")
+        try:
+            check_complete(events, key, seq)
+        except InputError as exc:
+            raise _refuse(name, f"holds an incomplete trace: {exc.reason}") from None
+        start = events[0]
+        if string_attr(start, ATTR_TRIGGER) == "timeout":
+            continue
+        wanted = (string_attr(start, ATTR_ENVELOPE_ID), string_attr(start, ATTR_ENVELOPE_SHA256))
+        if wanted not in envelopes:
+            ids = [i for i, _ in envelopes if i == wanted[0]]
+            what = (
+                f"its envelope {wanted[0]!r} has other bytes than the traced sha256 {wanted[1]}"
+                if ids
+                else f"it holds no envelope {wanted[0]!r}"
+            )
+            raise _refuse(name, f"cannot replay seq {seq}: {what}: its parts disagree")
+        envelopes[wanted] += 1
+    unused = [i for (i, _), uses in envelopes.items() if uses == 0]
+    if unused:
+        raise _refuse(
+            name,
+            f"holds envelope(s) no activation of it needs ({', '.join(map(repr, unused))})",
+        )
+    settings = message.hitl
+    try:
+        return HitlPolicy(
+            intent_ttl_ms=settings.intent_ttl_ms,
+            hitl_timeout_ms=settings.hitl_timeout_ms,
+            approval_channel=settings.approval_channel,
+            approval_required_tools=frozenset(settings.approval_required_tools),
+        )
+    except ConfigError as exc:
+        raise _refuse(name, f"holds an invalid HITL policy: {exc}") from None
+
+
+def bundle_options(
+    bundle: Bundle,
+    *,
+    seq: int | None = None,
+    agent: str | None = None,
+    registry: str | None = None,
+) -> ReplayOptions:
+    """The ``ReplayOptions`` replaying activation ``seq`` of the bundle (default: its last).
+
+    Args:
+        bundle: A loaded bundle.
+        seq: One of ``bundle.seqs``; None for the highest.
+        agent: Replay with this agent instead of the recorded one (e.g. a fix to check).
+        registry: Likewise for the tool registry.
+
+    Raises:
+        InputError: ``seq`` is not one of the bundle's activations.
+    """
+    import io
+
+    if seq is not None and seq not in bundle.seqs:
+        raise InputError(
+            f"--seq {seq}: bundle {bundle.name} holds the activation(s) at seq "
+            f"{seq_ranges(bundle.seqs)} only",
+            "pick one of those",
+        )
+    message = bundle.message
+    traces = b"".join(_frame(data) for data in message.trace_events)
+    envelopes = io.BytesIO()
+    write_envelope_stream(envelopes, message.envelopes)
+    return ReplayOptions(
+        snapshot=message.snapshot,
+        traces=(traces,),
+        events=(envelopes.getvalue(),) if message.envelopes else (),
+        agent=agent or message.agent,
+        registry=registry or message.registry,
+        seq=seq if seq is not None else bundle.seqs[-1],
+        hitl_policy=bundle.hitl,
+        hitl_label=f"bundle ({message.hitl_path or 'default'})",
+    )
+
+
+def _frame(data: bytes) -> bytes:
+    out = bytearray()
+    value = len(data)
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out) + data

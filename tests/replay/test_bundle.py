@@ -1,0 +1,257 @@
+"""Incident bundles: deterministic bytes, only the key's data, the engine's verdicts, refusals."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+import replay_agents as ra
+from replay_harness import KEY, T0, KeyHistory, options
+
+from beam_agents._protos import AgentEnvelope, IncidentBundle, StateSnapshot
+from beam_agents.activation import ActivationCommit
+from beam_agents.replay import bundle as bd
+from beam_agents.replay.engine import replay
+from beam_agents.replay.events_lookup import write_envelope_stream
+from beam_agents.replay.refusal import InputError
+from beam_agents.replay.result import Verdict
+from beam_agents.testing import approval_envelope, event_envelope, tool_result_envelope
+
+OTHER = b"customer-other"
+AGENT = "replay_agents:AGENT"
+TOOLS = "replay_agents:TOOLS"
+
+
+def ask(text: str, at: int, type: str = "ask", key: bytes = KEY) -> AgentEnvelope:
+    return event_envelope(key, type, text.encode(), time_ms=at)
+
+
+def dump(envelopes: list[AgentEnvelope]) -> bytes:
+    out = io.BytesIO()
+    write_envelope_stream(out, [e.SerializeToString() for e in envelopes])
+    return out.getvalue()
+
+
+class Incident:
+    """A key with a start, a suspension, an approval and a result; another key beside it."""
+
+    def __init__(self) -> None:
+        self.h = KeyHistory(ra.AGENT, ra.TOOLS, ra.make_provider())
+        self.sent: list[AgentEnvelope] = [ask("where is A1?", T0)]
+        self.h.send(self.sent[0])
+        refund = ask("refund please", T0 + 1000, "refund")
+        first = self.h.send(refund)
+        assert isinstance(first, ActivationCommit)
+        intent = first.approval_requests[0].intent_id
+        self.sent += [
+            refund,
+            approval_envelope(KEY, intent, approved=True, time_ms=T0 + 2000),
+            tool_result_envelope(KEY, intent, time_ms=T0 + 3000, payload=b"{}"),
+        ]
+        for envelope in self.sent[2:]:
+            self.h.send(envelope)
+        self.other = KeyHistory(ra.AGENT, ra.TOOLS, ra.make_provider(), key=OTHER)
+        self.other_sent = [ask("hello", T0, key=OTHER)]
+        self.other.send(self.other_sent[0])
+        self.snapshot = self.h.export()
+        self.traces = self.other.trace_bytes() + self.h.trace_bytes()
+        self.events = dump([*self.other_sent, *reversed(self.sent)])
+
+    def make(self, **kw: object) -> bytes:
+        args: dict[str, object] = dict(
+            snapshot=self.snapshot,
+            traces=[self.traces],
+            events=[self.events],
+            agent=AGENT,
+            registry=TOOLS,
+        )
+        args.update(kw)
+        return bd.make_bundle(**args)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def incident() -> Incident:
+    return Incident()
+
+
+def test_same_inputs_same_bytes_whatever_their_order(incident: Incident) -> None:
+    a = incident.make(all_seqs=True)
+    b = incident.make(
+        all_seqs=True,
+        traces=[incident.h.trace_bytes(), incident.other.trace_bytes()],
+        events=[dump(list(incident.sent)), dump(incident.sent[:2])],
+    )
+    assert a == b
+    loaded = bd.load_bundle(a)
+    assert loaded.seqs == (1, 2, 3, 4)
+    assert loaded.message.SerializeToString(deterministic=True) == a  # round-trips byte for byte
+
+
+def test_only_the_keys_data_and_only_the_named_activation(incident: Incident) -> None:
+    one = IncidentBundle.FromString(incident.make(seq=2))
+    assert list(one.seqs) == [2] and one.entity_key == KEY
+    assert one.snapshot == incident.snapshot
+    from beam_agents._protos import TraceEvent
+
+    events = [TraceEvent.FromString(e) for e in one.trace_events]
+    assert {(e.entity_key, e.seq) for e in events} == {(KEY, 2)}
+    assert [AgentEnvelope.FromString(e).envelope_id for e in one.envelopes] == [
+        incident.sent[1].envelope_id
+    ]
+    everything = IncidentBundle.FromString(incident.make(all_seqs=True))
+    assert len(everything.envelopes) == 4
+    assert all(AgentEnvelope.FromString(e).entity_key == KEY for e in everything.envelopes)
+    default = IncidentBundle.FromString(incident.make())
+    assert list(default.seqs) == [4]  # like replay: the key's highest traced activation
+
+
+def test_each_activation_replays_as_from_the_separate_files(incident: Incident) -> None:
+    loaded = bd.load_bundle(incident.make(all_seqs=True))
+    for seq, envelope in zip(loaded.seqs, incident.sent, strict=True):
+        from_bundle = replay(bd.bundle_options(loaded, seq=seq))
+        from_files = replay(
+            options(incident.snapshot, incident.h.trace_bytes(), event=envelope, seq=seq)
+        )
+        assert from_bundle.verdict is from_files.verdict is Verdict.REPRODUCED, from_bundle.error
+        assert [p.replayed for p in from_bundle.events] == [p.replayed for p in from_files.events]
+        assert from_bundle.header.hitl_source == "bundle (default)"
+    changed = replay(bd.bundle_options(loaded, seq=1, agent="replay_agents:AGENT_NEW_PROMPT"))
+    assert changed.verdict is Verdict.IRREPRODUCIBLE  # a changed prompt misses the cache
+    with pytest.raises(InputError, match="holds the activation"):
+        bd.bundle_options(loaded, seq=9)
+
+
+def test_a_recorded_hitl_policy_is_replayed(incident: Incident) -> None:
+    h = KeyHistory(ra.AGENT, ra.TOOLS, ra.make_provider(), hitl=ra.HITL_SHORT)
+    refund = ask("refund please", T0, "refund")
+    h.send(refund)
+    data = bd.make_bundle(
+        snapshot=h.export(),
+        traces=[h.trace_bytes()],
+        event=refund.SerializeToString(),
+        agent=AGENT,
+        registry=TOOLS,
+        hitl="replay_agents:HITL_SHORT",
+    )
+    loaded = bd.load_bundle(data)
+    assert loaded.hitl == ra.HITL_SHORT and loaded.message.hitl_path == "replay_agents:HITL_SHORT"
+    assert replay(bd.bundle_options(loaded)).verdict is Verdict.REPRODUCED
+    default = bd.make_bundle(
+        snapshot=h.export(),
+        traces=[h.trace_bytes()],
+        event=refund.SerializeToString(),
+        agent=AGENT,
+        registry=TOOLS,
+    )
+    assert replay(bd.bundle_options(bd.load_bundle(default))).verdict is Verdict.DIVERGED
+
+
+def test_making_refuses_a_missing_envelope_or_an_activation_after_the_snapshot(
+    incident: Incident,
+) -> None:
+    with pytest.raises(InputError, match=repr(incident.sent[1].envelope_id)):
+        incident.make(seq=2, events=[dump([incident.sent[0]])])
+    with pytest.raises(InputError, match="no --events or --event"):
+        incident.make(seq=2, events=[])
+    early = KeyHistory(ra.AGENT, ra.TOOLS, ra.make_provider())
+    early.send(incident.sent[0])
+    snap = early.export()
+    early.send(ask("again", T0 + 5000))
+    with pytest.raises(InputError, match="before the activation at seq 2"):
+        bd.make_bundle(
+            snapshot=snap,
+            traces=[early.trace_bytes()],
+            events=[incident.events],
+            agent=AGENT,
+            registry=TOOLS,
+        )
+
+
+def _tamper(data: bytes, change) -> bytes:  # type: ignore[no-untyped-def]
+    message = IncidentBundle.FromString(data)
+    change(message)
+    return message.SerializeToString(deterministic=True)
+
+
+def _other_snapshot(m: IncidentBundle) -> None:
+    snap = StateSnapshot.FromString(m.snapshot)
+    snap.entity_key = OTHER
+    m.snapshot = snap.SerializeToString(deterministic=True)
+
+
+def _forged_envelope(m: IncidentBundle) -> None:
+    env = AgentEnvelope.FromString(m.envelopes[0])
+    env.event.payload = b"something else"
+    m.envelopes[0] = env.SerializeToString()
+
+
+def _extra_envelope(m: IncidentBundle) -> None:
+    m.envelopes.append(ask("unrelated", T0).SerializeToString())
+
+
+def _foreign_event(m: IncidentBundle) -> None:
+    from beam_agents._protos import TraceEvent
+
+    ev = TraceEvent.FromString(m.trace_events[0])
+    ev.entity_key = OTHER
+    m.trace_events.append(ev.SerializeToString())
+
+
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        (lambda m: setattr(m, "bundle_version", 99), "bundle version 99, newer than"),
+        (lambda m: setattr(m, "bundle_version", 0), "never existed"),
+        (_other_snapshot, "holds a snapshot of key"),
+        (_forged_envelope, "other bytes than the traced sha256"),
+        (lambda m: m.ClearField("envelopes"), "holds no envelope"),
+        (_extra_envelope, "no activation of it needs"),
+        (_foreign_event, "trace event of key"),
+        (lambda m: m.seqs.append(7), "names seq 7 but holds none"),
+        (lambda m: setattr(m, "agent", ""), "has no agent path"),
+        (lambda m: setattr(m.hitl, "hitl_timeout_ms", -1), "invalid HITL policy"),
+        (lambda m: setattr(m, "snapshot", b"\xff\xff"), "snapshot that does not parse"),
+    ],
+)
+def test_a_bundle_whose_parts_disagree_is_refused(
+    incident: Incident, change, needle: str, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "incident.bundle"
+    path.write_bytes(_tamper(incident.make(all_seqs=True), change))
+    with pytest.raises(InputError) as info:
+        bd.load_bundle(path)
+    assert str(path) in info.value.message and needle in info.value.message, info.value.message
+
+
+def test_not_a_bundle_truncated_or_not_a_file(incident: Incident, tmp_path: Path) -> None:
+    data = incident.make(all_seqs=True)
+    cases = {
+        "snapshot.pb": (incident.snapshot, "is not an incident bundle"),
+        "cut.bundle": (data[: len(data) // 2], "is truncated or corrupt"),
+        "empty.bundle": (b"", "is not an incident bundle"),
+    }
+    for name, (content, needle) in cases.items():
+        path = tmp_path / name
+        path.write_bytes(content)
+        with pytest.raises(InputError, match=needle):
+            bd.load_bundle(path)
+    with pytest.raises(InputError, match="not a regular file"):
+        bd.load_bundle(tmp_path)
+    assert bd.is_bundle_file(_write(tmp_path / "ok.bundle", data))
+    assert not bd.is_bundle_file(tmp_path / "snapshot.pb")
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+def test_field_numbers_are_forever() -> None:
+    numbers = {f.name: f.number for f in IncidentBundle.DESCRIPTOR.fields}
+    assert numbers == {
+        "format": 1, "bundle_version": 2, "package_version": 3, "entity_key": 4, "seqs": 5,
+        "snapshot": 6, "trace_events": 7, "envelopes": 8, "agent": 9, "registry": 10,
+        "hitl_path": 11, "hitl": 12, "hitl_description": 13,
+    }  # fmt: skip
+    assert IncidentBundle.DESCRIPTOR.full_name == "beam_agents.v1.IncidentBundle"
