@@ -87,7 +87,7 @@ def _replay_usage(prog: str, *, headless: bool) -> str:
     last = "[--hitl module:ATTR] [--headless | --json]" if headless else "[--hitl module:ATTR]"
     return (
         f"{prog} --snapshot FILE --traces FILE|DIR [--traces ...] --agent module:ATTR\n"
-        f"{indent}--registry module:ATTR [--event FILE] [--seq N]\n"
+        f"{indent}--registry module:ATTR [--event FILE] [--events FILE|DIR] [--seq N]\n"
         f"{indent}{last}"
     )
 
@@ -114,6 +114,15 @@ def _add_replay_flags(parser: _Parser, *, headless: bool) -> None:
         metavar="FILE",
         help="the serialized AgentEnvelope that triggered the activation "
         "(leave out for a HITL timeout)",
+    )
+    parser.add_argument(
+        "--events",
+        metavar="FILE|DIR",
+        action="append",
+        default=[],
+        help="instead of --event: a dump of the events/results/approvals topics (a "
+        "varint-delimited stream of AgentEnvelopes, or a directory of *.pb files) to pick the "
+        "triggering envelope from by its traced id and sha256; may be repeated",
     )
     parser.add_argument(
         "--seq",
@@ -176,9 +185,82 @@ def _register_convert_bq(commands: argparse._SubParsersAction[_Parser]) -> None:
     parser.set_defaults(run=_run_convert_bq)
 
 
+def _register_ls(commands: argparse._SubParsersAction[_Parser]) -> None:
+    parser = commands.add_parser(
+        "ls",
+        help="list the traced activations of a key (or of every key), and which a snapshot "
+        "can replay",
+        description=(
+            "List the traced activations, one line each: seq, kind, trigger, envelope id, "
+            "outcome (done/suspended/released/failed), model calls, staged intents. Every key, "
+            "with a count, unless --key or --snapshot names one. Given a snapshot, each line "
+            "also says whether it replays from it: cached (every response is in the snapshot's "
+            "cache), evicted, expired, digest-only, minted-later, not-committed (a failed "
+            "activation's billed response), continuation-gone, after-snapshot, or the key's "
+            "pending-resume (a what-if)."
+        ),
+        allow_abbrev=False,
+    )
+    parser.add_argument(
+        "--traces",
+        metavar="FILE|DIR",
+        action="append",
+        default=[],
+        required=True,
+        help="a trace stream, or a directory of *.pb trace streams; may be repeated",
+    )
+    parser.add_argument(
+        "--snapshot", metavar="FILE", help="list its key, and say what replays from it"
+    )
+    parser.add_argument("--key", metavar="HEX|TEXT", help="the key: hex of its bytes, or its text")
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.set_defaults(run=_run_ls)
+
+
+def _register_bundle(commands: argparse._SubParsersAction[_Parser]) -> None:
+    parser = commands.add_parser(
+        "bundle",
+        help="write an incident bundle: snapshot, trace slice, envelopes, agent, in one file",
+        description=(
+            "Write one self-describing incident bundle (docs/incidents.md): the snapshot, the "
+            "trace events of the activations it replays (the highest traced one, --seq N, or "
+            "--all up to the snapshot's seq), the envelopes that triggered them (picked from "
+            "--events by traced id and sha256), the agent, registry and HITL policy, and the "
+            "package version. The same inputs give the same bytes. Replay it with "
+            "beam-agents-replay FILE, tui FILE, or check FILE."
+        ),
+        allow_abbrev=False,
+    )
+    required = parser.add_argument_group("required flags")
+    required.add_argument("-o", "--output", metavar="FILE", required=True, help="the bundle")
+    required.add_argument("--snapshot", metavar="FILE", required=True, help="the StateSnapshot")
+    required.add_argument(
+        "--traces", metavar="FILE|DIR", action="append", required=True, help="trace streams"
+    )
+    required.add_argument("--agent", metavar="module:ATTR", required=True, help="the Agent")
+    required.add_argument("--registry", metavar="module:ATTR", required=True, help="its tools")
+    parser.add_argument(
+        "--events",
+        metavar="FILE|DIR",
+        action="append",
+        default=[],
+        help="topic dumps holding the triggering envelopes; may be repeated",
+    )
+    parser.add_argument("--event", metavar="FILE", help="one triggering envelope")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--seq", metavar="N", type=int, help="bundle this activation")
+    which.add_argument(
+        "--all", action="store_true", help="bundle every traced activation up to the snapshot"
+    )
+    parser.add_argument("--hitl", metavar="module:ATTR", help="the pipeline's HitlPolicy")
+    parser.set_defaults(run=_run_bundle_write)
+
+
 SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[_Parser]], None], ...] = (
     _register_tui,
     _register_convert_bq,
+    _register_ls,
+    _register_bundle,
 )
 
 
@@ -197,6 +279,7 @@ def _build() -> tuple[_Parser, argparse._SubParsersAction[_Parser]]:
         prog=PROG,
         usage=(
             f"{_replay_usage(PROG, headless=True)}\n"
+            f"       {PROG} BUNDLE [--seq N] [--json] ...  (an incident bundle's replay)\n"
             f"       {PROG} COMMAND ...  (COMMAND --help for its flags)\n"
             f"       {PROG} --version | --help"
         ),
@@ -221,8 +304,23 @@ def _build() -> tuple[_Parser, argparse._SubParsersAction[_Parser]]:
     return parser, commands
 
 
+def _looks_like_a_file(arg: str) -> bool:
+    """A first argument that names a file (a bundle), not a command or a flag."""
+    if arg.startswith("-"):
+        return False
+    return os.path.exists(arg) or os.sep in arg or "." in arg
+
+
 def _parse(args: Sequence[str]) -> argparse.Namespace:
     parser, commands = _build()
+    if args[:1] and args[0] not in commands.choices and _looks_like_a_file(args[0]):
+        ns = _bundle_parser(PROG, headless=True).parse_args(args)
+        ns.command, ns.run = None, _run_bundle
+        return ns
+    if args[:2] and args[0] == "tui" and len(args) > 1 and _looks_like_a_file(args[1]):
+        ns = _bundle_parser(f"{PROG} tui", headless=False).parse_args(args[1:])
+        ns.command, ns.run = "tui", _run_bundle_tui
+        return ns
     if args[:1] and args[0] in commands.choices:
         # The subcommand's own parser sees everything after its name (and only that):
         # the default command's required flags do not apply to it.
@@ -261,7 +359,8 @@ def _options(ns: argparse.Namespace, prog: str = PROG) -> ReplayOptions:
     if missing:
         raise _UsageError(
             f"missing {', '.join(missing)}: a replay needs --snapshot, --traces, --agent and "
-            "--registry (and --event, unless the activation was a HITL timeout)",
+            "--registry (and --event or --events, unless the activation was a HITL timeout); "
+            "or an incident bundle: beam-agents-replay FILE",
             prog,
         )
     stdin_flags = [
@@ -280,15 +379,91 @@ def _options(ns: argparse.Namespace, prog: str = PROG) -> ReplayOptions:
         )
     if ns.seq is not None and ns.seq < 0:
         raise _UsageError(f"--seq must be a seq number (0 or more), got {ns.seq}", prog)
+    if ns.event is not None and ns.events:
+        raise _UsageError(
+            "--event and --events both name the triggering envelope: give one of them", prog
+        )
     return ReplayOptions(
         snapshot=ns.snapshot,
         traces=tuple(ns.traces),
         event=ns.event,
+        events=tuple(ns.events),
         agent=ns.agent,
         registry=ns.registry,
         seq=ns.seq,
         hitl=ns.hitl,
     )
+
+
+def _bundle_parser(prog: str, *, headless: bool) -> _Parser:
+    """Replaying an incident bundle: the file, and what may override what it recorded."""
+    parser = _Parser(
+        prog=prog,
+        description=(
+            "Replay an activation of an incident bundle (beam-agents-replay bundle wrote it): "
+            "its snapshot, traces, envelopes, agent and HITL policy come from the file."
+        ),
+        epilog=_EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    parser.add_argument("bundle", metavar="BUNDLE", help="the incident bundle")
+    parser.add_argument(
+        "--seq", metavar="N", type=int, help="which of its activations (default: its last)"
+    )
+    parser.add_argument(
+        "--agent", metavar="module:ATTR", help="replay with this agent instead of the recorded one"
+    )
+    parser.add_argument(
+        "--registry", metavar="module:ATTR", help="and this registry instead of the recorded one"
+    )
+    if headless:
+        parser.add_argument("--headless", action="store_true", help="print the report (default)")
+        parser.add_argument("--json", action="store_true", help="print one JSON document")
+    return parser
+
+
+def _bundle_replay_options(ns: argparse.Namespace) -> ReplayOptions | ReplayResult:
+    """The options replaying ``ns.bundle``, or the usage-error result refusing it."""
+    from beam_agents.replay.bundle import bundle_options, load_bundle
+    from beam_agents.replay.refusal import ReplayRefused
+
+    try:
+        bundle = load_bundle(ns.bundle)
+        return bundle_options(bundle, seq=ns.seq, agent=ns.agent, registry=ns.registry)
+    except ReplayRefused as refused:
+        from beam_agents.replay.result import ReplayHeader
+
+        return ReplayResult(
+            verdict=refused.verdict,
+            reason=refused.reason,
+            header=ReplayHeader(
+                version=__version__, agent_path=ns.agent or "", registry_path=ns.registry or ""
+            ),
+            error=refused.message,
+        )
+
+
+def _run_bundle(ns: argparse.Namespace) -> int:
+    loaded = _bundle_replay_options(ns)
+    if isinstance(loaded, ReplayResult):
+        return _emit(loaded, as_json=ns.json)
+    _cwd_importable()
+    from beam_agents.replay.engine import replay
+
+    saved = sys.dont_write_bytecode
+    sys.dont_write_bytecode = True
+    try:
+        return _emit(replay(loaded), as_json=ns.json)
+    finally:
+        sys.dont_write_bytecode = saved
+
+
+def _run_bundle_tui(ns: argparse.Namespace) -> int:
+    loaded = _bundle_replay_options(ns)
+    if isinstance(loaded, ReplayResult):
+        return _emit(loaded, as_json=False)
+    return _open_tui(loaded)
 
 
 def _cwd_importable() -> None:
@@ -343,7 +518,10 @@ def _silence_stdout() -> None:
 
 
 def _run_tui(ns: argparse.Namespace) -> int:
-    options = _options(ns, f"{PROG} tui")
+    return _open_tui(_options(ns, f"{PROG} tui"))
+
+
+def _open_tui(options: ReplayOptions) -> int:
     _cwd_importable()
     try:
         from replay_tui.app import run_tui
@@ -359,6 +537,85 @@ def _run_tui(ns: argparse.Namespace) -> int:
         return int(run_tui(options))
     finally:
         sys.dont_write_bytecode = saved
+
+
+def _refused(command: str, refused: Exception) -> int:
+    from beam_agents.replay.refusal import ReplayRefused
+    from beam_agents.replay.report import safe_text
+
+    assert isinstance(refused, ReplayRefused)
+    sys.stderr.write(f"{PROG} {command}: error: {safe_text(refused.message)}\n")
+    return refused.verdict.exit_code
+
+
+def _run_ls(ns: argparse.Namespace) -> int:
+    import json
+
+    from beam_agents.replay.listing import list_activations, listing_json, render_listing
+    from beam_agents.replay.refusal import ReplayRefused
+
+    try:
+        listing = list_activations(ns.traces, snapshot=ns.snapshot, key=ns.key)
+    except ReplayRefused as refused:
+        return _refused("ls", refused)
+    try:
+        if ns.json:
+            sys.stdout.write(json.dumps(listing_json(listing), indent=2, sort_keys=True) + "\n")
+        else:
+            sys.stdout.write(render_listing(listing))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _silence_stdout()
+    return 0
+
+
+def _run_bundle_write(ns: argparse.Namespace) -> int:
+    from beam_agents.replay.bundle import load_bundle, make_bundle
+    from beam_agents.replay.refusal import ReplayRefused
+    from beam_agents.replay.traced import seq_ranges
+
+    if ns.seq is not None and ns.seq < 0:
+        raise _UsageError(f"--seq must be a seq number (0 or more), got {ns.seq}", f"{PROG} bundle")
+    _cwd_importable()  # --hitl names the operator's module
+    try:
+        data = make_bundle(
+            snapshot=ns.snapshot,
+            traces=ns.traces,
+            events=ns.events,
+            event=ns.event,
+            agent=ns.agent,
+            registry=ns.registry,
+            seq=ns.seq,
+            all_seqs=ns.all,
+            hitl=ns.hitl,
+        )
+        bundle = load_bundle(data)  # what we wrote must be what every reader accepts
+    except ReplayRefused as refused:
+        return _refused("bundle", refused)
+    tmp = f"{ns.output}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, ns.output)
+    except OSError as exc:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise _UsageError(
+            f"bundle: cannot write {ns.output}: {exc.strerror or exc}", f"{PROG} bundle"
+        ) from None
+    message = bundle.message
+    sys.stderr.write(
+        f"{PROG} bundle: key {bundle.entity_key.hex()} seq {seq_ranges(bundle.seqs)}: "
+        f"{len(message.trace_events)} trace events, {len(message.envelopes)} envelope(s), "
+        f"snapshot at seq {_snapshot_seq(message.snapshot)} -> {ns.output} ({len(data)} bytes)\n"
+    )
+    return 0
+
+
+def _snapshot_seq(data: bytes) -> int:
+    from beam_agents._protos import StateSnapshot
+
+    return StateSnapshot.FromString(data).seq
 
 
 def _run_convert_bq(ns: argparse.Namespace) -> int:

@@ -350,10 +350,10 @@ def _pending_resume(
 
 
 def literal(text: str) -> str:
-    """``text`` with every non-printable character escaped (inputs never drive the terminal)."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    """``text`` with every control character escaped (inputs never drive the terminal)."""
+    from beam_agents.replay.report import safe_text
+
+    return safe_text(text)
 
 
 def key_label(key: bytes) -> str:

@@ -130,7 +130,9 @@ class SupportAgent(Agent):
         else:
             # A rejection needs no model call: nothing happened to summarize.
             ctx.memory["resumed"] = step_index
-            return Done(output=f"{ctx.seq}:refund rejected by {inbound.approver or 'a human'}".encode())
+            return Done(
+                output=f"{ctx.seq}:refund rejected by {inbound.approver or 'a human'}".encode()
+            )
         summary = ctx.complete(chat_request(MODEL, ("user", f"summarize {how} for {state}")))
         ctx.memory["resumed"] = step_index
         return Done(output=f"{ctx.seq}:{summary.text}".encode())

@@ -1,0 +1,181 @@
+"""The incident commands of the CLI: ls, --events, bundle, replaying a bundle (FILE, tui FILE)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from incident_history import AGENT, TOOLS, Incident
+
+from beam_agents._protos import IncidentBundle
+from beam_agents.replay.cli import main
+
+
+@pytest.fixture(scope="module")
+def incident() -> Incident:
+    return Incident()
+
+
+@pytest.fixture
+def files(incident: Incident, tmp_path: Path) -> dict[str, Path]:
+    paths = {
+        "snapshot": tmp_path / "snapshot.pb",
+        "traces": tmp_path / "traces.pb",
+        "events": tmp_path / "events.pb",
+    }
+    paths["snapshot"].write_bytes(incident.snapshot)
+    paths["traces"].write_bytes(incident.traces)
+    paths["events"].write_bytes(incident.events)
+    return paths
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_ls_lists_every_key_then_one_with_replayability(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(["ls", "--traces", str(files["traces"])], capsys)
+    assert (code, err) == (0, "")
+    assert "5 traced activation(s) of 2 key(s)" in out
+    code, out, _ = run(
+        ["ls", "--traces", str(files["traces"]), "--snapshot", str(files["snapshot"]), "--json"],
+        capsys,
+    )
+    doc = json.loads(out)
+    assert code == 0 and doc["keys"] == 1 and doc["activations"] == 4
+    assert [r["replay"] for r in doc["rows"]] == ["cached"] * 4
+    code, out, err = run(["ls", "--traces", str(files["traces"]), "--key", "nobody"], capsys)
+    assert (code, out) == (2, "") and "--key 'nobody'" in err and err.count("\n") == 1
+    code, _, err = run(["ls"], capsys)
+    assert code == 2 and "--traces" in err
+
+
+def test_replay_with_events_and_the_conflicting_flags(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = [
+        "--snapshot",
+        str(files["snapshot"]),
+        "--traces",
+        str(files["traces"]),
+        "--agent",
+        AGENT,
+        "--registry",
+        TOOLS,
+    ]
+    for seq in ("1", "2", "3", "4"):
+        code, out, err = run([*base, "--events", str(files["events"]), "--seq", seq], capsys)
+        assert code == 0, err
+        assert out.splitlines()[4] == "reproduced"
+    code, _, err = run(
+        [*base, "--events", str(files["events"]), "--event", str(files["events"])], capsys
+    )
+    assert code == 2 and "give one of them" in err
+    other = files["events"].with_name("other.pb")
+    other.write_bytes(b"")
+    code, _, err = run([*base, "--events", str(other)], capsys)
+    assert code == 2 and "is empty" in err
+
+
+def test_bundle_writes_deterministically_and_replays(
+    files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out_a, out_b = tmp_path / "a.bundle", tmp_path / "b.bundle"
+    args = [
+        "bundle",
+        "--snapshot",
+        str(files["snapshot"]),
+        "--traces",
+        str(files["traces"]),
+        "--events",
+        str(files["events"]),
+        "--agent",
+        AGENT,
+        "--registry",
+        TOOLS,
+        "--all",
+    ]
+    code, out, err = run([*args, "-o", str(out_a)], capsys)
+    assert code == 0 and out == "" and "seq 1-4" in err and str(out_a) in err
+    assert run([*args, "-o", str(out_b)], capsys)[0] == 0
+    assert out_a.read_bytes() == out_b.read_bytes()
+    assert list(IncidentBundle.FromString(out_a.read_bytes()).seqs) == [1, 2, 3, 4]
+    code, out, err = run([str(out_a)], capsys)
+    assert code == 0, err
+    assert "seq: 4" in out and out.splitlines()[4] == "reproduced"
+    code, out, _ = run([str(out_a), "--seq", "2", "--json"], capsys)
+    assert code == 0 and json.loads(out)["header"]["seq"] == 2
+    code, out, _ = run(
+        [str(out_a), "--seq", "1", "--agent", "replay_agents:AGENT_NEW_PROMPT"], capsys
+    )
+    assert code == 3
+    code, _, err = run([str(out_a), "--seq", "9"], capsys)
+    assert code == 2 and "holds the activation(s) at seq 1-4 only" in err
+
+
+def test_bundle_refusals_exit_2_naming_the_problem(
+    files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(
+        [
+            "bundle",
+            "-o",
+            str(tmp_path / "x.bundle"),
+            "--snapshot",
+            str(files["snapshot"]),
+            "--traces",
+            str(files["traces"]),
+            "--agent",
+            AGENT,
+            "--registry",
+            TOOLS,
+        ],
+        capsys,
+    )
+    assert code == 2 and "no --events or --event" in err and not (tmp_path / "x.bundle").exists()
+    code, _, err = run(["bundle", "--snapshot", "s"], capsys)
+    assert code == 2 and "required" in err
+    bad = tmp_path / "snapshot.bundle"
+    bad.write_bytes(files["snapshot"].read_bytes())
+    code, out, err = run([str(bad)], capsys)
+    assert (code, out) == (2, "") and f"bundle {bad} is not an incident bundle" in err
+    code, _, err = run([str(tmp_path / "missing.bundle")], capsys)
+    assert code == 2 and "missing.bundle" in err
+
+
+def test_tui_opens_a_bundle(
+    files: dict[str, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    path = tmp_path / "i.bundle"
+    args = [
+        "bundle",
+        "-o",
+        str(path),
+        "--snapshot",
+        str(files["snapshot"]),
+        "--traces",
+        str(files["traces"]),
+        "--events",
+        str(files["events"]),
+        "--agent",
+        AGENT,
+        "--registry",
+        TOOLS,
+        "--seq",
+        "2",
+    ]
+    assert run(args, capsys)[0] == 0
+    import replay_tui.app
+
+    seen = []
+    monkeypatch.setattr(replay_tui.app, "run_tui", lambda options, **kw: seen.append(options) or 0)
+    assert run(["tui", str(path)], capsys)[0] == 0
+    assert seen[0].seq == 2 and seen[0].agent == AGENT and seen[0].events
