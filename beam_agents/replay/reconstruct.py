@@ -11,14 +11,18 @@ snapshot; the target ``(entity_key, seq)`` and the clock come from the trace.
   sha256 are the traced ones; the snapshot is not older than the target; a
   timeout target takes no ``--event`` and every other target needs one.
 - **Pre-state of a start**: the snapshot's memory and cache, no continuation
-  (a start never runs on a suspended key), and the pending intents staged
-  before the target.
+  (a start never runs on a suspended key), and the pending intents as they
+  stood before the target, rebuilt by ``pending.pending_before`` from the
+  snapshot's pending list, its resume records and the traces (an intent
+  resolved after the target is in a later resume's record, not in
+  ``snapshot.pending``).
 - **Pre-state of a resume**: the continuation it consumed, from
   ``snapshot.resumed_from`` (the record of that very resume, with the pending
   intents it saw). A resume that failed committed nothing, so its continuation
   is still the key's current one: ``snapshot.continuation`` or, if a later
   resume consumed it, that resume's record (recognisable by a
-  ``suspended_seq`` before the target). Neither → exit 3: it is gone.
+  ``suspended_seq`` before the target), with its pending intents rebuilt as
+  for a start. Neither → exit 3: it is gone.
 - **What-if**: an event (``tool_result``/``approval``) that resumes the
   snapshot's *current* state and has no traced activation, or ``--seq`` naming
   the untraced ``snapshot.seq + 1`` of a suspended key (without ``--event``: its
@@ -28,6 +32,7 @@ snapshot; the target ``(entity_key, seq)`` and the clock come from the trace.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from beam_agents._protos import AgentEnvelope, Continuation, StateSnapshot, ToolIntent, TraceEvent
@@ -40,6 +45,7 @@ from beam_agents.activation import (
 )
 from beam_agents.agent import Timeout
 from beam_agents.key_state import KeyState
+from beam_agents.replay.pending import pending_before, verify_intents
 from beam_agents.replay.refusal import CannotReproduce, InputError
 from beam_agents.replay.traced import TracedKey, check_complete, seq_ranges
 from beam_agents.trace_events import (
@@ -233,36 +239,17 @@ def _plan_traced(
         _check_event(
             event, key, seq, trigger, envelope_id, _string_attr(start, ATTR_ENVELOPE_SHA256)
         )
-    if kind == "start":
-        pre = KeyState(
-            memory=state.memory,
-            cache=state.cache,
-            continuation=None,
-            pending=[i for i in state.pending if i.seq < seq],
-            resume_history=[r for r in state.resume_history if r.seq < seq],
-            migrations_applied=state.migrations_applied,
+    try:
+        pre, source = _pre_state(snapshot, state, traced, seq, kind)
+    except CannotReproduce as gone:
+        gone.header.update(
+            seq=seq,
+            now_ms=start.start_ms,
+            kind=kind,
+            trigger=trigger,
+            envelope_id=envelope_id,
         )
-        source = ""
-    else:
-        try:
-            continuation, pending, source = _resumed_continuation(snapshot, state, seq)
-        except CannotReproduce as gone:
-            gone.header.update(
-                seq=seq,
-                now_ms=start.start_ms,
-                kind=kind,
-                trigger=trigger,
-                envelope_id=envelope_id,
-            )
-            raise
-        pre = KeyState(
-            memory=state.memory,
-            cache=state.cache,
-            continuation=continuation,
-            pending=[i for i in pending if i.seq < seq],
-            resume_history=[r for r in state.resume_history if r.seq < seq],
-            migrations_applied=state.migrations_applied,
-        )
+        raise
     trigger_obj: AgentEnvelope | Timeout
     if event is not None:
         trigger_obj = event
@@ -328,28 +315,60 @@ def _check_event(
         )
 
 
+def _pre_state(
+    snapshot: StateSnapshot, state: KeyState, traced: TracedKey, seq: int, kind: str
+) -> tuple[KeyState, str]:
+    """The key's state just before activation ``seq``, and where its continuation came from."""
+    continuation: Continuation | None = None
+    source = ""
+    if kind == "start":
+        pending, _ = pending_before(seq, state.pending, state.resume_history, traced)
+    else:
+        continuation, own, source = _resumed_continuation(snapshot, state, seq)
+        if own is not None:
+            pending = list(own)
+            verify_intents(pending, traced, [source] * len(pending))
+        else:
+            # A resume that failed has no record of its own: its pending intents are
+            # rebuilt like a start's.
+            pending, _ = pending_before(
+                seq, state.pending, state.resume_history, traced, continuation=continuation
+            )
+    pre = KeyState(
+        memory=state.memory,
+        cache=state.cache,
+        continuation=continuation,
+        pending=pending,
+        resume_history=[r for r in state.resume_history if r.seq < seq],
+        migrations_applied=state.migrations_applied,
+    )
+    return pre, source
+
+
 def _resumed_continuation(
     snapshot: StateSnapshot, state: KeyState, seq: int
-) -> tuple[Continuation | None, list[ToolIntent], str]:
-    """The continuation resume ``seq`` consumed, the pending intents it saw, and where from."""
+) -> tuple[Continuation | None, Sequence[ToolIntent] | None, str]:
+    """The continuation resume ``seq`` consumed, its own record's pending list, and where from.
+
+    The pending list is None for a resume that failed (it has no record of its own).
+    """
     records = sorted(state.resume_history, key=lambda r: r.seq)
     for record in records:
         if record.seq == seq:
             cont = record.continuation if record.HasField("continuation") else None
-            return cont, list(record.pending), f"snapshot.resumed_from[seq={seq}]"
+            return cont, record.pending, f"snapshot.resumed_from[seq={seq}]"
     # A failed resume committed nothing: its continuation lived on, so it is the one
     # a later resume consumed, or the key's current one (created before the target).
+    # A continuation is set once (suspended_seq) and lives until consumed, so one
+    # created before the target and consumed after it is the one the target saw, even
+    # if records in between rolled off.
     later = [r for r in records if r.seq > seq]
     if later:
         first = later[0]
         if first.HasField("continuation") and first.continuation.suspended_seq < seq:
-            return (
-                first.continuation,
-                list(first.pending),
-                f"snapshot.resumed_from[seq={first.seq}]",
-            )
+            return first.continuation, None, f"snapshot.resumed_from[seq={first.seq}]"
     elif state.continuation is not None and state.continuation.suspended_seq < seq:
-        return state.continuation, list(state.pending), "snapshot.continuation"
+        return state.continuation, None, "snapshot.continuation"
     kept = ", ".join(str(r.seq) for r in records) or "none"
     raise CannotReproduce(
         f"the continuation the resume at seq {seq} consumed is no longer in the snapshot "

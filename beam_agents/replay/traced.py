@@ -3,9 +3,13 @@
 The scan reads every ``--traces`` source once, keeping only the key's frames
 (filtered before parsing by ``read_trace_stream``). It keeps the opening
 ``ACTIVATION_START`` of every traced activation (to name the traced seqs and
-match an envelope to its activation) and the full events of one activation
-only: the one ``--seq`` names, or else the highest seq seen so far. Memory is
-bounded by one activation, whatever the stream's size.
+match an envelope to its activation), the events that say what happened to the
+key's intents and continuation (``INTENT_STAGED``, ``INTENT_RELEASED``,
+``SUSPENDED`` and the closing event, per seq: ``TracedKey.history``, which
+``reconstruct`` uses to rebuild and verify the pending intents an older
+activation saw), and the full events of one activation only: the one ``--seq``
+names, or else the highest seq seen so far. Memory is bounded by one
+activation plus a few events per activation of the key.
 
 Sinks deliver at least once, so an event may appear twice: an exact copy is
 kept once; two *different* events at the same position are refused (exit 2),
@@ -24,12 +28,57 @@ from beam_agents.errors import TraceStreamError
 from beam_agents.replay.inputs import STDIN, describe_source
 from beam_agents.replay.options import Source
 from beam_agents.replay.refusal import InputError
-from beam_agents.trace_events import ATTR_PROVIDER, kind_name, serialize_trace_event
+from beam_agents.trace_events import (
+    ATTR_INTENT_ID,
+    ATTR_PROVIDER,
+    kind_name,
+    serialize_trace_event,
+)
 from beam_agents.trace_stream import StreamSource, read_trace_stream, trace_stream_files
 
-__all__ = ["TracedKey", "scan_traces", "seq_ranges"]
+__all__ = ["TracedKey", "TracedSeq", "scan_traces", "seq_ranges"]
 
 _TERMINAL = (TraceEvent.ACTIVATION_END, TraceEvent.ACTIVATION_FAILED)
+
+
+@dataclass
+class TracedSeq:
+    """What the trace of one activation says about the key's intents and continuation."""
+
+    staged: dict[int, TraceEvent] = field(default_factory=dict)
+    """Its ``INTENT_STAGED`` events, by index."""
+    released: dict[int, TraceEvent] = field(default_factory=dict)
+    """Its ``INTENT_RELEASED`` events, by index."""
+    suspended: TraceEvent | None = None
+    """Its ``SUSPENDED`` event, if it ended suspended."""
+    terminal: TraceEvent | None = None
+    """Its ``ACTIVATION_END`` or ``ACTIVATION_FAILED``; None if not traced (yet)."""
+
+    @property
+    def committed(self) -> bool | None:
+        """True if it ended with ``ACTIVATION_END``, False if it failed, None if unknown."""
+        if self.terminal is None:
+            return None
+        return self.terminal.kind == TraceEvent.ACTIVATION_END
+
+    def staged_event(self, intent_id: str) -> TraceEvent | None:
+        """Its ``INTENT_STAGED`` event for ``intent_id``, if traced."""
+        for index in sorted(self.staged):
+            event = self.staged[index]
+            if (
+                ATTR_INTENT_ID in event.attributes
+                and event.attributes[ATTR_INTENT_ID].string_value == intent_id
+            ):
+                return event
+        return None
+
+
+_HISTORY_KINDS = (
+    TraceEvent.INTENT_STAGED,
+    TraceEvent.INTENT_RELEASED,
+    TraceEvent.SUSPENDED,
+    *_TERMINAL,
+)
 
 
 @dataclass
@@ -47,6 +96,8 @@ class TracedKey:
     """The events of ``kept_seq``, by index."""
     provider: str = ""
     """The provider named by the first traced LLM_CALL of the key (any activation)."""
+    history: dict[int, TracedSeq] = field(default_factory=dict)
+    """Per traced seq: its intent, suspension and closing events."""
     _kept_bytes: dict[int, bytes] = field(default_factory=dict, repr=False)
 
     @property
@@ -152,6 +203,8 @@ def _take(found: TracedKey, event: TraceEvent, name: str, wanted: int | None) ->
             found.starts[seq] = event
         elif serialize_trace_event(known) != serialize_trace_event(event):
             raise _conflict(found.entity_key, seq, index, name)
+    if event.kind in _HISTORY_KINDS:
+        _note(found, event, name)
     if wanted is not None:
         keep = wanted
     else:
@@ -169,6 +222,29 @@ def _take(found: TracedKey, event: TraceEvent, name: str, wanted: int | None) ->
         found._kept_bytes[index] = data
     elif known_bytes != data:
         raise _conflict(found.entity_key, seq, index, name)
+
+
+def _note(found: TracedKey, event: TraceEvent, name: str) -> None:
+    seq_history = found.history.setdefault(event.seq, TracedSeq())
+    if event.kind == TraceEvent.INTENT_STAGED:
+        slot = seq_history.staged
+    elif event.kind == TraceEvent.INTENT_RELEASED:
+        slot = seq_history.released
+    else:
+        known = (
+            seq_history.suspended if event.kind == TraceEvent.SUSPENDED else seq_history.terminal
+        )
+        if known is not None and known != event:
+            raise _conflict(found.entity_key, event.seq, event.index, name)
+        if event.kind == TraceEvent.SUSPENDED:
+            seq_history.suspended = event
+        else:
+            seq_history.terminal = event
+        return
+    known_event = slot.get(event.index)
+    if known_event is not None and known_event != event:
+        raise _conflict(found.entity_key, event.seq, event.index, name)
+    slot[event.index] = event
 
 
 def check_complete(events: Sequence[TraceEvent], entity_key: bytes, seq: int) -> None:

@@ -2,12 +2,16 @@
 
 ``AGENT`` with ``TOOLS`` is what the pipeline ran (issue #17's scenario):
 
-    stage   stages an approval-gated ``issue_refund`` (it stays pending) and remembers
-            its id in memory; Done
-    wait    a start on the same key: stages a ``notify`` intent (released at once) and
-            suspends awaiting both it and the refund staged by the earlier ``stage``
+    stage   stages an approval-gated ``issue_refund`` (it stays pending); Done
+    wait    a start on the same key whose payload names an earlier refund's intent id:
+            stages a ``notify`` intent (released at once) and suspends awaiting both
 
-``resume`` finishes with an output naming the inbound. ``AGENT_OTHER_STATE`` is the
+(The id travels in the event, not in working memory: a snapshot holds the memory
+as the *latest* activation left it, so an older activation that read a key a
+later one rewrote cannot replay; that is another limit, see docs/replay.md.)
+
+``resume`` finishes with an output naming the inbound (and raises on a ToolResult
+with status ERROR: a failed resume). ``AGENT_OTHER_STATE`` is the
 same agent with one change: the state it hands ``Suspend`` (so a replay of ``wait``
 must diverge at the ``SUSPENDED`` event, and only there).
 """
@@ -17,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from beam_agents import Agent, Done, Suspend, ToolRegistry, tool
-from beam_agents._protos import Event
+from beam_agents._protos import Event, ToolResult
 from beam_agents.agent import Inbound, Outcome
 from beam_agents.context import AgentContext
 from beam_agents.testing import ScriptedProvider
@@ -45,17 +49,18 @@ class EarlierIntentAgent(Agent):
 
     def start(self, ctx: AgentContext, event: Event) -> Outcome:
         if event.type == "stage":
-            refund = ctx.act("issue_refund", order_id="A1", amount_cents=500)
-            ctx.memory["refund"] = refund
+            ctx.act("issue_refund", order_id="A1", amount_cents=500)
             return Done(output=f"{ctx.seq}:staged".encode())
-        note = ctx.act("notify", channel="ops", text=event.payload.decode())
-        refund = str(ctx.memory["refund"])
+        refund = event.payload.decode()
+        note = ctx.act("notify", channel="ops", text=f"waiting for {refund}")
         return Suspend(
             state={"refund": refund, "note": note, "v": self.suspend_version},
             awaiting=[refund, note],
         )
 
     def resume(self, ctx: AgentContext, state: Any, step_index: int, inbound: Inbound) -> Outcome:
+        if isinstance(inbound, ToolResult) and inbound.status == ToolResult.ERROR:
+            raise RuntimeError(f"the executor failed: {inbound.error}")
         ctx.memory["resumed"] = step_index
         return Done(output=f"{ctx.seq}:{type(inbound).__name__}".encode())
 

@@ -48,7 +48,7 @@ NOTE = derive_intent_id(KEY, 2, 0)
 
 ENVELOPES = {
     "stage": event_envelope(KEY, "stage", b"refund A1", time_ms=T0),
-    "wait": event_envelope(KEY, "wait", b"refund staged, waiting", time_ms=T0 + 1000),
+    "wait": event_envelope(KEY, "wait", REFUND.encode(), time_ms=T0 + 1000),
     "approve": approval_envelope(KEY, REFUND, approved=True, approver="ops", time_ms=T0 + 2000),
     "noted": tool_result_envelope(KEY, NOTE, time_ms=T0 + 3000, payload=b"{}"),
 }
@@ -131,9 +131,6 @@ def test_the_scenario_ran_as_described(run: Run) -> None:
     assert [i.intent_id for i in snapshot.resumed_from[0].pending] == [REFUND]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue #17: pending intents resolved after the target are not rebuilt"
-)
 def test_the_start_that_suspends_on_an_earlier_intent_reproduces(
     run: Run, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -143,9 +140,6 @@ def test_the_start_that_suspends_on_an_earlier_intent_reproduces(
     assert "  kind:   start" in out
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue #17: pending intents resolved after the target are not rebuilt"
-)
 def test_every_activation_of_the_scenario_reproduces(
     run: Run, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -154,9 +148,6 @@ def test_every_activation_of_the_scenario_reproduces(
         assert code == 0, (seq, out)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue #17: pending intents resolved after the target are not rebuilt"
-)
 def test_a_changed_suspend_state_diverges_at_suspended(
     run: Run, capsys: pytest.CaptureFixture[str]
 ) -> None:
