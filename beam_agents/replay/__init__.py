@@ -19,6 +19,10 @@ Modules, in the order a replay uses them:
     views         the reported-not-judged parts: state, intents ledger, digests
     result        ReplayResult and its parts (frozen data; the TUI renders it)
     report        the headless report;  json_report: --json
+    events_lookup --events: the triggering envelope picked out of topic dumps
+    listing       ls: a key's traced activations, and which a snapshot replays
+    bundle        incident bundles: make, load (every part checked), replay options
+    bulk          check: many bundles replayed in worker processes, grouped by cause
     cli           the command line (beam-agents-replay)
 
 Names are loaded on first access, so ``import beam_agents.replay.result`` (the
@@ -31,18 +35,38 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from beam_agents.replay.bulk import CheckReport, CheckRow, check_bundles
+    from beam_agents.replay.bundle import load_bundle, make_bundle
     from beam_agents.replay.engine import replay
+    from beam_agents.replay.listing import list_activations
     from beam_agents.replay.options import ReplayOptions
     from beam_agents.replay.result import ReplayResult, Verdict
 
 _LAZY = {
+    "CheckReport": "beam_agents.replay.bulk",
+    "CheckRow": "beam_agents.replay.bulk",
+    "check_bundles": "beam_agents.replay.bulk",
+    "load_bundle": "beam_agents.replay.bundle",
+    "make_bundle": "beam_agents.replay.bundle",
+    "list_activations": "beam_agents.replay.listing",
     "replay": "beam_agents.replay.engine",
     "ReplayOptions": "beam_agents.replay.options",
     "ReplayResult": "beam_agents.replay.result",
     "Verdict": "beam_agents.replay.result",
 }
 
-__all__ = ["ReplayOptions", "ReplayResult", "Verdict", "replay"]
+__all__ = [
+    "CheckReport",
+    "CheckRow",
+    "ReplayOptions",
+    "ReplayResult",
+    "Verdict",
+    "check_bundles",
+    "list_activations",
+    "load_bundle",
+    "make_bundle",
+    "replay",
+]
 
 
 def __getattr__(name: str) -> Any:

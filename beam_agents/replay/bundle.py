@@ -292,16 +292,18 @@ def load_bundle(source: Source) -> Bundle:
     if not data.startswith(_MAGIC):
         raise _refuse(
             name,
-            f"is not an incident bundle (it does not start with the {BUNDLE_FORMAT!r} format "
-            "field)",
-            "pass a file beam-agents-replay bundle wrote",
+            "is not an incident bundle",
+            f"it does not start with the {BUNDLE_FORMAT!r} format field; pass a file "
+            "beam-agents-replay bundle wrote",
         )
     message = IncidentBundle()
     try:
         message.ParseFromString(data)
     except DecodeError as exc:
         raise _refuse(
-            name, f"is truncated or corrupt ({len(data)} bytes do not parse: {exc})"
+            name,
+            "is truncated or corrupt",
+            f"its {len(data)} bytes do not parse as an IncidentBundle ({exc}); {_LOAD_ADVICE}",
         ) from None
     if message.bundle_version > BUNDLE_VERSION:
         raise _refuse(

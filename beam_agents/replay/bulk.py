@@ -1,0 +1,427 @@
+"""``beam-agents-replay check``: replay many incident bundles, grouped by verdict and cause.
+
+``check_bundles(paths)`` replays every activation of every bundle through the
+same ``engine.replay`` as a single replay (one row per activation; a file that
+is not a readable, consistent bundle is one ``error`` row, never a stop), and
+groups the rows by verdict and *cause*:
+
+- diverged: the first diverging event's kind, name and differing fields
+  (``INTENT_STAGED 'issue_refund': attributes['beam_agents.args_sha256']``);
+- irreproducible: for a cache miss, its status and the request components the
+  nearest cached entry differs in (``cache miss (absent): messages[1]``);
+  otherwise the reason;
+- error: the refusal's reason, with the file's own name taken out so equal
+  problems group together.
+
+The exit code is the worst verdict's, worst first: error (2), diverged (1),
+irreproducible (3), reproduced/what-if (0). A broken input outranks a
+divergence (the check itself could not do its job), and a divergence — a
+definite behaviour change — outranks "could not be judged".
+
+Parallelism is processes (``jobs > 1``: a ``concurrent.futures`` process pool
+on the ``forkserver`` start method where available), not threads: the replay
+network guard is a process-wide audit hook and agent modules keep module
+state, so two replays must never share an interpreter. Each worker imports
+the agent once and replays many bundles. Nothing here opens the TUI.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from multiprocessing.context import BaseContext
+from pathlib import Path
+
+from beam_agents.replay.result import ReplayResult, Verdict
+
+__all__ = [
+    "CheckGroup",
+    "CheckReport",
+    "CheckRow",
+    "bundle_paths",
+    "check_bundles",
+    "render_check",
+    "render_junit",
+]
+
+BUNDLE_SUFFIX = ".bundle"
+"""A directory given to ``check`` stands for the files directly inside it with this suffix."""
+
+_SEVERITY = {
+    Verdict.USAGE_ERROR: 0,
+    Verdict.DIVERGED: 1,
+    Verdict.IRREPRODUCIBLE: 2,
+    Verdict.WHAT_IF: 3,
+    Verdict.REPRODUCED: 4,
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckRow:
+    """The verdict on one activation of one bundle (or on a file that is not a bundle)."""
+
+    path: str
+    """The bundle file, as given (or found in a given directory)."""
+    seq: int | None
+    """The activation; None when the file could not be read as a bundle."""
+    entity_key: bytes
+    """The bundle's key (empty when unread)."""
+    verdict: Verdict
+    cause: str
+    """What rows are grouped by (see the module docstring)."""
+    detail: str
+    """The replay's one-line reason, or the refusal's full message."""
+    seconds: float
+    """Wall time of this replay (reported, never judged)."""
+
+    @property
+    def exit_code(self) -> int:
+        return self.verdict.exit_code
+
+    @property
+    def label(self) -> str:
+        """``path seq N`` (or the path alone)."""
+        return self.path if self.seq is None else f"{self.path} seq {self.seq}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckGroup:
+    """Rows with one verdict and one cause."""
+
+    verdict: Verdict
+    cause: str
+    rows: tuple[CheckRow, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckReport:
+    """Everything ``check`` found: one row per activation, in path then seq order."""
+
+    rows: tuple[CheckRow, ...]
+    bundles: int
+    """Files checked."""
+    jobs: int
+    seconds: float
+
+    @property
+    def worst(self) -> Verdict:
+        """The worst verdict of all rows (``reproduced`` when there are none)."""
+        if not self.rows:
+            return Verdict.REPRODUCED
+        return min((row.verdict for row in self.rows), key=_SEVERITY.__getitem__)
+
+    @property
+    def exit_code(self) -> int:
+        """The worst verdict's exit code: what ``check`` exits with."""
+        return self.worst.exit_code
+
+    @property
+    def groups(self) -> tuple[CheckGroup, ...]:
+        """Rows grouped by (verdict, cause): worst verdict first, then the biggest group."""
+        grouped: dict[tuple[Verdict, str], list[CheckRow]] = {}
+        for row in self.rows:
+            grouped.setdefault((row.verdict, row.cause), []).append(row)
+        order = sorted(grouped, key=lambda vc: (_SEVERITY[vc[0]], -len(grouped[vc]), vc[1]))
+        return tuple(CheckGroup(verdict=v, cause=c, rows=tuple(grouped[(v, c)])) for v, c in order)
+
+    def counts(self) -> dict[str, int]:
+        """Rows per verdict word."""
+        out: dict[str, int] = {}
+        for row in self.rows:
+            out[row.verdict.value] = out.get(row.verdict.value, 0) + 1
+        return out
+
+    def render(self) -> str:
+        """The table ``check`` prints."""
+        return render_check(self)
+
+
+# --------------------------------------------------------------------------- causes
+
+
+def result_cause(result: ReplayResult) -> str:
+    """What a result is grouped by: first divergence, cache miss component, or reason."""
+    verdict = result.verdict
+    if verdict is Verdict.REPRODUCED:
+        return "reproduced"
+    if verdict is Verdict.WHAT_IF:
+        return "what-if"
+    divergence = result.first_divergence
+    if verdict is Verdict.DIVERGED and divergence is not None:
+        where = f"{divergence.kind} {divergence.name!r}"
+        if divergence.missing:
+            return f"{where}: missing from the re-run"
+        if divergence.extra:
+            return f"{where}: extra in the re-run"
+        return f"{where}: {', '.join(f.path for f in divergence.fields) or 'differs'}"
+    miss = result.cache_miss
+    if verdict is Verdict.IRREPRODUCIBLE and miss is not None:
+        if miss.nearest is not None and miss.nearest.differences:
+            return f"cache miss ({miss.status}): {', '.join(miss.nearest.differences)}"
+        return f"cache miss ({miss.status})"
+    return result.reason
+
+
+# --------------------------------------------------------------------------- running
+
+
+def bundle_paths(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
+    """The files ``check PATH...`` covers: files as given, directories' ``*.bundle`` files."""
+    out: list[str] = []
+    for path in paths:
+        p = Path(path)
+        if p.is_dir():
+            out.extend(
+                str(f) for f in sorted(p.iterdir()) if f.suffix == BUNDLE_SUFFIX and f.is_file()
+            )
+        else:
+            out.append(os.fspath(path))
+    return out
+
+
+def _refused_row(path: str, refused: Exception, seconds: float) -> CheckRow:
+    from beam_agents.replay.refusal import ReplayRefused
+
+    assert isinstance(refused, ReplayRefused)
+    return CheckRow(
+        path=path,
+        seq=None,
+        entity_key=b"",
+        verdict=refused.verdict,
+        cause=refused.reason.replace(path, "FILE"),
+        detail=refused.message,
+        seconds=seconds,
+    )
+
+
+def check_one(path: str, agent: str | None = None, registry: str | None = None) -> list[CheckRow]:
+    """Replay every activation of one bundle; a file that cannot be read is one row.
+
+    Never raises for bad input (a bug of ours becomes an ``error`` row too).
+    """
+    from beam_agents.replay.bundle import bundle_options, load_bundle
+    from beam_agents.replay.engine import replay
+    from beam_agents.replay.refusal import ReplayRefused
+
+    started = time.perf_counter()
+    try:
+        bundle = load_bundle(path)
+    except ReplayRefused as refused:
+        return [_refused_row(path, refused, time.perf_counter() - started)]
+    except Exception as exc:  # a bug of ours: a row that says so, never a stopped run
+        return [_internal_row(path, exc, time.perf_counter() - started)]
+    rows: list[CheckRow] = []
+    for seq in bundle.seqs:
+        started = time.perf_counter()
+        result = replay(bundle_options(bundle, seq=seq, agent=agent, registry=registry))
+        rows.append(
+            CheckRow(
+                path=path,
+                seq=seq,
+                entity_key=bundle.entity_key,
+                verdict=result.verdict,
+                cause=result_cause(result).replace(path, "FILE"),
+                detail=result.error or result.reason,
+                seconds=time.perf_counter() - started,
+            )
+        )
+    return rows
+
+
+def _internal_row(path: str, exc: Exception, seconds: float) -> CheckRow:
+    return CheckRow(
+        path=path,
+        seq=None,
+        entity_key=b"",
+        verdict=Verdict.USAGE_ERROR,
+        cause=f"internal error: {type(exc).__name__}",
+        detail=f"internal error: {type(exc).__name__}: {exc} (a bug in beam-agents; please "
+        "report it with the bundle)",
+        seconds=seconds,
+    )
+
+
+def _check_chunk(args: tuple[list[str], str | None, str | None]) -> list[CheckRow]:
+    paths, agent, registry = args
+    sys.dont_write_bytecode = True  # replay writes nothing, not even bytecode caches
+    rows: list[CheckRow] = []
+    for path in paths:
+        rows.extend(check_one(path, agent, registry))
+    return rows
+
+
+def _context() -> BaseContext:
+    import multiprocessing
+
+    methods = multiprocessing.get_all_start_methods()
+    if "forkserver" in methods:
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["beam_agents.replay.bulk", "beam_agents.replay.engine"])
+        return ctx
+    return multiprocessing.get_context("spawn")
+
+
+def check_bundles(
+    paths: Iterable[str | os.PathLike[str]],
+    *,
+    agent: str | None = None,
+    registry: str | None = None,
+    jobs: int = 1,
+) -> CheckReport:
+    """Replay every activation of every bundle and group the verdicts.
+
+    Args:
+        paths: Bundle files, or directories (their ``*.bundle`` files).
+        agent: Replay with this agent (``module:ATTR``) instead of each bundle's recorded one.
+        registry: Likewise for the tool registry.
+        jobs: Worker processes; 1 replays in this process.
+
+    Returns:
+        The report: ``report.exit_code`` is the worst verdict's, ``report.groups`` the
+        rows by verdict and cause. Bad files are rows, never exceptions.
+    """
+    if jobs < 1:
+        raise ValueError(f"jobs must be 1 or more, got {jobs}")
+    files = bundle_paths(paths)
+    started = time.perf_counter()
+    rows: list[CheckRow] = []
+    workers = min(jobs, len(files))
+    if workers <= 1:
+        saved = sys.dont_write_bytecode
+        try:
+            rows = _check_chunk((files, agent, registry))
+        finally:
+            sys.dont_write_bytecode = saved
+    else:
+        from concurrent.futures import ProcessPoolExecutor
+
+        # Several files per task amortize the round trip; enough tasks to balance the load.
+        size = max(1, min(64, len(files) // (workers * 4)))
+        chunks = [files[i : i + size] for i in range(0, len(files), size)]
+        with ProcessPoolExecutor(max_workers=workers, mp_context=_context()) as pool:
+            for chunk_rows in pool.map(_check_chunk, [(c, agent, registry) for c in chunks]):
+                rows.extend(chunk_rows)
+    return CheckReport(
+        rows=tuple(rows),
+        bundles=len(files),
+        jobs=max(workers, 1),
+        seconds=time.perf_counter() - started,
+    )
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _safe(text: str) -> str:
+    from beam_agents.replay.report import safe_text
+
+    return safe_text(text)
+
+
+def render_check(report: CheckReport, *, limit: int = 20) -> str:
+    """The ``check`` table: groups worst first, each group's files (up to ``limit``)."""
+    lines = [
+        f"beam-agents-replay check: {len(report.rows)} activation(s) in {report.bundles} "
+        f"file(s), {report.jobs} job(s), {report.seconds:.1f} s"
+    ]
+    for group in report.groups:
+        lines.append(
+            f"{len(group.rows):>6}  {group.verdict.value:<14} (exit {group.verdict.exit_code})  "
+            f"{_safe(group.cause)}"
+        )
+        if group.verdict in (Verdict.REPRODUCED, Verdict.WHAT_IF):
+            continue
+        for row in group.rows[:limit]:
+            lines.append(f"          {_safe(row.label)}")
+        if len(group.rows) > limit:
+            lines.append(f"          … and {len(group.rows) - limit} more (--json lists all)")
+    counts = ", ".join(f"{n} {word}" for word, n in sorted(report.counts().items()))
+    lines.append(
+        f"worst: {report.worst.value} (exit {report.exit_code})" + (f"; {counts}" if counts else "")
+    )
+    return "\n".join(lines) + "\n"
+
+
+def check_json(report: CheckReport) -> dict[str, object]:
+    """The ``check --json`` document."""
+
+    def row_doc(row: CheckRow) -> dict[str, object]:
+        return {
+            "path": row.path,
+            "seq": row.seq,
+            "entity_key": row.entity_key.hex(),
+            "verdict": row.verdict.value,
+            "exit_code": row.exit_code,
+            "cause": row.cause,
+            "detail": row.detail,
+            "seconds": round(row.seconds, 6),
+        }
+
+    return {
+        "exit_code": report.exit_code,
+        "worst": report.worst.value,
+        "files": report.bundles,
+        "activations": len(report.rows),
+        "counts": report.counts(),
+        "groups": [
+            {
+                "verdict": g.verdict.value,
+                "exit_code": g.verdict.exit_code,
+                "cause": g.cause,
+                "count": len(g.rows),
+                "rows": [row_doc(r) for r in g.rows],
+            }
+            for g in report.groups
+        ],
+    }
+
+
+def render_junit(report: CheckReport, *, suite: str = "beam-agents-replay check") -> bytes:
+    """JUnit XML: one test case per activation (diverged: failure; error, irreproducible: error)."""
+    import xml.etree.ElementTree as ET
+
+    failures = sum(1 for r in report.rows if r.verdict is Verdict.DIVERGED)
+    errors = sum(
+        1 for r in report.rows if r.verdict in (Verdict.USAGE_ERROR, Verdict.IRREPRODUCIBLE)
+    )
+    attrs = {
+        "name": suite,
+        "tests": str(len(report.rows)),
+        "failures": str(failures),
+        "errors": str(errors),
+        "skipped": "0",
+        "time": f"{report.seconds:.3f}",
+    }
+    root = ET.Element("testsuites", attrs)
+    testsuite = ET.SubElement(root, "testsuite", attrs)
+    for row in report.rows:
+        case = ET.SubElement(
+            testsuite,
+            "testcase",
+            {
+                "classname": _safe(Path(row.path).stem),
+                "name": _safe(row.label),
+                "time": f"{row.seconds:.3f}",
+            },
+        )
+        if row.verdict is Verdict.DIVERGED:
+            tag = "failure"
+        elif row.verdict in (Verdict.USAGE_ERROR, Verdict.IRREPRODUCIBLE):
+            tag = "error"
+        else:
+            if row.verdict is Verdict.WHAT_IF:
+                ET.SubElement(case, "system-out").text = _safe(row.detail)
+            continue
+        node = ET.SubElement(case, tag, {"type": row.verdict.value, "message": _safe(row.cause)})
+        node.text = _safe(row.detail)
+    ET.indent(root)
+    document: bytes = ET.tostring(root, encoding="utf-8", xml_declaration=True)
+    return document + b"\n"
+
+
+def worst_of(verdicts: Sequence[Verdict]) -> Verdict:
+    """The worst of ``verdicts`` by ``check``'s order (``reproduced`` for none)."""
+    return min(verdicts, key=_SEVERITY.__getitem__) if verdicts else Verdict.REPRODUCED

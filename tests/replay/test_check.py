@@ -1,0 +1,127 @@
+"""``check``: many bundles, one row per activation, grouped by verdict and cause; JUnit; processes."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from incident_history import Incident
+
+from beam_agents.replay.bulk import check_bundles, render_junit
+from beam_agents.replay.cli import main
+from beam_agents.replay.result import Verdict
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    incident = Incident()
+    root = tmp_path_factory.mktemp("incidents")
+    (root / "all.bundle").write_bytes(incident.make(all_seqs=True))
+    # The same history judged against a changed tool (diverges) and a changed prompt (misses).
+    (root / "tool.bundle").write_bytes(
+        incident.make(seq=1, registry="replay_agents:TOOLS_CHANGED_LOOKUP")
+    )
+    (root / "prompt.bundle").write_bytes(
+        incident.make(seq=1, agent="replay_agents:AGENT_NEW_PROMPT")
+    )
+    (root / "prompt2.bundle").write_bytes(
+        incident.make(all_seqs=True, agent="replay_agents:AGENT_NEW_PROMPT")
+    )
+    (root / "snapshot.bundle").write_bytes(incident.snapshot)  # not a bundle
+    (root / "cut.bundle").write_bytes(incident.make(seq=2)[:-40])
+    (root / "notes.txt").write_text("not a bundle and not named like one: not checked")
+    return root
+
+
+def summary(report) -> list[tuple[str, int | None, Verdict, str]]:  # type: ignore[no-untyped-def]
+    return [(Path(r.path).name, r.seq, r.verdict, r.cause) for r in report.rows]
+
+
+def test_rows_groups_and_the_worst_verdict(folder: Path) -> None:
+    report = check_bundles([folder])
+    rows = summary(report)
+    assert [(n, s, v) for n, s, v, _ in rows] == [
+        ("all.bundle", 1, Verdict.REPRODUCED),
+        ("all.bundle", 2, Verdict.REPRODUCED),
+        ("all.bundle", 3, Verdict.REPRODUCED),
+        ("all.bundle", 4, Verdict.REPRODUCED),
+        ("cut.bundle", None, Verdict.USAGE_ERROR),
+        ("prompt.bundle", 1, Verdict.IRREPRODUCIBLE),
+        ("prompt2.bundle", 1, Verdict.IRREPRODUCIBLE),
+        ("prompt2.bundle", 2, Verdict.IRREPRODUCIBLE),
+        ("prompt2.bundle", 3, Verdict.REPRODUCED),  # the resumes' requests have no system prompt
+        ("prompt2.bundle", 4, Verdict.REPRODUCED),
+        ("snapshot.bundle", None, Verdict.USAGE_ERROR),
+        ("tool.bundle", 1, Verdict.DIVERGED),
+    ]
+    assert report.exit_code == 2 and report.bundles == 6
+    causes = {(g.verdict, g.cause): len(g.rows) for g in report.groups}
+    assert (
+        causes[
+            (Verdict.DIVERGED, "TOOL_CALL 'lookup_order': attributes['beam_agents.result_sha256']")
+        ]
+        == 1
+    )
+    assert causes[(Verdict.USAGE_ERROR, "bundle FILE is truncated or corrupt")] == 1
+    assert causes[(Verdict.USAGE_ERROR, "bundle FILE is not an incident bundle")] == 1
+    misses = {c: n for (v, c), n in causes.items() if v is Verdict.IRREPRODUCIBLE}
+    assert misses == {"cache miss (absent): messages[0]": 3}  # one group, three activations
+    assert report.groups[0].verdict is Verdict.USAGE_ERROR  # worst first
+    text = report.render()
+    assert "worst: error (exit 2)" in text and "tool.bundle seq 1" in text
+    good = check_bundles([folder / "all.bundle", folder / "tool.bundle", folder / "prompt.bundle"])
+    assert good.exit_code == 1  # diverged outranks irreproducible
+    assert check_bundles([folder / "prompt.bundle"]).exit_code == 3
+    assert check_bundles([folder / "all.bundle"]).exit_code == 0
+
+
+def test_the_agent_override_and_two_processes_give_the_same_rows(folder: Path) -> None:
+    files = sorted(folder.glob("*.bundle"))
+    one = check_bundles(files, jobs=1)
+    two = check_bundles(files, jobs=2)
+    assert summary(one) == summary(two) and two.jobs == 2
+    fixed = check_bundles([folder / "prompt.bundle"], agent="replay_agents:AGENT", jobs=2)
+    assert [r.verdict for r in fixed.rows] == [Verdict.REPRODUCED]
+
+
+def test_junit_has_one_case_per_activation(folder: Path) -> None:
+    report = check_bundles([folder])
+    root = ET.fromstring(render_junit(report))
+    suite = root.find("testsuite")
+    assert suite is not None
+    cases = suite.findall("testcase")
+    assert len(cases) == len(report.rows) == int(suite.get("tests", "0"))
+    assert (suite.get("failures"), suite.get("errors")) == ("1", "5")  # 2 bad files, 3 misses
+    failing = [c for c in cases if c.find("failure") is not None]
+    assert [c.get("name", "").rsplit("/", 1)[-1] for c in failing] == ["tool.bundle seq 1"]
+
+
+def test_the_cli_prints_the_table_writes_junit_and_exits_with_the_worst(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    junit = tmp_path / "out" / "junit.xml"
+    junit.parent.mkdir()
+    code = main(["check", str(folder), "--jobs", "1", "--junit", str(junit)])
+    out, err = capsys.readouterr()
+    assert (code, err) == (2, "")
+    assert "6  reproduced" in out and "diverged" in out and junit.read_bytes().startswith(b"<?xml")
+    code = main(
+        [
+            "check",
+            str(folder / "all.bundle"),
+            str(folder / "prompt.bundle"),
+            "--json",
+            "--jobs",
+            "1",
+        ]
+    )
+    doc = json.loads(capsys.readouterr().out)
+    assert (
+        code == 3
+        and doc["exit_code"] == 3
+        and doc["counts"] == {"irreproducible": 1, "reproduced": 4}
+    )
+    assert main(["check", str(folder), "--jobs", "0"]) == 2
+    assert "--jobs must be 1 or more" in capsys.readouterr().err
