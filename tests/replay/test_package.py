@@ -12,9 +12,25 @@ from beam_agents.replay.result import ReplayResult, Verdict
 
 
 def test_the_public_names_are_the_engines() -> None:
-    assert sorted(package.__all__) == ["ReplayOptions", "ReplayResult", "Verdict", "replay"]
+    assert sorted(package.__all__) == [
+        "CheckReport",
+        "CheckRow",
+        "ReplayOptions",
+        "ReplayResult",
+        "Verdict",
+        "check_bundles",
+        "list_activations",
+        "load_bundle",
+        "make_bundle",
+        "replay",
+    ]
     assert (package.replay, package.ReplayOptions) == (replay, ReplayOptions)
     assert (package.ReplayResult, package.Verdict) == (ReplayResult, Verdict)
+    from beam_agents.replay import bulk, bundle, listing
+
+    assert (package.check_bundles, package.CheckReport) == (bulk.check_bundles, bulk.CheckReport)
+    assert (package.make_bundle, package.load_bundle) == (bundle.make_bundle, bundle.load_bundle)
+    assert package.list_activations is listing.list_activations
 
 
 def test_importing_the_result_types_does_not_load_the_engine() -> None:
