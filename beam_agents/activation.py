@@ -81,7 +81,9 @@ def hitl_timeout(continuation: Continuation, fired_ms: int) -> Timeout:
     The DoFn builds it when the timer fires; replay builds it for a traced timeout
     resume. One function, so the two can never disagree on what a timeout carries.
     """
-    return Timeout(deadline_ms=fired_ms, awaiting_intent_ids=tuple(continuation.awaiting_intent_ids))
+    return Timeout(
+        deadline_ms=fired_ms, awaiting_intent_ids=tuple(continuation.awaiting_intent_ids)
+    )
 
 
 def classify_trigger(state: KeyState, trigger: AgentEnvelope | Timeout) -> TriggerDecision:

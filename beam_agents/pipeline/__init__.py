@@ -3,9 +3,23 @@
 ``RunAgent(agent, registry, config)`` runs an agent over a PCollection of
 serialized ``AgentEnvelope``s; see docs/pipeline.md for the wiring, the element
 types of ``RunAgentOutputs`` and the ``ErrorRecord`` of ``.errors``.
+``ReplayBundles`` replays incident bundles at scale (docs/incidents.md).
 """
 
 from beam_agents.pipeline.dead_letter import ERROR_CODES, ErrorRecord
+from beam_agents.pipeline.replay_bundles import (
+    ReadBundleFiles,
+    ReplayBundles,
+    ReplayBundlesOutputs,
+)
 from beam_agents.pipeline.transform import RunAgent, RunAgentOutputs
 
-__all__ = ["ERROR_CODES", "ErrorRecord", "RunAgent", "RunAgentOutputs"]
+__all__ = [
+    "ERROR_CODES",
+    "ErrorRecord",
+    "ReadBundleFiles",
+    "ReplayBundles",
+    "ReplayBundlesOutputs",
+    "RunAgent",
+    "RunAgentOutputs",
+]

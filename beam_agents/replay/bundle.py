@@ -265,14 +265,14 @@ def _refuse(name: str, what: str, advice: str = _LOAD_ADVICE) -> InputError:
     return InputError(f"bundle {name} {what}", advice)
 
 
-def load_bundle(source: Source) -> Bundle:
-    """Read and check a bundle.
+def load_bundle(source: Source, *, name: str | None = None) -> Bundle:
+    """Read and check a bundle (``name``: how to call it in messages, default its path).
 
     Raises:
         InputError: Not a bundle, truncated or corrupt, newer than this package, too
             large, or with parts that disagree (the message names the file and the part).
     """
-    name = describe_source(source)
+    name = name or describe_source(source)
     if not isinstance(source, bytes):
         path = os.fspath(source)
         try:

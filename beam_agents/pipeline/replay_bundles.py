@@ -1,0 +1,185 @@
+"""``ReplayBundles``: ``beam-agents-replay check`` as a Beam pipeline, for folders too big for one machine.
+
+Bundles in, one result row per activation out, and the rows counted by
+verdict and cause as a second output::
+
+    rows = (
+        p
+        | ReadBundleFiles("gs://incidents/*.bundle")   # or any PCollection of (name, bytes)
+        | ReplayBundles()
+    )
+    rows.results   # dicts, one per activation (the fields of `check --json` rows)
+    rows.counts    # ((verdict, cause), count)
+
+Each activation is replayed by the same ``beam_agents.replay.bulk.check_one``
+path as ``check``: ``engine.replay`` over ``bundle_options``, under the replay
+network guard, in the worker's process. The bundles are split into their
+activations and reshuffled first, so one bundle with many activations spreads
+over workers. A file that is not a readable, consistent bundle is one
+``error`` row, never a failed pipeline. Nothing here is runner-specific: the
+same transform runs on the FnApiRunner (also multi-process), Dataflow, Flink.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+from apache_beam.pvalue import PCollection
+
+from beam_agents.pipeline._beam import beam
+
+__all__ = ["ReadBundleFiles", "ReplayBundles", "ReplayBundlesOutputs"]
+
+_TAG_ROWS = "rows"
+
+
+def _row_dict(row: Any) -> dict[str, Any]:
+    return {
+        "path": row.path,
+        "seq": row.seq,
+        "entity_key": row.entity_key.hex(),
+        "verdict": row.verdict.value,
+        "exit_code": row.exit_code,
+        "cause": row.cause,
+        "detail": row.detail,
+        "seconds": row.seconds,
+    }
+
+
+def _named(element: Any) -> tuple[str, bytes]:
+    if isinstance(element, bytes):
+        return f"bundle-{hashlib.sha256(element).hexdigest()[:16]}", element
+    name, data = element
+    return str(name), bytes(data)
+
+
+class _SplitBundles(beam.DoFn):  # type: ignore[misc]
+    """``(name, bytes)`` -> ``(name, bytes, seq)`` per activation; unreadable ones -> a row."""
+
+    def process(self, element: Any) -> Iterator[Any]:
+        from beam_agents.replay.bulk import _refused_row
+        from beam_agents.replay.bundle import load_bundle
+        from beam_agents.replay.refusal import ReplayRefused
+
+        name, data = _named(element)
+        started = time.perf_counter()
+        try:
+            bundle = load_bundle(data, name=name)
+        except ReplayRefused as refused:
+            row = _refused_row(name, refused, time.perf_counter() - started)
+            yield beam.pvalue.TaggedOutput(_TAG_ROWS, _row_dict(row))
+            return
+        for seq in bundle.seqs:
+            yield (name, data, seq)
+
+
+class _ReplayActivation(beam.DoFn):  # type: ignore[misc]
+    """``(name, bytes, seq)`` -> its result row (``engine.replay`` in this worker)."""
+
+    def __init__(self, agent: str | None, registry: str | None) -> None:
+        self._agent = agent
+        self._registry = registry
+
+    def process(self, element: tuple[str, bytes, int]) -> Iterator[dict[str, Any]]:
+        import sys
+
+        from beam_agents.replay.bulk import CheckRow, result_cause
+        from beam_agents.replay.bundle import bundle_options, load_bundle
+        from beam_agents.replay.engine import replay
+
+        name, data, seq = element
+        started = time.perf_counter()
+        bundle = load_bundle(data, name=name)
+        saved = sys.dont_write_bytecode
+        sys.dont_write_bytecode = True  # replay writes nothing
+        try:
+            result = replay(
+                bundle_options(bundle, seq=seq, agent=self._agent, registry=self._registry)
+            )
+        finally:
+            sys.dont_write_bytecode = saved
+        yield _row_dict(
+            CheckRow(
+                path=name,
+                seq=seq,
+                entity_key=bundle.entity_key,
+                verdict=result.verdict,
+                cause=result_cause(result),
+                detail=result.error or result.reason,
+                seconds=time.perf_counter() - started,
+            )
+        )
+
+
+def _count_key(row: dict[str, Any]) -> tuple[tuple[str, str], int]:
+    return (row["verdict"], row["cause"]), 1
+
+
+class ReplayBundlesOutputs(NamedTuple):
+    """What ``ReplayBundles`` returns."""
+
+    results: PCollection[dict[str, Any]]
+    """One row per activation (also one per unreadable bundle): path, seq, entity_key (hex),
+    verdict, exit_code, cause, detail, seconds — the fields of ``check --json`` rows."""
+    counts: PCollection[tuple[tuple[str, str], int]]
+    """``((verdict, cause), number of rows)``: the groups of ``check``'s table."""
+
+
+class ReplayBundles(beam.PTransform):  # type: ignore[misc]
+    """Replay every activation of every incident bundle; see the module docstring.
+
+    Input: a ``PCollection`` of ``(name, bundle bytes)`` (``ReadBundleFiles`` makes one)
+    or of bundle bytes alone (named by their digest).
+    """
+
+    def __init__(self, *, agent: str | None = None, registry: str | None = None) -> None:
+        """Args:
+        agent: Replay with this agent (``module:ATTR``) instead of each bundle's own.
+        registry: Likewise for the tool registry.
+        """
+        super().__init__()
+        for flag, value in (("agent", agent), ("registry", registry)):
+            if value is not None and ":" not in value:
+                raise ValueError(f"ReplayBundles({flag}={value!r}): expected module:ATTR")
+        self._agent = agent
+        self._registry = registry
+
+    def expand(self, bundles: PCollection[Any]) -> ReplayBundlesOutputs:
+        split = bundles | "SplitIntoActivations" >> beam.ParDo(_SplitBundles()).with_outputs(
+            _TAG_ROWS, main="activations"
+        )
+        replayed = (
+            split.activations
+            | "Spread" >> beam.Reshuffle()
+            | "Replay" >> beam.ParDo(_ReplayActivation(self._agent, self._registry))
+        )
+        results = (replayed, split[_TAG_ROWS]) | "Results" >> beam.Flatten()
+        counts = (
+            results
+            | "ByVerdictAndCause" >> beam.Map(_count_key)
+            | "Count" >> beam.CombinePerKey(sum)
+        )
+        return ReplayBundlesOutputs(results=results, counts=counts)
+
+
+class ReadBundleFiles(beam.PTransform):  # type: ignore[misc]
+    """``(path, bytes)`` of every file matching a pattern (any filesystem Beam knows)."""
+
+    def __init__(self, pattern: str) -> None:
+        super().__init__()
+        self._pattern = pattern
+
+    def expand(self, pbegin: Any) -> PCollection[tuple[str, bytes]]:
+        import importlib
+
+        fileio: Any = importlib.import_module("apache_beam.io.fileio")
+        result: PCollection[tuple[str, bytes]] = (
+            pbegin
+            | "Match" >> fileio.MatchFiles(self._pattern)
+            | "Open" >> fileio.ReadMatches()
+            | "Read" >> beam.Map(lambda f: (f.metadata.path, f.read()))
+        )
+        return result
