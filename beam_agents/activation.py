@@ -38,13 +38,14 @@ from beam_agents._protos import (
     TraceEvent,
 )
 from beam_agents.agent import Agent, Done, Suspend, Timeout
-from beam_agents.context import AgentContext, ProviderFailure, _error_type
+from beam_agents.context import AgentContext, ProviderFailure, ToolMiss, _error_type
 from beam_agents.errors import AgentResultError, CorruptBlobError
 from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
 from beam_agents.key_state import KeyState, StateCells, dump_key_state
 from beam_agents.llm_cache import CachePolicy
 from beam_agents.migrations import CURRENT_VERSIONS
 from beam_agents.provider import Provider
+from beam_agents.tool_cache import DEFAULT_TOOL_CACHE_POLICY, ToolCachePolicy
 from beam_agents.tools import ToolRegistry
 
 MAX_RESUME_HISTORY = 8
@@ -150,6 +151,10 @@ class ActivationCommit:
     """Set when the key ended suspended: fire the HITL timer at this event time."""
     provider_failures: tuple[ProviderFailure, ...] = ()
     """Model calls the provider did not answer but agent code caught."""
+    tool_misses: tuple[ToolMiss, ...] = ()
+    """Replay: recorded tool calls the tool cache could not serve but agent code caught."""
+    served_tool_events: tuple[int, ...] = ()
+    """Replay: indices of the TOOL_CALL events served from the tool cache."""
 
     @property
     def suspended(self) -> bool:
@@ -166,6 +171,8 @@ class ActivationFailure:
     error_type: str
     error: BaseException = field(compare=False)
     provider_failures: tuple[ProviderFailure, ...] = ()
+    tool_misses: tuple[ToolMiss, ...] = ()
+    served_tool_events: tuple[int, ...] = ()
 
 
 ActivationResult = ActivationCommit | ActivationFailure
@@ -189,13 +196,18 @@ def run_activation(
     hitl: HitlPolicy = DEFAULT_HITL_POLICY,
     cache_policy: CachePolicy = DEFAULT_CACHE_POLICY,
     cache_visible_through_seq: int | None = None,
+    tool_cache_policy: ToolCachePolicy = DEFAULT_TOOL_CACHE_POLICY,
+    serve_recorded_tools: bool = False,
 ) -> ActivationResult:
     """Run one activation of ``agent`` for ``entity_key`` at ``seq`` on the clock ``now_ms``.
 
     ``state`` is the key's loaded (migrated) state and is not modified; the caller
     must have checked ``classify_trigger(state, trigger)`` is START or RESUME.
     ``cache_visible_through_seq`` is for replay: cache entries minted by a later
-    activation than the target are not the responses it consumed.
+    activation than the target are not the responses it consumed (nor the tool
+    results it got). ``serve_recorded_tools`` is for replay too: ``recorded=True``
+    tools are served from the key's tool cache and never run (the pipeline runs
+    them and records their results under ``tool_cache_policy``).
     """
     kind = "start" if trigger_name(trigger) == "event" else "resume"
     # Private copies: agent code mutates these; a failure simply drops them.
@@ -211,6 +223,9 @@ def run_activation(
         hitl=hitl,
         cache_policy=cache_policy,
         cache_visible_through_seq=cache_visible_through_seq,
+        tool_cache=work.tool_cache,
+        tool_cache_policy=tool_cache_policy,
+        serve_recorded_tools=serve_recorded_tools,
     )
     try:
         return _run(agent, ctx, state, work, trigger, kind, hitl)
@@ -225,6 +240,8 @@ def run_activation(
             error_type=_error_type(exc),
             error=exc,
             provider_failures=tuple(ctx.provider_failures),
+            tool_misses=tuple(ctx.tool_misses),
+            served_tool_events=tuple(ctx.served_tool_events),
         )
 
 
@@ -240,6 +257,7 @@ def _copy_state(state: KeyState) -> KeyState:
         continuation=cont,
         pending=[_copy_intent(i) for i in state.pending],
         resume_history=list(state.resume_history),
+        tool_cache=state.tool_cache.copy(),
         migrations_applied=list(state.migrations_applied),
     )
 
@@ -351,6 +369,11 @@ def _run(
     work.pending = [*work.pending, *approval_requests]
     work.continuation = continuation
 
+    if ctx.fatal_error is not None:
+        # A recorded result the tool cache cannot keep fails the activation even when agent
+        # code caught the error: committing without it would make the activation unreplayable.
+        raise ctx.fatal_error
+
     # Serialize everything before emitting the closing events, so a value that cannot
     # be stored fails the activation instead of committing half of it.
     cells = dump_key_state(work)
@@ -388,6 +411,8 @@ def _run(
         approval_requests=tuple(approval_requests),
         timer_deadline_ms=continuation.deadline_ms if continuation is not None else None,
         provider_failures=tuple(ctx.provider_failures),
+        tool_misses=tuple(ctx.tool_misses),
+        served_tool_events=tuple(ctx.served_tool_events),
     )
 
 

@@ -25,12 +25,14 @@ from beam_agents._protos import (
     PendingIntents,
     ResumeHistory,
     ResumeRecord,
+    ToolCacheBody,
     ToolIntent,
     VersionedBlob,
 )
 from beam_agents.errors import CorruptBlobError, MemoryValueError, StateError
 from beam_agents.llm_cache import ReplayCache
 from beam_agents.migrations import CURRENT_VERSIONS, migrate, parse_json_object, parse_proto
+from beam_agents.tool_cache import ToolCache
 
 MAX_RESUME_RECORDS = 8
 """How many consumed continuations the resume history keeps (newest last)."""
@@ -42,6 +44,7 @@ _EMPTY_BODIES: Mapping[str, bytes] = {
     "continuation": b"",
     "pending": b"",
     "resume_history": b"",
+    "tool_cache": b"",
 }
 
 
@@ -180,6 +183,32 @@ def load_llm_cache(raw: bytes) -> tuple[ReplayCache, list[str]]:
 def dump_llm_cache(cache: ReplayCache) -> bytes:
     """An ``llm_cache`` cell holding ``cache`` (entries in cache-key order)."""
     return encode_blob("llm_cache", cache.body_bytes())
+
+
+# --- tool_cache --------------------------------------------------------------------------
+
+
+def load_tool_cache(raw: bytes) -> tuple[ToolCache, list[str]]:
+    """The recorded tool results from a ``tool_cache`` cell (empty cell: an empty cache).
+
+    Returns:
+        ``(cache, applied migration steps)``.
+    """
+    if raw == b"":
+        return ToolCache(), []
+    body, steps = decode_blob("tool_cache", raw)
+    parsed = parse_proto(ToolCacheBody, "tool_cache", body)
+    return ToolCache.from_body(parsed, copy=False), steps
+
+
+def dump_tool_cache(cache: ToolCache) -> bytes:
+    """A ``tool_cache`` cell holding ``cache``; an empty cache is the empty cell ``b""``.
+
+    Most keys record no tool: their cell (and their snapshot's field) stays empty.
+    """
+    if not len(cache):
+        return b""
+    return encode_blob("tool_cache", cache.body_bytes())
 
 
 # --- continuation ------------------------------------------------------------------------

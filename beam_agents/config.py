@@ -18,6 +18,7 @@ from beam_agents.hitl import HitlPolicy
 from beam_agents.llm_cache import CachePolicy
 from beam_agents.provider import Provider
 from beam_agents.sinks.uri import Role, SinkUri, check_sink_options, parse_sink_uri
+from beam_agents.tool_cache import ToolCachePolicy
 
 DEFAULT_INBOX_LIMIT = 100
 
@@ -28,6 +29,10 @@ def _default_hitl() -> HitlPolicy:
 
 def _default_cache() -> CachePolicy:
     return CachePolicy()
+
+
+def _default_tool_cache() -> ToolCachePolicy:
+    return ToolCachePolicy()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,6 +60,9 @@ class AgentConfig:
     """Intent TTL, HITL timeout, approval channel and approval-gated tools."""
     cache: CachePolicy = field(default_factory=_default_cache)
     """Replay-cache policy: payload retention, payload size limit, capacity, TTL."""
+    tool_cache: ToolCachePolicy = field(default_factory=_default_tool_cache)
+    """Tool-cache policy for ``@tool(recorded=True)`` results: retention, result size limit,
+    capacity in entries and bytes, TTL."""
     sink_options: Mapping[str, str] = field(default_factory=dict)
     """Options passed to every sink this config opens (e.g. producer settings)."""
     inbox_limit: int = DEFAULT_INBOX_LIMIT
@@ -70,6 +78,10 @@ class AgentConfig:
             raise ConfigError(f"AgentConfig.hitl must be a HitlPolicy, got {self.hitl!r}")
         if not isinstance(self.cache, CachePolicy):
             raise ConfigError(f"AgentConfig.cache must be a CachePolicy, got {self.cache!r}")
+        if not isinstance(self.tool_cache, ToolCachePolicy):
+            raise ConfigError(
+                f"AgentConfig.tool_cache must be a ToolCachePolicy, got {self.tool_cache!r}"
+            )
         if (
             isinstance(self.inbox_limit, bool)
             or not isinstance(self.inbox_limit, int)

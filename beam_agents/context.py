@@ -18,11 +18,25 @@ from beam_agents import canonical_json
 from beam_agents import trace_events as te
 from beam_agents._protos import LlmRequest, LlmResponse, RequestFingerprint, ToolIntent, TraceEvent
 from beam_agents.cache_key import request_digests
-from beam_agents.errors import AgentCodeError, MemoryValueError, SideEffectRefusedError
+from beam_agents.errors import (
+    AgentCodeError,
+    MemoryValueError,
+    RecordedResultError,
+    SideEffectRefusedError,
+    ToolNotRecordedError,
+)
 from beam_agents.hitl import HitlPolicy
 from beam_agents.llm_cache import CachePolicy, LookupStatus, ReplayCache, response_digest
 from beam_agents.provider import Provider
-from beam_agents.tools import ToolRegistry
+from beam_agents.tool_cache import (
+    DEFAULT_TOOL_CACHE_POLICY,
+    ToolCache,
+    ToolCachePolicy,
+    arg_digests,
+    encode_result,
+    tool_cache_key,
+)
+from beam_agents.tools import Tool, ToolRegistry
 
 
 class JsonMemory(MutableMapping[str, Any]):
@@ -76,6 +90,20 @@ class ProviderFailure:
     error: BaseException
 
 
+@dataclass(frozen=True)
+class ToolMiss:
+    """Replay: a recorded tool call the snapshot's tool cache could not serve."""
+
+    event_index: int
+    """Index of the TOOL_CALL trace event recording the attempt."""
+    tool: str
+    args_sha256: str
+    lookup_status: LookupStatus
+    """Why it could not be served (ABSENT, EXPIRED, DIGEST_ONLY, MINTED_LATER, AMBIGUOUS)."""
+    arg_digests: dict[str, bytes]
+    """The call's per-argument digests, to find the nearest recorded call."""
+
+
 def derive_intent_id(entity_key: bytes, seq: int, ordinal: int) -> str:
     """The id of the ``ordinal``-th intent staged by activation ``(entity_key, seq)``."""
     material = b"beam-agents/intent\x00" + entity_key + b"\x00" + f"{seq}:{ordinal}".encode()
@@ -114,6 +142,9 @@ class AgentContext:
         hitl: HitlPolicy,
         cache_policy: CachePolicy,
         cache_visible_through_seq: int | None = None,
+        tool_cache: ToolCache | None = None,
+        tool_cache_policy: ToolCachePolicy = DEFAULT_TOOL_CACHE_POLICY,
+        serve_recorded_tools: bool = False,
     ) -> None:
         self.entity_key = entity_key
         """The key this activation runs for."""
@@ -135,10 +166,19 @@ class AgentContext:
         self._hitl = hitl
         self._cache_policy = cache_policy
         self._visible_through_seq = cache_visible_through_seq
+        self._tool_cache = tool_cache if tool_cache is not None else ToolCache()
+        self._tool_cache_policy = tool_cache_policy
+        self._serve_recorded = serve_recorded_tools
         self._events: list[TraceEvent] = []
         self._call_ordinal = 0
         self.staged_intents: list[ToolIntent] = []
         self.provider_failures: list[ProviderFailure] = []
+        self.tool_misses: list[ToolMiss] = []
+        """Replay: recorded tool calls the snapshot could not serve (even if agent code caught it)."""
+        self.served_tool_events: list[int] = []
+        """Replay: indices of the TOOL_CALL events whose result the tool cache served."""
+        self.fatal_error: RecordedResultError | None = None
+        """A recorded result the tool cache cannot keep: fails the activation even if caught."""
 
     @property
     def random(self) -> _random.Random:
@@ -247,6 +287,8 @@ class AgentContext:
     def call(self, tool: str, /, **args: Any) -> Any:
         """Run a read-only tool now and return its result (JSON value or bytes)."""
         declared = self._registry.get(tool)
+        if declared.recorded:
+            return self._call_recorded(declared, args)
         attrs: dict[str, te.AttrValue] = {te.ATTR_TOOL_NAME: tool}
         try:
             if declared.side_effect:
@@ -254,6 +296,66 @@ class AgentContext:
             attrs[te.ATTR_ARGS_SHA256] = digest_value(args, f"arguments of tool {tool!r}")
             result = declared.fn(**args)
             attrs[te.ATTR_RESULT_SHA256] = digest_value(result, f"result of tool {tool!r}")
+        except Exception as exc:
+            attrs[te.ATTR_ERROR_TYPE] = _error_type(exc)
+            self.record(TraceEvent.TOOL_CALL, tool, attrs)
+            raise
+        self.record(TraceEvent.TOOL_CALL, tool, attrs)
+        return result
+
+    def _call_recorded(self, declared: Tool, args: dict[str, Any]) -> Any:
+        """A ``recorded=True`` tool: run and record it (pipeline), or serve it (replay).
+
+        The value returned is the recorded one decoded (canonical JSON round trip, or
+        the bytes) in both, so agent code sees the same value in the pipeline and in
+        replay (sorted keys, lists for tuples).
+        """
+        tool = declared.name
+        attrs: dict[str, te.AttrValue] = {te.ATTR_TOOL_NAME: tool, te.ATTR_TOOL_RECORDED: True}
+        args_sha256 = ""
+        try:
+            args_sha256 = digest_value(args, f"arguments of tool {tool!r}")
+            attrs[te.ATTR_ARGS_SHA256] = args_sha256
+            if self._serve_recorded:
+                found = self._tool_cache.lookup(
+                    tool_cache_key(tool, args_sha256),
+                    now_ms=self.now_ms,
+                    visible_through_seq=self._visible_through_seq,
+                )
+                if found.status is not LookupStatus.HIT or found.entry is None:
+                    self.tool_misses.append(
+                        ToolMiss(
+                            len(self._events), tool, args_sha256, found.status, arg_digests(args)
+                        )
+                    )
+                    raise ToolNotRecordedError(tool, args_sha256, found.status.value)
+                data, is_bytes = found.entry.result, found.entry.result_is_bytes
+                # The digest of the bytes served, not the stored digest: a tampered entry
+                # must show up as a different result, never as the recorded one.
+                attrs[te.ATTR_RESULT_SHA256] = hashlib.sha256(data).hexdigest()
+                self.served_tool_events.append(len(self._events))
+            else:
+                try:
+                    data, is_bytes = encode_result(
+                        tool, declared.fn(**args), self._tool_cache_policy
+                    )
+                except RecordedResultError as exc:
+                    self.fatal_error = exc
+                    raise
+                entry = self._tool_cache.record(
+                    tool=tool,
+                    args_sha256=args_sha256,
+                    digests=arg_digests(args),
+                    result=data,
+                    result_is_bytes=is_bytes,
+                    now_ms=self.now_ms,
+                    seq=self.seq,
+                    policy=self._tool_cache_policy,
+                )
+                attrs[te.ATTR_RESULT_SHA256] = entry.result_sha256.hex()
+                if entry.digest_only:
+                    attrs[te.ATTR_TOOL_DIGEST_ONLY] = True
+            result = bytes(data) if is_bytes else canonical_json.loads(data)
         except Exception as exc:
             attrs[te.ATTR_ERROR_TYPE] = _error_type(exc)
             self.record(TraceEvent.TOOL_CALL, tool, attrs)

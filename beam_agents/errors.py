@@ -7,9 +7,11 @@
     │   ├── SideEffectRefusedError       ctx.call on a side_effect=True tool (use ctx.act)
     │   ├── UnknownToolError             a tool name the registry does not hold
     │   ├── MemoryValueError             a non-JSON value written to ctx.memory
-    │   └── AgentResultError             start/resume returned something other than Done/Suspend
+    │   ├── AgentResultError             start/resume returned something other than Done/Suspend
+    │   └── RecordedResultError          a recorded tool returned a non-JSON or oversize result
     ├── ProviderError                    the model provider could not answer
     │   └── CacheMissError               the provider that serves nothing was reached (replay)
+    ├── ToolNotRecordedError             a recorded tool's result is not in the tool cache (replay)
     ├── NetworkBlockedError              a connection attempted while the network is blocked (replay)
     ├── StateError                       a state blob cannot be used
     │   ├── CorruptBlobError             bytes that do not parse as the blob they claim to be
@@ -90,6 +92,31 @@ class CacheMissError(ProviderError):
         self.cache_key = cache_key
         self.model = model
         super().__init__(f"cache miss: no cached response for key {cache_key} (model {model!r})")
+
+
+class RecordedResultError(AgentCodeError):
+    """A ``recorded=True`` tool returned what the tool cache cannot keep (fails the activation)."""
+
+    def __init__(self, tool: str, reason: str) -> None:
+        self.tool = tool
+        self.reason = reason
+        super().__init__(
+            f"recorded tool {tool!r}: {reason}; a recorded result must be a JSON value or bytes "
+            "within ToolCachePolicy.max_result_bytes, so replay can serve it"
+        )
+
+
+class ToolNotRecordedError(BeamAgentsError):
+    """Replay: a ``recorded=True`` tool call whose result the snapshot's tool cache cannot serve."""
+
+    def __init__(self, tool: str, args_sha256: str, status: str) -> None:
+        self.tool = tool
+        self.args_sha256 = args_sha256
+        self.status = status
+        super().__init__(
+            f"recorded tool {tool!r} (args sha256 {args_sha256}): the snapshot's tool cache "
+            f"cannot serve it ({status}); replay never runs a recorded tool"
+        )
 
 
 class NetworkBlockedError(BeamAgentsError):

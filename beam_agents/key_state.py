@@ -29,6 +29,7 @@ from beam_agents.blobs import (
     dump_memory,
     dump_pending,
     dump_resume_history,
+    dump_tool_cache,
     load_continuation,
     load_continuation_at,
     load_llm_cache,
@@ -37,11 +38,13 @@ from beam_agents.blobs import (
     load_pending_at,
     load_resume_history,
     load_resume_history_at,
+    load_tool_cache,
     unwrap_blob,
 )
 from beam_agents.errors import BlobTooNewError, CorruptBlobError
 from beam_agents.llm_cache import ReplayCache
 from beam_agents.migrations import CURRENT_VERSIONS, STATE_SCHEMA_VERSION, parse_proto
+from beam_agents.tool_cache import ToolCache
 
 
 @dataclass(kw_only=True)
@@ -58,6 +61,8 @@ class KeyState:
     """Pending intents, in order."""
     resume_history: list[ResumeRecord] = field(default_factory=list)
     """Continuations consumed by the latest resumes, newest last, at most 8."""
+    tool_cache: ToolCache = field(default_factory=ToolCache.empty)
+    """Recorded tool results (``@tool(recorded=True)``)."""
     migrations_applied: list[str] = field(default_factory=list)
     """Migration steps run while loading, e.g. ``["llm_cache v1→v2"]``, for reports."""
 
@@ -76,6 +81,8 @@ class StateCells:
     """The ``pending`` blob."""
     resume_history: bytes = b""
     """The ``resume_history`` blob."""
+    tool_cache: bytes = b""
+    """The ``tool_cache`` blob; empty when the key has recorded no tool result."""
 
 
 def load_key_state(cells: StateCells) -> KeyState:
@@ -91,18 +98,21 @@ def load_key_state(cells: StateCells) -> KeyState:
     continuation, continuation_steps = load_continuation(cells.continuation)
     pending, pending_steps = load_pending(cells.pending)
     history, history_steps = load_resume_history(cells.resume_history)
+    tools, tool_steps = load_tool_cache(cells.tool_cache)
     return KeyState(
         memory=memory,
         cache=cache,
         continuation=continuation,
         pending=pending,
         resume_history=history,
+        tool_cache=tools,
         migrations_applied=[
             *memory_steps,
             *cache_steps,
             *continuation_steps,
             *pending_steps,
             *history_steps,
+            *tool_steps,
         ],
     )
 
@@ -119,6 +129,7 @@ def dump_key_state(state: KeyState) -> StateCells:
         continuation=dump_continuation(state.continuation),
         pending=dump_pending(state.pending),
         resume_history=dump_resume_history(state.resume_history),
+        tool_cache=dump_tool_cache(state.tool_cache),
     )
 
 
@@ -127,7 +138,7 @@ def make_snapshot(
 ) -> StateSnapshot:
     """The ``StateSnapshot`` an export request answers with; reads the cells, changes nothing.
 
-    ``memory`` and ``llm_cache`` are the cells' bytes exactly. The continuation and
+    ``memory``, ``llm_cache`` and ``tool_cache`` are the cells' bytes exactly. The continuation and
     the pending intents are parsed out of their blobs as stored, with their
     stamped versions (``continuation.schema_version``, ``pending_schema_version``);
     nothing is migrated, so an old-version cell is exported old and replay
@@ -153,6 +164,7 @@ def make_snapshot(
         snapshot_at_ms=snapshot_at_ms,
         memory=cells.memory,
         llm_cache=cells.llm_cache,
+        tool_cache=cells.tool_cache,
         request_id=request_id,
         pending_schema_version=CURRENT_VERSIONS["pending"],
     )
@@ -230,18 +242,21 @@ def load_snapshot(data: bytes) -> tuple[StateSnapshot, KeyState]:
             snapshot.resumed_from_schema_version,
             ResumeHistory(records=snapshot.resumed_from).SerializeToString(deterministic=True),
         )
+    tools, tool_steps = load_tool_cache(snapshot.tool_cache)
     state = KeyState(
         memory=memory,
         cache=cache,
         continuation=continuation,
         pending=pending,
         resume_history=history,
+        tool_cache=tools,
         migrations_applied=[
             *memory_steps,
             *cache_steps,
             *continuation_steps,
             *pending_steps,
             *history_steps,
+            *tool_steps,
         ],
     )
     return snapshot, state

@@ -18,6 +18,8 @@ Layouts, by kind (``body`` of the ``VersionedBlob``):
 - ``pending`` v1: ``PendingIntents``.
 - ``resume_history`` v1: ``ResumeHistory`` (each record's continuation carries
   its own ``schema_version``; its pending intents are at ``pending`` v1).
+- ``tool_cache`` v1: ``ToolCacheBody`` (recorded tool results; its own chain,
+  starting here).
 
 A migration is a frozen historical fact: it encodes what an old writer did, so
 it never reads a constant that a later release might change.
@@ -161,7 +163,14 @@ class MigrationRegistry:
 
 
 REGISTRY = MigrationRegistry(
-    {"memory": 2, "llm_cache": 2, "continuation": 1, "pending": 1, "resume_history": 1}
+    {
+        "memory": 2,
+        "llm_cache": 2,
+        "continuation": 1,
+        "pending": 1,
+        "resume_history": 1,
+        "tool_cache": 1,
+    }
 )
 """The package's registry: every state cell's kind, its current version and its steps."""
 

@@ -1,9 +1,12 @@
 """Tools: the ``@tool`` decorator and the ``ToolRegistry`` an agent is run with.
 
 A read-only tool (the default) runs inline through ``ctx.call``, in the pipeline
-and again in replay. A ``side_effect=True`` tool is never run by the pipeline:
-``ctx.act`` stages a ``ToolIntent`` for an executor, and ``ctx.call`` refuses it
-before it runs.
+and again in replay. A ``recorded=True`` read-only tool (one that reads a
+service: the network, a database, anything whose answer changes with time) runs
+in the pipeline and its result is kept in the key's tool cache; replay serves it
+from the snapshot and never runs it. A ``side_effect=True`` tool is never run by
+the pipeline: ``ctx.act`` stages a ``ToolIntent`` for an executor, and
+``ctx.call`` refuses it before it runs.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ class Tool:
     side_effect: bool = False
     requires_approval: bool = False
     description: str = ""
+    recorded: bool = False
+    """Read-only, and its results are recorded in the key's tool cache (served in replay)."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
@@ -34,7 +39,11 @@ class Tool:
 def tool(fn: Callable[..., Any], /) -> Tool: ...
 @overload
 def tool(
-    *, name: str | None = None, side_effect: bool = False, requires_approval: bool = False
+    *,
+    name: str | None = None,
+    side_effect: bool = False,
+    requires_approval: bool = False,
+    recorded: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -45,8 +54,17 @@ def tool(
     name: str | None = None,
     side_effect: bool = False,
     requires_approval: bool = False,
+    recorded: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
-    """Declare a tool: ``@tool`` (read-only) or ``@tool(side_effect=True, requires_approval=True)``."""
+    """Declare a tool: ``@tool`` (read-only), ``@tool(recorded=True)`` (read-only, reads a
+    service: its results are recorded for replay) or ``@tool(side_effect=True,
+    requires_approval=True)``."""
+    if recorded and side_effect:
+        raise AgentDefinitionError(
+            f"tool {name or getattr(fn, '__name__', '?')!r}: recorded=True is for read-only "
+            "tools (the pipeline never runs a side_effect=True tool, so there is no result "
+            "to record)"
+        )
     if requires_approval and not side_effect:
         raise AgentDefinitionError(
             f"tool {name or getattr(fn, '__name__', '?')!r}: requires_approval=True needs "
@@ -62,6 +80,7 @@ def tool(
             side_effect=side_effect,
             requires_approval=requires_approval,
             description=inspect.getdoc(f) or "",
+            recorded=recorded,
         )
 
     return wrap(fn) if fn is not None else wrap

@@ -40,6 +40,11 @@ ATTR_STOP_REASON = "beam_agents.stop_reason"
 ATTR_TOOL_NAME = "gen_ai.tool.name"
 ATTR_ARGS_SHA256 = "beam_agents.args_sha256"
 ATTR_RESULT_SHA256 = "beam_agents.result_sha256"
+# TOOL_CALL of a @tool(recorded=True) tool only: its result is kept in the key's tool
+# cache (the pipeline) / was served from it (replay); plain tools' events do not carry it.
+ATTR_TOOL_RECORDED = "beam_agents.tool.recorded"
+# ... and set (true) only when the entry kept the result's digest, not the result.
+ATTR_TOOL_DIGEST_ONLY = "beam_agents.tool.digest_only"
 ATTR_ERROR_TYPE = "error.type"
 ATTR_INTENT_ID = "beam_agents.intent_id"
 ATTR_REQUIRES_APPROVAL = "beam_agents.requires_approval"

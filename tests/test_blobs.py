@@ -39,6 +39,7 @@ from beam_agents.blobs import (
     load_memory,
     load_pending,
     load_resume_history,
+    load_tool_cache,
 )
 from beam_agents.cache_key import cache_key_and_fingerprint
 from beam_agents.errors import (
@@ -364,6 +365,7 @@ LOADERS: dict[str, Callable[[bytes], object]] = {
     "continuation": load_continuation,
     "pending": load_pending,
     "resume_history": load_resume_history,
+    "tool_cache": load_tool_cache,
 }
 
 

@@ -20,6 +20,7 @@ from beam_agents._protos import (
 )
 from beam_agents.blobs import dump_continuation, encode_blob
 from beam_agents.cache_key import cache_key_and_fingerprint
+from beam_agents.context import digest_value
 from beam_agents.errors import BlobTooNewError, CorruptBlobError, MigrationGapError, StateError
 from beam_agents.key_state import (
     KeyState,
@@ -31,6 +32,7 @@ from beam_agents.key_state import (
 )
 from beam_agents.llm_cache import CachePolicy, LookupStatus, ReplayCache
 from beam_agents.migrations import STATE_SCHEMA_VERSION
+from beam_agents.tool_cache import ToolCache, ToolCachePolicy, arg_digests, encode_result
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "fixtures" / "blobs"
 T0 = 1_734_000_000_000
@@ -82,7 +84,22 @@ def suspended_state() -> KeyState:
             seq=n + 1,
             policy=CachePolicy(),
         )
+    tools = ToolCache()
+    for n in range(2):
+        args = {"order_id": f"A{n}"}
+        data, is_bytes = encode_result("read_order", {"status": f"s{n}"}, ToolCachePolicy())
+        tools.record(
+            tool="read_order",
+            args_sha256=digest_value(args, "args"),
+            digests=arg_digests(args),
+            result=data,
+            result_is_bytes=is_bytes,
+            now_ms=T0 + n,
+            seq=n + 1,
+            policy=ToolCachePolicy(),
+        )
     return KeyState(
+        tool_cache=tools,
         memory={"customer": {"name": "Zoë", "orders": ["A1", "A2"]}, "attempts": 2},
         cache=cache,
         continuation=continuation(5),
@@ -99,6 +116,7 @@ def assert_same_state(left: KeyState, right: KeyState) -> None:
     assert left.continuation == right.continuation
     assert left.pending == right.pending
     assert left.resume_history == right.resume_history
+    assert left.tool_cache.body_bytes() == right.tool_cache.body_bytes()
     assert left.migrations_applied == right.migrations_applied
 
 
@@ -168,6 +186,7 @@ def test_a_snapshot_carries_the_seed_fields_and_the_cells_exactly() -> None:
     assert list(snapshot.pending) == [intent(5, 0), intent(5, 1)]
     assert snapshot.pending_schema_version == 1
     assert [record.seq for record in snapshot.resumed_from] == [3]
+    assert snapshot.tool_cache == cells.tool_cache != b""
 
 
 def test_cells_to_snapshot_to_state_is_the_state_of_the_cells() -> None:
@@ -193,7 +212,7 @@ def test_an_empty_key_snapshot() -> None:
     snapshot = snapshot_of(StateCells(), seq=0)
 
     assert not snapshot.HasField("continuation")
-    assert snapshot.memory == b"" and snapshot.llm_cache == b""
+    assert snapshot.memory == b"" and snapshot.llm_cache == b"" and snapshot.tool_cache == b""
     assert list(snapshot.pending) == [] and list(snapshot.resumed_from) == []
     _, state = load_snapshot(snapshot.SerializeToString(deterministic=True))
     assert_same_state(state, KeyState())
@@ -378,3 +397,27 @@ def test_a_continuation_cell_is_exported_with_its_stamped_version() -> None:
 
     assert snapshot.continuation.schema_version == 1
     assert snapshot.continuation.suspended_seq == 5
+
+
+def test_an_embedded_tool_cache_newer_than_the_package_is_refused_naming_it() -> None:
+    cells = dump_key_state(suspended_state())
+    snapshot = snapshot_of(cells)
+    snapshot.tool_cache = VersionedBlob(
+        kind="tool_cache", schema_version=9, body=b""
+    ).SerializeToString()
+
+    with pytest.raises(BlobTooNewError) as raised:
+        load_snapshot(snapshot.SerializeToString(deterministic=True))
+
+    assert (raised.value.kind, raised.value.found) == ("tool_cache", 9)
+
+
+def test_a_key_without_recorded_tools_keeps_an_empty_tool_cache_cell() -> None:
+    state = suspended_state()
+    state.tool_cache = ToolCache()
+    cells = dump_key_state(state)
+    assert cells.tool_cache == b""
+    snapshot = snapshot_of(cells)
+    assert snapshot.tool_cache == b"" and not snapshot.ListFields()[-1][0].name == "tool_cache"
+    _, loaded = load_snapshot(snapshot.SerializeToString(deterministic=True))
+    assert len(loaded.tool_cache) == 0 and loaded.migrations_applied == []

@@ -20,9 +20,10 @@ from beam_agents._protos import (
     LlmRequest,
     PendingIntents,
     ResumeHistory,
+    ToolCacheBody,
     VersionedBlob,
 )
-from beam_agents.blobs import load_llm_cache
+from beam_agents.blobs import dump_tool_cache, load_llm_cache, load_tool_cache
 from beam_agents.cache_key import FINGERPRINT_UNAVAILABLE, cache_key_and_fingerprint
 from beam_agents.errors import BlobTooNewError, CorruptBlobError, MigrationGapError, StateError
 from beam_agents.llm_cache import LookupStatus
@@ -34,6 +35,7 @@ from beam_agents.migrations import (
     migrate,
     parse_json_object,
 )
+from beam_agents.tool_cache import decode_result, tool_cache_key
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "fixtures" / "blobs"
 T0 = 1_734_000_000_000
@@ -92,6 +94,7 @@ def test_current_versions_and_state_schema_version() -> None:
         "continuation": 1,
         "pending": 1,
         "resume_history": 1,
+        "tool_cache": 1,
     }
     assert STATE_SCHEMA_VERSION == 2
 
@@ -221,6 +224,37 @@ def test_resume_history_v1_golden_is_current() -> None:
     assert [r.continuation.suspended_seq for r in records] == [3, 5]
     assert all(r.continuation.schema_version == 1 for r in records)
     assert [len(r.pending) for r in records] == [1, 2]
+
+
+def test_tool_cache_v1_golden_is_current_and_serves_its_entries() -> None:
+    raw = golden("tool_cache", 1).SerializeToString()
+    body, steps = migrate("tool_cache", 1, golden("tool_cache", 1).body)
+    assert steps == []
+    entries = {e.tool + ":" + e.args_sha256[:8]: e for e in ToolCacheBody.FromString(body).entries}
+    assert len(entries) == 3
+    cache, load_steps = load_tool_cache(raw)
+    assert load_steps == [] and len(cache) == 3
+    assert dump_tool_cache(cache) == raw, "a current golden is dumped back byte for byte"
+    by_tool = sorted((e.tool, e.digest_only, e.result_is_bytes) for e in cache.entries_by_recency())
+    assert by_tool == [
+        ("read_invoice_pdf", False, True),
+        ("read_order", False, False),
+        ("search_kb", True, False),
+    ]
+    order = next(e for e in cache.entries_by_recency() if e.tool == "read_order")
+    args_sha = hashlib.sha256(canonical_json.dumps({"order_id": "A1"})).hexdigest()
+    assert order.args_sha256 == args_sha
+    found = cache.lookup(
+        tool_cache_key("read_order", args_sha), now_ms=T0 + 8_000, visible_through_seq=8
+    )
+    assert found.status is LookupStatus.HIT and found.entry is not None
+    assert decode_result(found.entry) == {"order_id": "A1", "status": "versandt", "note": "für Zoë"}
+    assert hashlib.sha256(found.entry.result).digest() == found.entry.result_sha256
+    digest_only = next(e for e in cache.entries_by_recency() if e.tool == "search_kb")
+    assert (
+        cache.lookup(digest_only.cache_key, now_ms=T0 + 8_000, visible_through_seq=8).status
+        is LookupStatus.DIGEST_ONLY
+    )
 
 
 @pytest.mark.parametrize("kind", sorted(CURRENT_VERSIONS))

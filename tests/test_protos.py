@@ -69,6 +69,7 @@ def test_field_numbers_are_the_designs() -> None:
         "resumed_from": 10,
         "pending_schema_version": 11,
         "resumed_from_schema_version": 12,
+        "tool_cache": 13,
     }
     assert numbers(AgentEnvelope) == {
         "entity_key": 1,

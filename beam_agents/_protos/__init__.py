@@ -26,6 +26,8 @@ from beam_agents._protos.v1.state_pb2 import (
     ResumeHistory,
     ResumeRecord,
     StateSnapshot,
+    ToolCacheBody,
+    ToolCacheEntry,
     VersionedBlob,
 )
 from beam_agents._protos.v1.trace_pb2 import AttributeValue, TraceEvent
@@ -49,6 +51,8 @@ __all__ = [
     "ResumeRecord",
     "SamplingParams",
     "StateSnapshot",
+    "ToolCacheBody",
+    "ToolCacheEntry",
     "ToolCall",
     "ToolIntent",
     "ToolResult",

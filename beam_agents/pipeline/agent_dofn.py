@@ -75,7 +75,7 @@ from beam_agents.trace_events import serialize_trace_event
 
 METRICS_NAMESPACE = "beam_agents"
 
-_BLOB_CELLS = ("memory", "llm_cache", "continuation", "pending", "resume_history")
+_BLOB_CELLS = ("memory", "llm_cache", "continuation", "pending", "resume_history", "tool_cache")
 """The ``StateCells`` fields, each held in the Beam state cell of the same name."""
 
 
@@ -93,6 +93,7 @@ LLM_CACHE_SPEC = ReadModifyWriteStateSpec("llm_cache", BytesCoder())
 CONTINUATION_SPEC = ReadModifyWriteStateSpec("continuation", BytesCoder())
 PENDING_SPEC = ReadModifyWriteStateSpec("pending", BytesCoder())
 RESUME_HISTORY_SPEC = ReadModifyWriteStateSpec("resume_history", BytesCoder())
+TOOL_CACHE_SPEC = ReadModifyWriteStateSpec("tool_cache", BytesCoder())
 INBOX_SPEC = ReadModifyWriteStateSpec("inbox", IterableCoder(BytesCoder()))
 HITL_TIMER_SPEC = TimerSpec("hitl_deadline", TimeDomain.WATERMARK)
 
@@ -103,6 +104,7 @@ LLM_CACHE_PARAM = beam.DoFn.StateParam(LLM_CACHE_SPEC)
 CONTINUATION_PARAM = beam.DoFn.StateParam(CONTINUATION_SPEC)
 PENDING_PARAM = beam.DoFn.StateParam(PENDING_SPEC)
 RESUME_HISTORY_PARAM = beam.DoFn.StateParam(RESUME_HISTORY_SPEC)
+TOOL_CACHE_PARAM = beam.DoFn.StateParam(TOOL_CACHE_SPEC)
 INBOX_PARAM = beam.DoFn.StateParam(INBOX_SPEC)
 HITL_TIMER_PARAM = beam.DoFn.TimerParam(HITL_TIMER_SPEC)
 KEY_PARAM = beam.DoFn.KeyParam
@@ -159,6 +161,8 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
     CONTINUATION = CONTINUATION_SPEC
     PENDING = PENDING_SPEC
     RESUME_HISTORY = RESUME_HISTORY_SPEC
+    TOOL_CACHE = TOOL_CACHE_SPEC
+    """Results of ``@tool(recorded=True)`` tools (the ``tool_cache`` blob)."""
     INBOX = INBOX_SPEC
     """Raw envelope bytes of start events waiting for the key to stop being suspended."""
     HITL_TIMER = HITL_TIMER_SPEC
@@ -199,13 +203,21 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
         continuation_cell: Any = CONTINUATION_PARAM,
         pending_cell: Any = PENDING_PARAM,
         resume_history_cell: Any = RESUME_HISTORY_PARAM,
+        tool_cache_cell: Any = TOOL_CACHE_PARAM,
         inbox_cell: Any = INBOX_PARAM,
         timer: Any = HITL_TIMER_PARAM,
     ) -> Iterator[Any]:
         key, raw = element
         store = _CellStore(
             seq_cell,
-            (memory_cell, llm_cache_cell, continuation_cell, pending_cell, resume_history_cell),
+            (
+                memory_cell,
+                llm_cache_cell,
+                continuation_cell,
+                pending_cell,
+                resume_history_cell,
+                tool_cache_cell,
+            ),
             inbox_cell,
         )
         return _tagged(self._handle_envelope(key, raw, store, timer))
@@ -221,12 +233,20 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
         continuation_cell: Any = CONTINUATION_PARAM,
         pending_cell: Any = PENDING_PARAM,
         resume_history_cell: Any = RESUME_HISTORY_PARAM,
+        tool_cache_cell: Any = TOOL_CACHE_PARAM,
         inbox_cell: Any = INBOX_PARAM,
         timer: Any = HITL_TIMER_PARAM,
     ) -> Iterator[Any]:
         store = _CellStore(
             seq_cell,
-            (memory_cell, llm_cache_cell, continuation_cell, pending_cell, resume_history_cell),
+            (
+                memory_cell,
+                llm_cache_cell,
+                continuation_cell,
+                pending_cell,
+                resume_history_cell,
+                tool_cache_cell,
+            ),
             inbox_cell,
         )
         return _tagged(self._handle_deadline(key, fired_at.micros // 1000, store, timer))
@@ -330,6 +350,7 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
             entity_key=key,
             hitl=self._config.hitl,
             cache_policy=self._config.cache,
+            tool_cache_policy=self._config.tool_cache,
         )
         self._latency.update(int((time.perf_counter() - started) * 1000))
         self._activations.inc()
@@ -470,13 +491,11 @@ class _CellStore:
         self._seq.write(seq)
 
     def read_cells(self) -> StateCells:
-        values = [cell.read() or b"" for cell in self._blobs]
         return StateCells(
-            memory=values[0],
-            llm_cache=values[1],
-            continuation=values[2],
-            pending=values[3],
-            resume_history=values[4],
+            **{
+                name: cell.read() or b""
+                for name, cell in zip(_BLOB_CELLS, self._blobs, strict=True)
+            }
         )
 
     def write_changed(self, before: StateCells, after: StateCells) -> None:

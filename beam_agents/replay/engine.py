@@ -146,6 +146,7 @@ def _replay(
             entity_key=snapshot.entity_key,
             hitl=hitl,
             cache_visible_through_seq=plan.seq,
+            serve_recorded_tools=True,
         )
     except (SystemExit, GeneratorExit) as exc:
         # run_activation turns every Exception into a failure; these are not Exceptions.
@@ -160,6 +161,7 @@ def _replay(
         provider_calls=provider.calls,
         attempts=run_attempts,
         cache=plan.state.cache,
+        tool_cache=plan.state.tool_cache,
     )
     commit_cells = getattr(result, "cells", None)
     outputs = tuple(blob_digest(o) for o in getattr(result, "outputs", ()))
@@ -170,6 +172,8 @@ def _replay(
         events=judgement.comparison.pairs,
         first_divergence=judgement.first_divergence,
         cache_miss=judgement.cache_miss,
+        tool_miss=judgement.tool_miss,
+        served_tool_events=result.served_tool_events,
         intents=intent_ledger(plan.traced, result.trace),
         outputs=outputs,
         memory=blob_digest(commit_cells.memory) if commit_cells is not None else None,
@@ -179,6 +183,8 @@ def _replay(
             blob_versions=blob_versions,
             resumed=plan.state.continuation if plan.kind == "resume" else None,
             replayed=result.trace,
+            served_tool_events=result.served_tool_events,
+            visible_through_seq=plan.seq,
         ),
         provider_calls=provider.calls,
         network_attempts=tuple(a.describe() for a in run_attempts),

@@ -101,7 +101,11 @@ def _stored_versions(snapshot: StateSnapshot) -> dict[str, int]:
     from beam_agents.blobs import unwrap_blob
 
     versions: dict[str, int] = {"snapshot": snapshot.state_schema_version}
-    for kind, raw in (("memory", snapshot.memory), ("llm_cache", snapshot.llm_cache)):
+    for kind, raw in (
+        ("memory", snapshot.memory),
+        ("llm_cache", snapshot.llm_cache),
+        ("tool_cache", snapshot.tool_cache),
+    ):
         if raw:
             versions[kind] = unwrap_blob(kind, raw)[0]
     if snapshot.HasField("continuation"):

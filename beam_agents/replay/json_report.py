@@ -140,6 +140,22 @@ def _state(s: StateView | None) -> dict[str, Any] | None:
         "resumed_continuation": _continuation(s.resumed_continuation),
         "blob_versions": dict(s.blob_versions),
         "migrations_applied": list(s.migrations_applied),
+        "tool_cache_entries": [
+            {
+                "tool": e.tool,
+                "args_sha256": e.args_sha256,
+                "result_sha256": e.result_sha256,
+                "result_size": e.result_size,
+                "age_ms": e.age_ms,
+                "ttl_left_ms": e.ttl_left_ms,
+                "lru_rank": e.lru_rank,
+                "status": e.status,
+                "inserted_seq": e.inserted_seq,
+                "recorded_seq": e.recorded_seq,
+                "served_in_activation": e.served_in_activation,
+            }
+            for e in s.tool_cache_entries
+        ],
     }
 
 
@@ -156,6 +172,18 @@ def result_to_dict(result: ReplayResult) -> dict[str, Any]:
         "network_attempts": list(result.network_attempts),
         "first_divergence": _divergence(result.first_divergence),
         "cache_miss": _miss(result.cache_miss),
+        "tool_miss": None
+        if result.tool_miss is None
+        else {
+            "event_index": result.tool_miss.event_index,
+            "tool": result.tool_miss.tool,
+            "args_sha256": result.tool_miss.args_sha256,
+            "status": result.tool_miss.status,
+            "traced_args_sha256": result.tool_miss.traced_args_sha256,
+            "nearest_args_sha256": result.tool_miss.nearest_args_sha256,
+            "differences": list(result.tool_miss.differences),
+        },
+        "served_tool_events": list(result.served_tool_events),
         "events": [
             {
                 "index": pair.index,

@@ -11,6 +11,10 @@ or its first blocked network attempt. Then:
   components that differ (or saying the response is simply gone);
 - else a miss where the trace has something else → ``diverged`` at that event
   (the re-run called the model where the original did not);
+- a recorded tool call the snapshot's tool cache cannot serve counts like a cache
+  miss: ``irreproducible`` where the trace has a ``TOOL_CALL`` of that tool,
+  naming the tool, the args digest and the nearest recorded call's differing
+  argument; ``diverged`` where the trace has something else;
 - a network attempt → ``irreproducible``, naming the tool and the address;
 - no miss, no attempt: ``reproduced`` if every event matches, else ``diverged``.
 
@@ -26,13 +30,15 @@ from dataclasses import dataclass
 
 from beam_agents._protos import TraceEvent
 from beam_agents.activation import ActivationFailure, ActivationResult
-from beam_agents.context import ProviderFailure
+from beam_agents.context import ProviderFailure, ToolMiss
 from beam_agents.llm_cache import LookupStatus, ReplayCache
 from beam_agents.replay.compare import EventComparison, compare_events, describe_divergence
 from beam_agents.replay.network_guard import NetworkAttempt
 from beam_agents.replay.reconstruct import Plan
-from beam_agents.replay.result import CacheMiss, Divergence, NearestEntry, Verdict
+from beam_agents.replay.result import CacheMiss, Divergence, NearestEntry, ToolCacheMiss, Verdict
+from beam_agents.tool_cache import ToolCache, tool_cache_key
 from beam_agents.trace_events import (
+    ATTR_ARGS_SHA256,
     ATTR_BILLED,
     ATTR_CACHE_HIT,
     ATTR_CACHE_KEY,
@@ -52,6 +58,7 @@ class Judgement:
     comparison: EventComparison
     first_divergence: Divergence | None = None
     cache_miss: CacheMiss | None = None
+    tool_miss: ToolCacheMiss | None = None
 
 
 def _event_label(event: TraceEvent) -> str:
@@ -174,6 +181,7 @@ def judge(
     provider_calls: int,
     attempts: Sequence[NetworkAttempt],
     cache: ReplayCache,
+    tool_cache: ToolCache | None = None,
 ) -> Judgement:
     """Judge the re-run (see the module docstring for the rules, in order).
 
@@ -183,7 +191,10 @@ def judge(
         provider_calls: How many times the re-run reached the provider.
         attempts: The network attempts the guard refused.
         cache: The pre-state's replay cache (to find the nearest entry of a miss).
+        tool_cache: The pre-state's tool cache (to find the nearest recorded call of a
+            tool miss).
     """
+    tools = tool_cache if tool_cache is not None else ToolCache()
     traced = plan.traced
     comparison = compare_events(traced or (), result.trace)
     failures = sorted(result.provider_failures, key=lambda f: f.event_index)
@@ -200,10 +211,30 @@ def judge(
         # The provider was reached without the context recording it: still no reproduction.
         miss_index = len(result.trace)
 
-    if traced is None:
-        return _judge_what_if(plan, comparison, first_failure, first_attempt, cache, provider_calls)
+    tool_misses = sorted(result.tool_misses, key=lambda m: m.event_index)
+    first_tool_miss = tool_misses[0] if tool_misses else None
+    tool_miss_index = first_tool_miss.event_index if first_tool_miss is not None else None
 
-    stops = [i for i in (miss_index, attempt_index) if i is not None]
+    if traced is None:
+        judgement = _judge_what_if(
+            plan, comparison, first_failure, first_attempt, cache, provider_calls
+        )
+        if first_tool_miss is not None and (
+            miss_index is None or first_tool_miss.event_index < miss_index
+        ):
+            unserved = _tool_miss(first_tool_miss, None, tools)
+            return Judgement(
+                verdict=Verdict.IRREPRODUCIBLE,
+                reason=(
+                    f"what-if: seq {plan.seq} (a pending {plan.trigger_name}) has no traced "
+                    f"activation; it ran up to {_tool_miss_reason(unserved, tools, None)}"
+                ),
+                comparison=comparison,
+                tool_miss=unserved,
+            )
+        return judgement
+
+    stops = [i for i in (miss_index, attempt_index, tool_miss_index) if i is not None]
     stop = min(stops) if stops else None
     first = comparison.first_difference
     if stop is None:
@@ -225,6 +256,26 @@ def judge(
             reason=_network_reason(first_attempt, len(attempts)),
             comparison=comparison,
         )
+    if (
+        first_tool_miss is not None
+        and first_tool_miss.event_index == stop
+        and (miss_index is None or first_tool_miss.event_index < miss_index)
+    ):
+        at = first_tool_miss.event_index
+        traced_tool = traced[at] if at < len(traced) else None
+        if (
+            traced_tool is None
+            or traced_tool.kind != TraceEvent.TOOL_CALL
+            or traced_tool.name != first_tool_miss.tool
+        ):
+            return _diverged(comparison, at)
+        served_miss = _tool_miss(first_tool_miss, traced_tool, tools)
+        return Judgement(
+            verdict=Verdict.IRREPRODUCIBLE,
+            reason=_tool_miss_reason(served_miss, tools, traced_tool),
+            comparison=comparison,
+            tool_miss=served_miss,
+        )
     if first_failure is None:
         return Judgement(
             verdict=Verdict.IRREPRODUCIBLE,
@@ -243,6 +294,83 @@ def judge(
         comparison=comparison,
         cache_miss=miss,
     )
+
+
+def _tool_miss(miss: ToolMiss, traced: TraceEvent | None, tools: ToolCache) -> ToolCacheMiss:
+    traced_args: str | None = None
+    if traced is not None and ATTR_ARGS_SHA256 in traced.attributes:
+        traced_args = traced.attributes[ATTR_ARGS_SHA256].string_value
+    nearest = tools.nearest(miss.tool, miss.arg_digests)
+    return ToolCacheMiss(
+        event_index=miss.event_index,
+        tool=miss.tool,
+        args_sha256=miss.args_sha256,
+        status=miss.lookup_status.value,
+        traced_args_sha256=traced_args,
+        nearest_args_sha256=None if nearest is None else nearest[0].args_sha256,
+        differences=() if nearest is None else tuple(nearest[1]),
+    )
+
+
+def _tool_miss_reason(miss: ToolCacheMiss, tools: ToolCache, traced: TraceEvent | None) -> str:
+    """Why the recorded call cannot be served, naming the tool, args digest and nearest call."""
+    head = (
+        f"recorded tool {miss.tool!r} at event {miss.event_index} (args sha256 "
+        f"{miss.args_sha256}) is not served by the snapshot's tool cache"
+    )
+    status = LookupStatus(miss.status)
+    entry = tools.get(tool_cache_key(miss.tool, miss.args_sha256))
+    changed = ""
+    if miss.traced_args_sha256 is not None and miss.traced_args_sha256 != miss.args_sha256:
+        changed = (
+            f" (the arguments changed: the traced call had args sha256 {miss.traced_args_sha256})"
+        )
+    if status is LookupStatus.DIGEST_ONLY:
+        return (
+            f"{head}: the entry is digest-only — the tool cache kept the result's digest, not "
+            "the result (ToolCachePolicy.retain_payloads=False), so replay cannot serve it"
+        )
+    if status is LookupStatus.EXPIRED:
+        return f"{head}: the recorded result had expired at the activation clock{changed}"
+    if status is LookupStatus.MINTED_LATER:
+        since = f" (seq {entry.inserted_seq})" if entry is not None else ""
+        return (
+            f"{head}: its recorded result dates from a later activation{since}, which got a "
+            "different answer or recorded this call first; the result this activation got is "
+            f"gone{changed}; export sooner after the activation"
+        )
+    if status is LookupStatus.AMBIGUOUS:
+        at = f" (seq {entry.inserted_seq})" if entry is not None else ""
+        return (
+            f"{head}: the activation{at} got two different results for this same call, so "
+            "replay cannot tell which result each call received"
+        )
+    error = ""
+    if traced is not None and ATTR_ERROR_TYPE in traced.attributes:
+        error = traced.attributes[ATTR_ERROR_TYPE].string_value
+    if error:
+        return (
+            f"{head}: the original call raised {error}, so no result was recorded; the "
+            "activation replays up to this call"
+        )
+    if miss.nearest_args_sha256 is not None:
+        nearest = (
+            f"; the nearest recorded call of {miss.tool!r} (args sha256 "
+            f"{miss.nearest_args_sha256}) differs in: {', '.join(miss.differences) or 'nothing'}"
+        )
+    else:
+        nearest = f"; the tool cache holds no recorded call of {miss.tool!r}"
+    if miss.traced_args_sha256 is not None and miss.traced_args_sha256 != miss.args_sha256:
+        return (
+            f"{head}: the arguments changed — the traced call had args sha256 "
+            f"{miss.traced_args_sha256}{nearest}"
+        )
+    if miss.traced_args_sha256 == miss.args_sha256:
+        return (
+            f"{head}: the result the original received is no longer in the snapshot's tool "
+            f"cache (evicted by later activations, or purged when expired){nearest}"
+        )
+    return f"{head}{nearest}"
 
 
 def _outcome(result: ActivationResult) -> str:

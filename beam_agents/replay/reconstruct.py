@@ -340,6 +340,7 @@ def _pre_state(
         continuation=continuation,
         pending=pending,
         resume_history=[r for r in state.resume_history if r.seq < seq],
+        tool_cache=state.tool_cache,
         migrations_applied=state.migrations_applied,
     )
     return pre, source

@@ -18,8 +18,10 @@ from beam_agents.replay.result import (
     Divergence,
     IntentRow,
     ReplayResult,
+    ToolCacheMiss,
     Verdict,
 )
+from beam_agents.trace_events import ATTR_ARGS_SHA256, ATTR_RESULT_SHA256
 
 __all__ = ["render_error", "render_report", "safe_text"]
 
@@ -114,6 +116,43 @@ def _miss_lines(miss: CacheMiss) -> list[str]:
     return lines
 
 
+def _tool_miss_lines(miss: ToolCacheMiss) -> list[str]:
+    lines = [
+        f"  tool cache miss: event {miss.event_index} TOOL_CALL {safe_text(repr(miss.tool))} "
+        f"({miss.status})",
+        f"    args sha256:        {miss.args_sha256}",
+        f"    traced args sha256: {miss.traced_args_sha256 or '-'}",
+    ]
+    if miss.nearest_args_sha256 is None:
+        lines.append(
+            f"    nearest recorded:   none (no recorded call of {safe_text(repr(miss.tool))})"
+        )
+    else:
+        lines.append(f"    nearest recorded:   args sha256 {miss.nearest_args_sha256}")
+        differs = ", ".join(miss.differences) or "nothing (the same arguments)"
+        lines.append(f"    differs in:         {safe_text(differs)}")
+    return lines
+
+
+def _served_tool_lines(result: ReplayResult) -> list[str]:
+    """One line per recorded tool call the tool cache served (a cache hit: never run)."""
+    lines = []
+    for index in result.served_tool_events:
+        if index >= len(result.events):
+            continue
+        event = result.events[index].replayed
+        if event is None:
+            continue
+        attrs = event.attributes
+        args = attrs[ATTR_ARGS_SHA256].string_value if ATTR_ARGS_SHA256 in attrs else "-"
+        value = attrs[ATTR_RESULT_SHA256].string_value if ATTR_RESULT_SHA256 in attrs else "-"
+        lines.append(
+            f"    event {index} TOOL_CALL {safe_text(repr(event.name))}  cache hit  "
+            f"args sha256={args}  result sha256={value}"
+        )
+    return lines
+
+
 def render_report(result: ReplayResult) -> str:
     """The headless report (stdout) for any verdict but a usage error."""
     h = result.header
@@ -138,6 +177,14 @@ def render_report(result: ReplayResult) -> str:
         lines.extend(_divergence_lines(result.first_divergence))
     if result.cache_miss is not None:
         lines.extend(_miss_lines(result.cache_miss))
+    if result.tool_miss is not None:
+        lines.extend(_tool_miss_lines(result.tool_miss))
+    served = _served_tool_lines(result)
+    if served:
+        lines.append(
+            f"  recorded tools: {len(served)} call(s) served from the tool cache (never run):"
+        )
+        lines.extend(served)
     for attempt in result.network_attempts:
         lines.append(f"  network blocked: {safe_text(attempt)}")
     lines.append(f"  registry: {safe_text(h.registry_path)}")

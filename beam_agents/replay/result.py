@@ -11,7 +11,8 @@ Verdicts and exit codes are the seed page's table:
     DIVERGED        1  the first diverging event is named in ``first_divergence``
     USAGE_ERROR     2  bad input, inputs that do not belong together, or a snapshot newer than us
     IRREPRODUCIBLE  3  a cache miss, a digest-only entry, a migration gap, a blocked network call,
-                       a resume whose continuation is no longer in the snapshot
+                       a recorded tool call the tool cache cannot serve, a resume whose
+                       continuation is no longer in the snapshot
 """
 
 from __future__ import annotations
@@ -147,6 +148,25 @@ class CacheMiss:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ToolCacheMiss:
+    """A ``recorded=True`` tool call the snapshot's tool cache could not serve."""
+
+    event_index: int
+    """Index of the replayed TOOL_CALL that missed."""
+    tool: str
+    args_sha256: str
+    """The re-run's canonical-args digest."""
+    status: str
+    """``absent``, ``expired``, ``digest_only``, ``minted_later`` or ``ambiguous``."""
+    traced_args_sha256: str | None = None
+    """The args digest the traced TOOL_CALL at that index had, if any."""
+    nearest_args_sha256: str | None = None
+    """The args digest of the recorded call of this tool closest to the re-run's."""
+    differences: tuple[str, ...] = ()
+    """How the nearest recorded call's arguments differ, e.g. ``("argument 'order_id' differs",)``."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class IntentRow:
     """One intent of the ledger: what the trace says happened to it, and what the re-run did."""
 
@@ -188,6 +208,30 @@ class CacheEntryView:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ToolCacheEntryView:
+    """One recorded tool result of the snapshot, as the operator needs to see it at ``now_ms``."""
+
+    tool: str
+    args_sha256: str
+    result_sha256: str
+    result_size: int
+    age_ms: int
+    """Since the latest recording."""
+    ttl_left_ms: int
+    lru_rank: int
+    """1 = most recently used."""
+    status: str
+    """``servable``, ``digest_only``, ``expired``, ``ambiguous`` or ``minted_later``
+    (recorded with this result only after the replayed activation)."""
+    inserted_seq: int
+    """The first seq from which every recording returned this result."""
+    recorded_seq: int
+    """The seq of the latest recording."""
+    served_in_activation: bool
+    """The re-run was served this entry."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class ContinuationView:
     suspended_seq: int
     step_index: int
@@ -222,6 +266,8 @@ class StateView:
     blob_versions: dict[str, int]
     """Schema version each blob was stored at, before migration."""
     migrations_applied: tuple[str, ...]
+    tool_cache_entries: tuple[ToolCacheEntryView, ...] = ()
+    """Recorded tool results (``@tool(recorded=True)``), most recently used first."""
     resumed_continuation: ContinuationView | None = None
     """For a resume: the continuation the re-run consumed (``header.continuation_source``
     says where it came from); ``continuation`` is the snapshot's own, which a completed
@@ -240,6 +286,10 @@ class ReplayResult:
     """Traced and replayed events side by side, in order (normalized comparison)."""
     first_divergence: Divergence | None = None
     cache_miss: CacheMiss | None = None
+    tool_miss: ToolCacheMiss | None = None
+    """The recorded tool call the tool cache could not serve (exit 3), if that stopped it."""
+    served_tool_events: tuple[int, ...] = ()
+    """Indices of the replayed TOOL_CALL events served from the snapshot's tool cache."""
     intents: tuple[IntentRow, ...] = ()
     outputs: tuple[BlobDigest, ...] = ()
     memory: BlobDigest | None = None

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from beam_agents._protos import Continuation, ToolIntent, TraceEvent
+from beam_agents.entry_cache import expired
 from beam_agents.key_state import KeyState
 from beam_agents.replay.result import (
     BlobDigest,
@@ -21,8 +22,11 @@ from beam_agents.replay.result import (
     IntentRow,
     PendingIntentView,
     StateView,
+    ToolCacheEntryView,
 )
+from beam_agents.tool_cache import ToolCache
 from beam_agents.trace_events import (
+    ATTR_ARGS_SHA256,
     ATTR_CACHE_HIT,
     ATTR_CACHE_KEY,
     ATTR_EXPIRES_AT_MS,
@@ -31,7 +35,7 @@ from beam_agents.trace_events import (
     ATTR_TOOL_NAME,
 )
 
-__all__ = ["blob_digest", "intent_ledger", "state_view"]
+__all__ = ["blob_digest", "intent_ledger", "state_view", "tool_cache_view"]
 
 
 def blob_digest(data: bytes) -> BlobDigest:
@@ -89,6 +93,55 @@ def _hit_keys(replayed: Iterable[TraceEvent]) -> set[str]:
     }
 
 
+def _served_calls(
+    replayed: Sequence[TraceEvent], served_tool_events: Sequence[int]
+) -> set[tuple[str, str]]:
+    served: set[tuple[str, str]] = set()
+    for index in served_tool_events:
+        if index < len(replayed):
+            event = replayed[index]
+            served.add((event.name, _attr_str(event, ATTR_ARGS_SHA256)))
+    return served
+
+
+def tool_cache_view(
+    cache: ToolCache,
+    *,
+    now_ms: int,
+    visible_through_seq: int | None,
+    served: Collection[tuple[str, str]] = (),
+) -> tuple[ToolCacheEntryView, ...]:
+    """The recorded tool results, most recently used first, with their status at ``now_ms``."""
+    views = []
+    for rank, entry in enumerate(cache.entries_by_recency(), start=1):
+        if entry.digest_only:
+            status = "digest_only"
+        elif expired(entry, now_ms):
+            status = "expired"
+        elif visible_through_seq is not None and entry.inserted_seq > visible_through_seq:
+            status = "minted_later"
+        elif entry.ambiguous:
+            status = "ambiguous"
+        else:
+            status = "servable"
+        views.append(
+            ToolCacheEntryView(
+                tool=entry.tool,
+                args_sha256=entry.args_sha256,
+                result_sha256=entry.result_sha256.hex(),
+                result_size=entry.result_size,
+                age_ms=now_ms - entry.inserted_ms,
+                ttl_left_ms=entry.inserted_ms + entry.ttl_ms - now_ms,
+                lru_rank=rank,
+                status=status,
+                inserted_seq=entry.inserted_seq,
+                recorded_seq=entry.recorded_seq,
+                served_in_activation=(entry.tool, entry.args_sha256) in served,
+            )
+        )
+    return tuple(views)
+
+
 def state_view(
     state: KeyState,
     *,
@@ -96,6 +149,8 @@ def state_view(
     blob_versions: dict[str, int],
     resumed: Continuation | None,
     replayed: Sequence[TraceEvent],
+    served_tool_events: Sequence[int] = (),
+    visible_through_seq: int | None = None,
 ) -> StateView:
     """The snapshot's state as loaded, seen at the activation clock ``now_ms``.
 
@@ -105,6 +160,8 @@ def state_view(
         blob_versions: Each blob's stored version.
         resumed: For a resume, the continuation the re-run consumed.
         replayed: The re-run's events (to mark the cache entries it was served).
+        served_tool_events: Indices of the re-run's TOOL_CALLs served from the tool cache.
+        visible_through_seq: The replayed seq (tool results recorded later are marked).
     """
     hits = _hit_keys(replayed)
     entries = tuple(
@@ -129,6 +186,12 @@ def state_view(
         blob_versions=dict(blob_versions),
         migrations_applied=tuple(state.migrations_applied),
         resumed_continuation=_continuation_view(resumed),
+        tool_cache_entries=tool_cache_view(
+            state.tool_cache,
+            now_ms=now_ms,
+            visible_through_seq=visible_through_seq,
+            served=_served_calls(replayed, served_tool_events),
+        ),
     )
 
 

@@ -256,6 +256,7 @@ class SeededAgentDoFn(AgentDoFn):
         continuation_cell: Any = dofn_params.CONTINUATION_PARAM,
         pending_cell: Any = dofn_params.PENDING_PARAM,
         resume_history_cell: Any = dofn_params.RESUME_HISTORY_PARAM,
+        tool_cache_cell: Any = dofn_params.TOOL_CACHE_PARAM,
         inbox_cell: Any = dofn_params.INBOX_PARAM,
         timer: Any = dofn_params.HITL_TIMER_PARAM,
     ) -> Iterator[Any]:
@@ -263,14 +264,15 @@ class SeededAgentDoFn(AgentDoFn):
         if raw != SEED:
             return super().process(  # type: ignore[no-any-return]
                 element,
-                seq_cell,
-                memory_cell,
-                llm_cache_cell,
-                continuation_cell,
-                pending_cell,
-                resume_history_cell,
-                inbox_cell,
-                timer,
+                seq_cell=seq_cell,
+                memory_cell=memory_cell,
+                llm_cache_cell=llm_cache_cell,
+                continuation_cell=continuation_cell,
+                pending_cell=pending_cell,
+                resume_history_cell=resume_history_cell,
+                tool_cache_cell=tool_cache_cell,
+                inbox_cell=inbox_cell,
+                timer=timer,
             )
         seq, cells = self._seeds[key]
         seq_cell.write(seq)
@@ -280,6 +282,7 @@ class SeededAgentDoFn(AgentDoFn):
             (continuation_cell, cells.continuation),
             (pending_cell, cells.pending),
             (resume_history_cell, cells.resume_history),
+            (tool_cache_cell, cells.tool_cache),
         ):
             if value:
                 cell.write(value)

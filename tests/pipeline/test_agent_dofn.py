@@ -41,7 +41,16 @@ CONFIG = AgentConfig(
     provider_factory=make_provider,
     hitl=HitlPolicy(hitl_timeout_ms=HOUR, approval_channel="refunds"),
 )
-CELL_NAMES = ("seq", "memory", "llm_cache", "continuation", "pending", "resume_history", "inbox")
+CELL_NAMES = (
+    "seq",
+    "memory",
+    "llm_cache",
+    "continuation",
+    "pending",
+    "resume_history",
+    "tool_cache",
+    "inbox",
+)
 
 
 class RecordingCell:

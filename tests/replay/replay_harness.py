@@ -28,6 +28,7 @@ from beam_agents.key_state import StateCells, load_key_state, make_snapshot
 from beam_agents.llm_cache import CachePolicy
 from beam_agents.provider import Provider
 from beam_agents.replay.options import ReplayOptions
+from beam_agents.tool_cache import ToolCachePolicy
 from beam_agents.trace_stream import write_trace_stream
 
 T0 = 1_734_000_000_000
@@ -44,6 +45,7 @@ class KeyHistory:
     key: bytes = KEY
     hitl: HitlPolicy = DEFAULT_HITL_POLICY
     cache_policy: CachePolicy = field(default_factory=CachePolicy)
+    tool_cache_policy: ToolCachePolicy = field(default_factory=ToolCachePolicy)
     cells: StateCells = field(default_factory=StateCells)
     seq: int = 0
     trace: list[TraceEvent] = field(default_factory=list)
@@ -68,6 +70,7 @@ class KeyHistory:
             entity_key=self.key,
             hitl=self.hitl,
             cache_policy=self.cache_policy,
+            tool_cache_policy=self.tool_cache_policy,
         )
         self.trace.extend(result.trace)
         self.results.append(result)

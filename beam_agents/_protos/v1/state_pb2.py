@@ -27,29 +27,37 @@ from beam_agents._protos.v1 import intent_pb2 as beam__agents_dot_v1_dot_intent_
 from beam_agents._protos.v1 import llm_pb2 as beam__agents_dot_v1_dot_llm__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x62\x65\x61m_agents/v1/state.proto\x12\x0e\x62\x65\x61m_agents.v1\x1a\x1b\x62\x65\x61m_agents/v1/intent.proto\x1a\x18\x62\x65\x61m_agents/v1/llm.proto\"\x9d\x01\n\x0c\x43ontinuation\x12\x15\n\rsuspended_seq\x18\x01 \x01(\x03\x12\x12\n\nstep_index\x18\x02 \x01(\r\x12\x18\n\x10\x61\x64\x61pter_snapshot\x18\x03 \x01(\x0c\x12\x1b\n\x13\x61waiting_intent_ids\x18\x04 \x03(\t\x12\x13\n\x0b\x64\x65\x61\x64line_ms\x18\x05 \x01(\x03\x12\x16\n\x0eschema_version\x18\x06 \x01(\r\"|\n\x0cResumeRecord\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x32\n\x0c\x63ontinuation\x18\x02 \x01(\x0b\x32\x1c.beam_agents.v1.Continuation\x12+\n\x07pending\x18\x03 \x03(\x0b\x32\x1a.beam_agents.v1.ToolIntent\"\xf7\x02\n\rStateSnapshot\x12\x1c\n\x14state_schema_version\x18\x01 \x01(\r\x12\x12\n\nentity_key\x18\x02 \x01(\x0c\x12\x0b\n\x03seq\x18\x03 \x01(\x03\x12\x16\n\x0esnapshot_at_ms\x18\x04 \x01(\x03\x12\x0e\n\x06memory\x18\x05 \x01(\x0c\x12\x11\n\tllm_cache\x18\x06 \x01(\x0c\x12\x32\n\x0c\x63ontinuation\x18\x07 \x01(\x0b\x32\x1c.beam_agents.v1.Continuation\x12+\n\x07pending\x18\x08 \x03(\x0b\x32\x1a.beam_agents.v1.ToolIntent\x12\x12\n\nrequest_id\x18\t \x01(\t\x12\x32\n\x0cresumed_from\x18\n \x03(\x0b\x32\x1c.beam_agents.v1.ResumeRecord\x12\x1e\n\x16pending_schema_version\x18\x0b \x01(\r\x12#\n\x1bresumed_from_schema_version\x18\x0c \x01(\r\"C\n\rVersionedBlob\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x16\n\x0eschema_version\x18\x02 \x01(\r\x12\x0c\n\x04\x62ody\x18\x03 \x01(\x0c\"\xd9\x02\n\rLlmCacheEntry\x12\x11\n\tcache_key\x18\x01 \x01(\t\x12-\n\x08response\x18\x02 \x01(\x0b\x32\x1b.beam_agents.v1.LlmResponse\x12\x13\n\x0b\x64igest_only\x18\x03 \x01(\x08\x12\x17\n\x0fresponse_sha256\x18\x04 \x01(\x0c\x12\x15\n\rresponse_size\x18\x05 \x01(\x03\x12\x13\n\x0binserted_ms\x18\x06 \x01(\x03\x12\x14\n\x0cinserted_seq\x18\x07 \x01(\x03\x12\x14\n\x0clast_used_ms\x18\x08 \x01(\x03\x12\x0e\n\x06ttl_ms\x18\t \x01(\x03\x12\r\n\x05model\x18\n \x01(\t\x12\x10\n\x08provider\x18\x0b \x01(\t\x12\x37\n\x0b\x66ingerprint\x18\x0c \x01(\x0b\x32\".beam_agents.v1.RequestFingerprint\x12\x16\n\x0elast_used_tick\x18\r \x01(\x03\"z\n\x12RequestFingerprint\x12\r\n\x05model\x18\x01 \x01(\x0c\x12\x10\n\x08provider\x18\x02 \x01(\x0c\x12\x0e\n\x06params\x18\x03 \x01(\x0c\x12\r\n\x05tools\x18\x04 \x03(\x0c\x12\x10\n\x08messages\x18\x05 \x03(\x0c\x12\x12\n\nkey_format\x18\x06 \x01(\x0c\"L\n\x0cLlmCacheBody\x12.\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x1d.beam_agents.v1.LlmCacheEntry\x12\x0c\n\x04tick\x18\x02 \x01(\x03\"=\n\x0ePendingIntents\x12+\n\x07intents\x18\x01 \x03(\x0b\x32\x1a.beam_agents.v1.ToolIntent\">\n\rResumeHistory\x12-\n\x07records\x18\x01 \x03(\x0b\x32\x1c.beam_agents.v1.ResumeRecordb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x62\x65\x61m_agents/v1/state.proto\x12\x0e\x62\x65\x61m_agents.v1\x1a\x1b\x62\x65\x61m_agents/v1/intent.proto\x1a\x18\x62\x65\x61m_agents/v1/llm.proto\"\x9d\x01\n\x0c\x43ontinuation\x12\x15\n\rsuspended_seq\x18\x01 \x01(\x03\x12\x12\n\nstep_index\x18\x02 \x01(\r\x12\x18\n\x10\x61\x64\x61pter_snapshot\x18\x03 \x01(\x0c\x12\x1b\n\x13\x61waiting_intent_ids\x18\x04 \x03(\t\x12\x13\n\x0b\x64\x65\x61\x64line_ms\x18\x05 \x01(\x03\x12\x16\n\x0eschema_version\x18\x06 \x01(\r\"|\n\x0cResumeRecord\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x32\n\x0c\x63ontinuation\x18\x02 \x01(\x0b\x32\x1c.beam_agents.v1.Continuation\x12+\n\x07pending\x18\x03 \x03(\x0b\x32\x1a.beam_agents.v1.ToolIntent\"\x8b\x03\n\rStateSnapshot\x12\x1c\n\x14state_schema_version\x18\x01 \x01(\r\x12\x12\n\nentity_key\x18\x02 \x01(\x0c\x12\x0b\n\x03seq\x18\x03 \x01(\x03\x12\x16\n\x0esnapshot_at_ms\x18\x04 \x01(\x03\x12\x0e\n\x06memory\x18\x05 \x01(\x0c\x12\x11\n\tllm_cache\x18\x06 \x01(\x0c\x12\x32\n\x0c\x63ontinuation\x18\x07 \x01(\x0b\x32\x1c.beam_agents.v1.Continuation\x12+\n\x07pending\x18\x08 \x03(\x0b\x32\x1a.beam_agents.v1.ToolIntent\x12\x12\n\nrequest_id\x18\t \x01(\t\x12\x32\n\x0cresumed_from\x18\n \x03(\x0b\x32\x1c.beam_agents.v1.ResumeRecord\x12\x1e\n\x16pending_schema_version\x18\x0b \x01(\r\x12#\n\x1bresumed_from_schema_version\x18\x0c \x01(\r\x12\x12\n\ntool_cache\x18\r \x01(\x0c\"C\n\rVersionedBlob\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x16\n\x0eschema_version\x18\x02 \x01(\r\x12\x0c\n\x04\x62ody\x18\x03 \x01(\x0c\"\xd9\x02\n\rLlmCacheEntry\x12\x11\n\tcache_key\x18\x01 \x01(\t\x12-\n\x08response\x18\x02 \x01(\x0b\x32\x1b.beam_agents.v1.LlmResponse\x12\x13\n\x0b\x64igest_only\x18\x03 \x01(\x08\x12\x17\n\x0fresponse_sha256\x18\x04 \x01(\x0c\x12\x15\n\rresponse_size\x18\x05 \x01(\x03\x12\x13\n\x0binserted_ms\x18\x06 \x01(\x03\x12\x14\n\x0cinserted_seq\x18\x07 \x01(\x03\x12\x14\n\x0clast_used_ms\x18\x08 \x01(\x03\x12\x0e\n\x06ttl_ms\x18\t \x01(\x03\x12\r\n\x05model\x18\n \x01(\t\x12\x10\n\x08provider\x18\x0b \x01(\t\x12\x37\n\x0b\x66ingerprint\x18\x0c \x01(\x0b\x32\".beam_agents.v1.RequestFingerprint\x12\x16\n\x0elast_used_tick\x18\r \x01(\x03\"z\n\x12RequestFingerprint\x12\r\n\x05model\x18\x01 \x01(\x0c\x12\x10\n\x08provider\x18\x02 \x01(\x0c\x12\x0e\n\x06params\x18\x03 \x01(\x0c\x12\r\n\x05tools\x18\x04 \x03(\x0c\x12\x10\n\x08messages\x18\x05 \x03(\x0c\x12\x12\n\nkey_format\x18\x06 \x01(\x0c\"L\n\x0cLlmCacheBody\x12.\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x1d.beam_agents.v1.LlmCacheEntry\x12\x0c\n\x04tick\x18\x02 \x01(\x03\"=\n\x0ePendingIntents\x12+\n\x07intents\x18\x01 \x03(\x0b\x32\x1a.beam_agents.v1.ToolIntent\">\n\rResumeHistory\x12-\n\x07records\x18\x01 \x03(\x0b\x32\x1c.beam_agents.v1.ResumeRecord\"\xba\x03\n\x0eToolCacheEntry\x12\x11\n\tcache_key\x18\x01 \x01(\t\x12\x0c\n\x04tool\x18\x02 \x01(\t\x12\x13\n\x0b\x61rgs_sha256\x18\x03 \x01(\t\x12\x43\n\x0b\x61rg_digests\x18\x04 \x03(\x0b\x32..beam_agents.v1.ToolCacheEntry.ArgDigestsEntry\x12\x0e\n\x06result\x18\x05 \x01(\x0c\x12\x17\n\x0fresult_is_bytes\x18\x06 \x01(\x08\x12\x13\n\x0b\x64igest_only\x18\x07 \x01(\x08\x12\x15\n\rresult_sha256\x18\x08 \x01(\x0c\x12\x13\n\x0bresult_size\x18\t \x01(\x03\x12\x13\n\x0binserted_ms\x18\n \x01(\x03\x12\x14\n\x0cinserted_seq\x18\x0b \x01(\x03\x12\x14\n\x0crecorded_seq\x18\x0c \x01(\x03\x12\x11\n\tambiguous\x18\r \x01(\x08\x12\x14\n\x0clast_used_ms\x18\x0e \x01(\x03\x12\x0e\n\x06ttl_ms\x18\x0f \x01(\x03\x12\x16\n\x0elast_used_tick\x18\x10 \x01(\x03\x1a\x31\n\x0f\x41rgDigestsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c:\x02\x38\x01\"N\n\rToolCacheBody\x12/\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x1e.beam_agents.v1.ToolCacheEntry\x12\x0c\n\x04tick\x18\x02 \x01(\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'beam_agents._protos.v1.state_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_TOOLCACHEENTRY_ARGDIGESTSENTRY']._loaded_options = None
+  _globals['_TOOLCACHEENTRY_ARGDIGESTSENTRY']._serialized_options = b'8\001'
   _globals['_CONTINUATION']._serialized_start=102
   _globals['_CONTINUATION']._serialized_end=259
   _globals['_RESUMERECORD']._serialized_start=261
   _globals['_RESUMERECORD']._serialized_end=385
   _globals['_STATESNAPSHOT']._serialized_start=388
-  _globals['_STATESNAPSHOT']._serialized_end=763
-  _globals['_VERSIONEDBLOB']._serialized_start=765
-  _globals['_VERSIONEDBLOB']._serialized_end=832
-  _globals['_LLMCACHEENTRY']._serialized_start=835
-  _globals['_LLMCACHEENTRY']._serialized_end=1180
-  _globals['_REQUESTFINGERPRINT']._serialized_start=1182
-  _globals['_REQUESTFINGERPRINT']._serialized_end=1304
-  _globals['_LLMCACHEBODY']._serialized_start=1306
-  _globals['_LLMCACHEBODY']._serialized_end=1382
-  _globals['_PENDINGINTENTS']._serialized_start=1384
-  _globals['_PENDINGINTENTS']._serialized_end=1445
-  _globals['_RESUMEHISTORY']._serialized_start=1447
-  _globals['_RESUMEHISTORY']._serialized_end=1509
+  _globals['_STATESNAPSHOT']._serialized_end=783
+  _globals['_VERSIONEDBLOB']._serialized_start=785
+  _globals['_VERSIONEDBLOB']._serialized_end=852
+  _globals['_LLMCACHEENTRY']._serialized_start=855
+  _globals['_LLMCACHEENTRY']._serialized_end=1200
+  _globals['_REQUESTFINGERPRINT']._serialized_start=1202
+  _globals['_REQUESTFINGERPRINT']._serialized_end=1324
+  _globals['_LLMCACHEBODY']._serialized_start=1326
+  _globals['_LLMCACHEBODY']._serialized_end=1402
+  _globals['_PENDINGINTENTS']._serialized_start=1404
+  _globals['_PENDINGINTENTS']._serialized_end=1465
+  _globals['_RESUMEHISTORY']._serialized_start=1467
+  _globals['_RESUMEHISTORY']._serialized_end=1529
+  _globals['_TOOLCACHEENTRY']._serialized_start=1532
+  _globals['_TOOLCACHEENTRY']._serialized_end=1974
+  _globals['_TOOLCACHEENTRY_ARGDIGESTSENTRY']._serialized_start=1925
+  _globals['_TOOLCACHEENTRY_ARGDIGESTSENTRY']._serialized_end=1974
+  _globals['_TOOLCACHEBODY']._serialized_start=1976
+  _globals['_TOOLCACHEBODY']._serialized_end=2054
 # @@protoc_insertion_point(module_scope)

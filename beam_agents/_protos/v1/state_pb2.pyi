@@ -108,6 +108,7 @@ class StateSnapshot(_message.Message):
     RESUMED_FROM_FIELD_NUMBER: _builtins.int
     PENDING_SCHEMA_VERSION_FIELD_NUMBER: _builtins.int
     RESUMED_FROM_SCHEMA_VERSION_FIELD_NUMBER: _builtins.int
+    TOOL_CACHE_FIELD_NUMBER: _builtins.int
     state_schema_version: _builtins.int
     entity_key: _builtins.bytes
     seq: _builtins.int
@@ -120,6 +121,10 @@ class StateSnapshot(_message.Message):
     """Layout version of `pending` (ToolIntent list)."""
     resumed_from_schema_version: _builtins.int
     """Layout version of `resumed_from` (the resume_history blob's records)."""
+    tool_cache: _builtins.bytes
+    """The tool_cache blob (VersionedBlob bytes, as the state cell holds it): results of
+    recorded tools. Empty when the key never recorded one.
+    """
     @_builtins.property
     def continuation(self) -> Global___Continuation:
         """Present only while the key is suspended."""
@@ -147,10 +152,11 @@ class StateSnapshot(_message.Message):
         resumed_from: _abc.Iterable[Global___ResumeRecord] | None = ...,
         pending_schema_version: _builtins.int = ...,
         resumed_from_schema_version: _builtins.int = ...,
+        tool_cache: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["continuation", b"continuation"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["continuation", b"continuation", "entity_key", b"entity_key", "llm_cache", b"llm_cache", "memory", b"memory", "pending", b"pending", "pending_schema_version", b"pending_schema_version", "request_id", b"request_id", "resumed_from", b"resumed_from", "resumed_from_schema_version", b"resumed_from_schema_version", "seq", b"seq", "snapshot_at_ms", b"snapshot_at_ms", "state_schema_version", b"state_schema_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["continuation", b"continuation", "entity_key", b"entity_key", "llm_cache", b"llm_cache", "memory", b"memory", "pending", b"pending", "pending_schema_version", b"pending_schema_version", "request_id", b"request_id", "resumed_from", b"resumed_from", "resumed_from_schema_version", b"resumed_from_schema_version", "seq", b"seq", "snapshot_at_ms", b"snapshot_at_ms", "state_schema_version", b"state_schema_version", "tool_cache", b"tool_cache"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -166,7 +172,7 @@ class VersionedBlob(_message.Message):
     SCHEMA_VERSION_FIELD_NUMBER: _builtins.int
     BODY_FIELD_NUMBER: _builtins.int
     kind: _builtins.str
-    """"memory", "llm_cache", "continuation", "pending" or "resume_history"."""
+    """"memory", "llm_cache", "continuation", "pending", "resume_history" or "tool_cache"."""
     schema_version: _builtins.int
     body: _builtins.bytes
     def __init__(
@@ -351,3 +357,124 @@ class ResumeHistory(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ResumeHistory: _TypeAlias = ResumeHistory  # noqa: Y015
+
+@_typing.final
+class ToolCacheEntry(_message.Message):
+    """tool_cache body, current layout: the results of recorded tools (`@tool(recorded=True)`)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class ArgDigestsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.bytes
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.bytes = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    CACHE_KEY_FIELD_NUMBER: _builtins.int
+    TOOL_FIELD_NUMBER: _builtins.int
+    ARGS_SHA256_FIELD_NUMBER: _builtins.int
+    ARG_DIGESTS_FIELD_NUMBER: _builtins.int
+    RESULT_FIELD_NUMBER: _builtins.int
+    RESULT_IS_BYTES_FIELD_NUMBER: _builtins.int
+    DIGEST_ONLY_FIELD_NUMBER: _builtins.int
+    RESULT_SHA256_FIELD_NUMBER: _builtins.int
+    RESULT_SIZE_FIELD_NUMBER: _builtins.int
+    INSERTED_MS_FIELD_NUMBER: _builtins.int
+    INSERTED_SEQ_FIELD_NUMBER: _builtins.int
+    RECORDED_SEQ_FIELD_NUMBER: _builtins.int
+    AMBIGUOUS_FIELD_NUMBER: _builtins.int
+    LAST_USED_MS_FIELD_NUMBER: _builtins.int
+    TTL_MS_FIELD_NUMBER: _builtins.int
+    LAST_USED_TICK_FIELD_NUMBER: _builtins.int
+    cache_key: _builtins.str
+    """sha256 hex over (tool name, args_sha256): the entry's key."""
+    tool: _builtins.str
+    args_sha256: _builtins.str
+    """sha256 hex of the canonical JSON of the call's arguments (the trace's args_sha256)."""
+    result: _builtins.bytes
+    """The result: canonical JSON, or the raw bytes when result_is_bytes. Empty when digest_only."""
+    result_is_bytes: _builtins.bool
+    digest_only: _builtins.bool
+    result_sha256: _builtins.bytes
+    """sha256 of the result bytes above (the trace's result_sha256)."""
+    result_size: _builtins.int
+    inserted_ms: _builtins.int
+    """The activation clock of the latest recording of this result (TTL counts from it)."""
+    inserted_seq: _builtins.int
+    """The first seq from which every recording of this call returned this result."""
+    recorded_seq: _builtins.int
+    """The seq of the latest recording."""
+    ambiguous: _builtins.bool
+    """The activation inserted_seq == recorded_seq recorded two different results for this call."""
+    last_used_ms: _builtins.int
+    ttl_ms: _builtins.int
+    last_used_tick: _builtins.int
+    """Monotonic use counter: higher is more recently used (LRU order)."""
+    @_builtins.property
+    def arg_digests(self) -> _containers.ScalarMap[_builtins.str, _builtins.bytes]:
+        """One short digest per argument (name -> 16 bytes), to name the differing argument of a miss."""
+
+    def __init__(
+        self,
+        *,
+        cache_key: _builtins.str = ...,
+        tool: _builtins.str = ...,
+        args_sha256: _builtins.str = ...,
+        arg_digests: _abc.Mapping[_builtins.str, _builtins.bytes] | None = ...,
+        result: _builtins.bytes = ...,
+        result_is_bytes: _builtins.bool = ...,
+        digest_only: _builtins.bool = ...,
+        result_sha256: _builtins.bytes = ...,
+        result_size: _builtins.int = ...,
+        inserted_ms: _builtins.int = ...,
+        inserted_seq: _builtins.int = ...,
+        recorded_seq: _builtins.int = ...,
+        ambiguous: _builtins.bool = ...,
+        last_used_ms: _builtins.int = ...,
+        ttl_ms: _builtins.int = ...,
+        last_used_tick: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ambiguous", b"ambiguous", "arg_digests", b"arg_digests", "args_sha256", b"args_sha256", "cache_key", b"cache_key", "digest_only", b"digest_only", "inserted_ms", b"inserted_ms", "inserted_seq", b"inserted_seq", "last_used_ms", b"last_used_ms", "last_used_tick", b"last_used_tick", "recorded_seq", b"recorded_seq", "result", b"result", "result_is_bytes", b"result_is_bytes", "result_sha256", b"result_sha256", "result_size", b"result_size", "tool", b"tool", "ttl_ms", b"ttl_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ToolCacheEntry: _TypeAlias = ToolCacheEntry  # noqa: Y015
+
+@_typing.final
+class ToolCacheBody(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    TICK_FIELD_NUMBER: _builtins.int
+    tick: _builtins.int
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___ToolCacheEntry]: ...
+    def __init__(
+        self,
+        *,
+        entries: _abc.Iterable[Global___ToolCacheEntry] | None = ...,
+        tick: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries", "tick", b"tick"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ToolCacheBody: _TypeAlias = ToolCacheBody  # noqa: Y015
