@@ -1,15 +1,18 @@
-"""Test helpers for agent authors: a scripted model provider and envelope builders.
+"""Test helpers for agent authors: a scripted model provider, envelope builders, fixture tools.
 
     provider = ScriptedProvider(lambda req: "It ships tomorrow.")
     env = event_envelope(b"customer-42", "message", b"where is my order?", time_ms=1_734_000_000_000)
+    REPLAY_TOOLS = fixture_registry(TOOLS, read_room=lambda room: {"room": room, "free": 3})
 
 These are the helpers beam-agents' own tests use; they are deterministic and offline.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from beam_agents._protos import (
     AgentEnvelope,
@@ -21,6 +24,8 @@ from beam_agents._protos import (
     ToolResult,
     Usage,
 )
+from beam_agents.errors import AgentDefinitionError
+from beam_agents.tools import ToolRegistry
 
 Respond = Callable[[LlmRequest], LlmResponse | str]
 
@@ -137,4 +142,50 @@ def export_request_envelope(
         event_time_ms=time_ms,
         envelope_id=envelope_id or _default_id("ex", entity_key, time_ms, request_id.encode()),
         export_request=AgentEnvelope.StateExportRequest(request_id=request_id),
+    )
+
+
+def fixture_registry(registry: ToolRegistry, /, **fixtures: Callable[..., Any]) -> ToolRegistry:
+    """A copy of ``registry`` whose named read-only tools run the given functions instead.
+
+    For replaying an agent whose read-only tool is *not* recorded and reads a service:
+    pass ``--registry myapp.replay_fixtures:TOOLS`` with ``TOOLS = fixture_registry(
+    app.TOOLS, read_room=fake_read_room)``. Every other tool, and every declaration
+    (name, ``recorded``, ``side_effect``, ``requires_approval``, description), is kept.
+
+    The trace holds each tool call's ``result_sha256``, so the fixture is checked, not
+    trusted: the replay reproduces only if the fixture returns exactly the production
+    result (the same JSON value, or the same bytes), and diverges at that TOOL_CALL
+    otherwise.
+
+    Args:
+        registry: The production registry.
+        **fixtures: Tool name -> the function to run in its place (same arguments).
+
+    Raises:
+        AgentDefinitionError: A name the registry does not hold, a side-effect tool
+            (the pipeline and replay never run those), or a fixture that is not callable.
+    """
+    for name, fixture in fixtures.items():
+        if name not in registry:
+            raise AgentDefinitionError(
+                f"fixture_registry: no tool named {name!r} in the registry "
+                f"(it has: {', '.join(registry.names()) or 'none'})"
+            )
+        if registry.get(name).side_effect:
+            raise AgentDefinitionError(
+                f"fixture_registry: tool {name!r} is side_effect=True; neither the pipeline nor "
+                "replay ever runs it (ctx.act only stages an intent), so a fixture would never run"
+            )
+        if not callable(fixture):
+            raise AgentDefinitionError(
+                f"fixture_registry: the fixture for {name!r} must be a function, got {fixture!r}"
+            )
+    return ToolRegistry(
+        [
+            dataclasses.replace(declared, fn=fixtures[declared.name])
+            if declared.name in fixtures
+            else declared
+            for declared in registry
+        ]
     )
