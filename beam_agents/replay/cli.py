@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from beam_agents._version import __version__
+from beam_agents.replay.escape import escape
 from beam_agents.replay.options import ReplayOptions
 from beam_agents.replay.result import ReplayResult, Verdict
 
@@ -732,7 +733,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _Exit as exc:
         return exc.code
     except _UsageError as exc:
-        sys.stderr.write(f"{PROG}: error: {exc}. Run '{exc.prog} --help' for usage.\n")
+        sys.stderr.write(f"{PROG}: error: {escape(str(exc))}. Run '{exc.prog} --help' for usage.\n")
         return 2
     except KeyboardInterrupt:
         sys.stderr.write(f"{PROG}: interrupted\n")
@@ -744,7 +745,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         frames = traceback.extract_tb(exc.__traceback__)
         where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
         sys.stderr.write(
-            f"{PROG}: internal error: {type(exc).__name__}: {exc}{where}. This is a bug in "
+            f"{PROG}: internal error: {type(exc).__name__}: {escape(str(exc))}{where}. This is a bug in "
             f"beam-agents {__version__}, not a verdict; please report it with the command line.\n"
         )
         return 2

@@ -10,8 +10,7 @@ characters escaped, so no byte of a trace or snapshot can drive the terminal.
 
 from __future__ import annotations
 
-import re
-
+from beam_agents.replay.escape import escape
 from beam_agents.replay.result import (
     BlobDigest,
     CacheMiss,
@@ -25,18 +24,12 @@ from beam_agents.trace_events import ATTR_ARGS_SHA256, ATTR_RESULT_SHA256
 
 __all__ = ["render_error", "render_report", "safe_text"]
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 NOT_DIFFED = "(no traced counterpart — reported, not diffed)"
 
 
 def safe_text(text: str) -> str:
-    """``text`` with control characters (and lone surrogates) shown as escapes."""
-    return _CONTROL.sub(
-        lambda m: (
-            f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}"
-        ),
-        text,
-    )
+    """``text`` shown safely: :func:`beam_agents.replay.escape.escape` (the one escaper)."""
+    return escape(text)
 
 
 def _unknown(value: object) -> str:
@@ -76,7 +69,9 @@ def _intent_line(row: IntentRow) -> str:
 
 
 def _divergence_lines(div: Divergence) -> list[str]:
-    lines = [f"  first divergence: event {div.index} {div.kind} {safe_text(repr(div.name))}"]
+    lines = [
+        f"  first divergence: event {div.index} {safe_text(div.kind)} {safe_text(repr(div.name))}"
+    ]
     if div.missing:
         lines.append("    missing: the trace has this event; the re-run ended before it")
     if div.extra:
@@ -95,9 +90,9 @@ def _divergence_lines(div: Divergence) -> list[str]:
 def _miss_lines(miss: CacheMiss) -> list[str]:
     lines = [
         f"  cache miss: event {miss.event_index} LLM_CALL model {safe_text(repr(miss.model))} "
-        f"({miss.status})",
-        f"    cache key:        {miss.cache_key}",
-        f"    traced cache key: {miss.traced_cache_key or '-'}"
+        f"({safe_text(miss.status)})",
+        f"    cache key:        {safe_text(miss.cache_key)}",
+        f"    traced cache key: {safe_text(miss.traced_cache_key or '-')}"
         + (
             "  (same key: the response is gone)"
             if miss.traced_cache_key == miss.cache_key
@@ -109,7 +104,7 @@ def _miss_lines(miss: CacheMiss) -> list[str]:
     else:
         differs = ", ".join(miss.nearest.differences) or "nothing (the same request)"
         lines.append(
-            f"    nearest entry:    {miss.nearest.cache_key} model "
+            f"    nearest entry:    {safe_text(miss.nearest.cache_key)} model "
             f"{safe_text(repr(miss.nearest.model))}"
         )
         lines.append(f"    differs in:       {safe_text(differs)}")

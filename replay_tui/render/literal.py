@@ -5,38 +5,20 @@ presentation. Two things could turn data into presentation: Rich markup
 (``[bold red]x[/]`` in a string Rich parses) and terminal control characters
 (``\\x1b[2J`` clears the screen, ``\\u202e`` reverses the text around it). The TUI
 therefore builds ``rich.text.Text`` objects (never markup strings) from strings
-passed through :func:`literal`, which replaces every control character with a
-visible escape such as ``\\x1b``.
+passed through :func:`literal`, which is the one escaper of every surface
+(:func:`beam_agents.replay.escape.escape`): every control, format, bidi, tag or
+invisible character and every lone surrogate becomes a visible escape such as ``\\x1b``.
 """
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime
 
 from rich.text import Text
 
-# C0 controls, DEL, C1 controls, and the invisible format characters that reorder
-# or hide text (bidi embeddings/overrides/isolates, zero-width joiners, BOM).
-_UNSAFE = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]"
-)
-_UNSAFE_KEEP_NEWLINES = re.compile(
-    "[\x00-\x09\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028\u2029\u202a-\u202e"
-    "\u2060-\u2064\u2066-\u2069\ufeff]"
-)
-_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+from beam_agents.replay.escape import escape, escape_bytes, is_safe
 
 ELLIPSIS = "…"
-
-
-def _escape(match: re.Match[str]) -> str:
-    char = match.group(0)
-    named = _NAMED.get(char)
-    if named is not None:
-        return named
-    code = ord(char)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def literal(value: str, *, multiline: bool = False) -> str:
@@ -50,13 +32,12 @@ def literal(value: str, *, multiline: bool = False) -> str:
     Returns:
         A string that cannot move the cursor, clear or restyle the terminal.
     """
-    pattern = _UNSAFE_KEEP_NEWLINES if multiline else _UNSAFE
-    return pattern.sub(_escape, value)
+    return escape(value, multiline=multiline)
 
 
 def literal_bytes(data: bytes, *, multiline: bool = False) -> str:
     """Bytes decoded as UTF-8 (invalid bytes as ``\\xNN``), then made :func:`literal`."""
-    return literal(data.decode("utf-8", errors="backslashreplace"), multiline=multiline)
+    return escape_bytes(data, multiline=multiline)
 
 
 def literal_text(value: str, style: str = "", *, multiline: bool = False) -> Text:
@@ -84,7 +65,7 @@ def key_printable(entity_key: bytes) -> str | None:
         text = entity_key.decode("utf-8")
     except UnicodeDecodeError:
         return None
-    if not text or not text.isprintable() or _UNSAFE.search(text):
+    if not text or not text.isprintable() or not is_safe(text):
         return None
     return text
 
