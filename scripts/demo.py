@@ -14,11 +14,16 @@ What it does, in order:
    snapshots go to ``file://`` sinks under ``demo-out/``; every envelope of the
    stream is written to ``demo-out/events/<envelope_id>.pb`` (the replay needs
    the triggering envelope, and the demo has it because it produced the stream).
+   Status questions read the carriers' tracking service, a real HTTP service the
+   demo starts on 127.0.0.1 (a free port) through the recorded tool
+   ``track_shipment``; the demo stops it before any replay.
 2. Prints the exact ``beam-agents-replay`` command of each incident, runs it
    headless and prints its report: Bob's refund replayed with v1 (reproduced,
    exit 0) and with v2 (diverged, exit 1), Carol's failed activation
    (irreproducible: a cache miss, exit 3), and the resume that confirmed Bob's
-   refund (reproduced from the snapshot's ``resumed_from``, exit 0).
+   refund (reproduced from the snapshot's ``resumed_from``, exit 0), and Alice's status
+   question, whose tracking lookup is served from the snapshot's tool cache with the
+   service stopped (reproduced, exit 0).
 3. Unless ``DEMO_HEADLESS=1``, opens the TUI on the diverged incident.
 
 It exits 0 when every incident gave its expected verdict, 1 otherwise.
@@ -48,6 +53,7 @@ from beam_agents import read_trace_stream  # noqa: E402
 from beam_agents._protos import TraceEvent  # noqa: E402
 from beam_agents.trace_stream import trace_stream_files  # noqa: E402
 from examples.support_desk.stream import INCIDENTS, REGISTRY, STREAM, Incident  # noqa: E402
+from examples.support_desk.tracking import running_tracking_service  # noqa: E402
 
 MARKER = ".beam-agents-demo"
 """A file the demo leaves in its output directory: it only ever deletes a directory holding it."""
@@ -266,7 +272,16 @@ def main(argv: list[str] | None = None) -> int:
     print("beam-agents demo: a support desk on Apache Beam, and its incidents replayed\n")
     print("1. The pipeline (RunAgent on the DirectRunner, streaming, file:// sinks)")
     prepare_out(out)
-    run_pipeline(out)
+    with running_tracking_service() as tracking:
+        print(
+            f"  tracking service: {tracking.url} (a real HTTP service; the agent reads it "
+            "through track_shipment, a recorded=True tool)"
+        )
+        run_pipeline(out)
+    print(
+        f"  tracking service: answered {tracking.requests} request(s), now stopped: "
+        "the replays below cannot reach it"
+    )
     events = write_events(out)
     print(f"  events:    {_display(events)}/ ({len(STREAM)} envelopes, by envelope id)\n")
 

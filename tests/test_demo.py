@@ -26,6 +26,7 @@ EXPECTED = {
     "refund-v2": ("diverged", 1),
     "carol-typo": ("irreproducible", 3),
     "refund-resume": ("reproduced", 0),
+    "alice-tracking": ("reproduced", 0),
 }
 _VERDICT_LINE = re.compile(
     r"^  (?P<name>\S+)\s+(?P<verdict>\S+)\s+exit (?P<code>\d+)\s+(?P<mark>.+)$"
@@ -93,6 +94,13 @@ def test_the_reports_name_what_happened(
     assert "cache miss" in reports and "messages[1]" in reports
     for code in (0, 1, 3):
         assert f"exit code {code}\n" in reports
+    # The recorded tool read a real HTTP service in the pipeline; its replay served the
+    # answer from the snapshot's tool cache with that service stopped.
+    assert "tracking service: http://127.0.0.1:" in done.stdout
+    assert "now stopped: the replays below cannot reach it" in done.stdout
+    alice = reports.split("Alice's status question")[1].split("exit code")[0]
+    assert "reproduced" in alice
+    assert "1 call(s) served from the tool cache" in alice and "'track_shipment'  cache hit" in alice
 
 
 @pytest.mark.slow
@@ -114,6 +122,7 @@ def test_the_demo_leaves_the_three_inputs_of_every_replay(
     assert not (out / "stale-from-last-run.txt").exists()  # re-running starts clean
     snapshots = sorted(p.name for p in (out / "snapshots").glob("*.pb"))
     assert snapshots == [
+        f"{b'customer-alice'.hex()}-3-incident-alice-tracking.pb",
         f"{b'customer-bob'.hex()}-3-incident-refund-bob.pb",
         f"{b'customer-carol'.hex()}-2-incident-carol-typo.pb",
     ]

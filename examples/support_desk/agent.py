@@ -2,7 +2,8 @@
 
 For each customer message it makes two model calls — a triage call (what does
 the customer want, which order) and a reply draft — with an order lookup in
-between. A refund request for an eligible order stages ``issue_refund`` with
+between (and, for a parcel on its way, a live read of the carrier's tracking
+service: a recorded tool, replayed from the snapshot). A refund request for an eligible order stages ``issue_refund`` with
 ``ctx.act`` (a human must approve it) and suspends until the payments executor
 reports the result; then it drafts a confirmation.
 
@@ -112,6 +113,12 @@ class SupportAgent(Agent):
         )
         if intent != "refund":
             facts["action"] = "answer_status" if intent == "order_status" else "other"
+            if intent == "order_status" and order["tracking"] and order["status"] != "delivered":
+                # A live read of the carrier's service: recorded, so replay serves it.
+                scan = ctx.call(
+                    "track_shipment", carrier=order["carrier"], tracking=order["tracking"]
+                )
+                facts["last_scan"] = f"{scan['last_scan']}, {scan['location']}"
             return self._finish(ctx, history, text, facts, turn)
 
         delivered_ms = order["delivered_ms"]

@@ -57,16 +57,17 @@ def parse_facts(system: str) -> dict[str, str]:
 
 _STATUS_REPLIES = {
     "in_transit": (
-        "your order {order_id} ({items}) is on its way with {carrier} (tracking {tracking}) "
-        "and should arrive by {eta}."
+        "your order {order_id} ({items}) is on its way with {carrier} (tracking {tracking}; "
+        "last scan {last_scan}) and should arrive by {eta}."
     ),
     "processing": (
         "your order {order_id} ({items}) is being packed at our warehouse and should arrive "
         "by {eta}. I'll make sure you get the tracking number as soon as it ships."
     ),
     "delayed": (
-        "I'm sorry: your order {order_id} ({items}) is delayed with {carrier}. The new estimate "
-        "is {eta}, and you can follow it with tracking number {tracking}."
+        "I'm sorry: your order {order_id} ({items}) is delayed with {carrier} (last scan "
+        "{last_scan}). The new estimate is {eta}, and you can follow it with tracking number "
+        "{tracking}."
     ),
     "delivered": "your order {order_id} ({items}) was delivered by {carrier}.",
 }

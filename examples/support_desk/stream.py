@@ -5,7 +5,8 @@ message stages a refund and suspends, a teammate approves it, the payments
 executor reports the refund, the agent confirms); Carol mistypes an order id
 and v1's agent code fails on it after a billed triage call; export requests for
 Bob and Carol follow their activations, so the pipeline writes the snapshots an
-operator replays from.
+operator replays from, and Alice's export follows hers (her status question read the
+carriers' tracking service through a recorded tool).
 
 The stream is built in code, deterministically: same envelopes, same bytes,
 every run. The demo plays the approver and the executor, so it needs the refund
@@ -112,13 +113,18 @@ EXPORT_CAROL = export_request_envelope(
     CAROL, "incident-carol-typo", time_ms=T0_MS + 30 * MINUTE_MS, envelope_id="exp-carol-1"
 )
 
+ALICE_STATUS_MESSAGE = _message(
+    ALICE,
+    0,
+    "msg-alice-1",
+    "Hi! Where is my order A-1001? It was supposed to arrive yesterday.",
+)
+EXPORT_ALICE = export_request_envelope(
+    ALICE, "incident-alice-tracking", time_ms=T0_MS + 30 * MINUTE_MS, envelope_id="exp-alice-1"
+)
+
 STREAM: tuple[AgentEnvelope, ...] = (
-    _message(
-        ALICE,
-        0,
-        "msg-alice-1",
-        "Hi! Where is my order A-1001? It was supposed to arrive yesterday.",
-    ),
+    ALICE_STATUS_MESSAGE,
     BOB_REFUND_MESSAGE,
     _message(CAROL, 4, "msg-carol-1", "Hi, where is my order C-3001?"),
     _message(
@@ -131,6 +137,7 @@ STREAM: tuple[AgentEnvelope, ...] = (
     BOB_REFUND_RESULT,
     EXPORT_BOB,
     EXPORT_CAROL,
+    EXPORT_ALICE,
 )
 """The events topic, in arrival order (event times increase along it)."""
 
@@ -206,7 +213,22 @@ INCIDENTS: tuple[Incident, ...] = (
         verdict="reproduced",
         exit_code=0,
     ),
+    Incident(
+        name="alice-tracking",
+        title=(
+            "Alice's status question, whose recorded track_shipment read the carriers' HTTP "
+            "service: replayed with that service stopped (served from the snapshot's tool cache)"
+        ),
+        entity_key=ALICE,
+        seq=FIRST_SEQ,
+        event=ALICE_STATUS_MESSAGE,
+        export=EXPORT_ALICE,
+        agent=AGENT_V1,
+        verdict="reproduced",
+        exit_code=0,
+    ),
 )
 """What the demo replays: reproduced (0), diverged (1), irreproducible cache miss (3), and the
 resume that ended Bob's round trip, replayed from the continuation the snapshot's
-``resumed_from`` kept (reproduced, 0)."""
+``resumed_from`` kept (reproduced, 0), and Alice's status question, whose recorded tool
+read a live HTTP service, replayed with that service stopped (reproduced, 0)."""

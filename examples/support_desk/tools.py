@@ -1,8 +1,11 @@
-"""The support desk's tools: a read-only lookup, and two side effects (one needs a human's approval).
+"""The support desk's tools: two reads, and two side effects (one needs a human's approval).
 
 ``lookup_order`` runs inline through ``ctx.call``, in the pipeline and again
 during replay, so it must be deterministic and offline (it reads the bundled
-table). ``issue_refund`` moves money: the agent stages it with ``ctx.act``, a
+table). ``track_shipment`` reads a real HTTP service (the carriers' tracking
+service, ``tracking``), whose answers change with the world: it is declared
+``recorded=True``, so the pipeline records each answer in the key's tool cache
+and replay serves it from the snapshot, never calling the service. ``issue_refund`` moves money: the agent stages it with ``ctx.act``, a
 human approves it, and the payments executor performs it and reports back with
 a ``tool_result`` envelope. ``send_message`` sends a chat message while the
 agent waits (a suspension has no outputs of its own); it needs no approval, so
@@ -13,10 +16,15 @@ side-effect tool, and neither does replay.
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+import urllib.request
 from typing import Any
+from urllib.parse import quote
 
 from beam_agents import ToolRegistry, tool
 from examples.support_desk.orders import find_order
+from examples.support_desk.tracking import TRACKING_URL_ENV
 
 
 @tool
@@ -26,6 +34,21 @@ def lookup_order(order_id: str) -> dict[str, Any]:
     if order is None:
         return {"found": False, "order_id": order_id}
     return {"found": True, **order}
+
+
+@tool(recorded=True)
+def track_shipment(carrier: str, tracking: str) -> dict[str, Any]:
+    """Where the carrier last scanned the parcel: asks the tracking service over HTTP."""
+    base = os.environ.get(TRACKING_URL_ENV)
+    if not base:
+        raise RuntimeError(
+            f"{TRACKING_URL_ENV} is not set: start the tracking service first "
+            "(examples.support_desk.tracking.running_tracking_service())"
+        )
+    url = f"{base}/track/{quote(carrier, safe='')}/{quote(tracking, safe='')}"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        scan: dict[str, Any] = json.loads(response.read())
+    return {"last_scan": scan["last_scan"], "location": scan["location"]}
 
 
 @tool(side_effect=True, requires_approval=True)
@@ -51,5 +74,5 @@ def send_message(customer: str, text: str) -> dict[str, Any]:
     return {"sent": True, "customer": customer, "chars": len(text)}
 
 
-TOOLS = ToolRegistry([issue_refund, lookup_order, send_message])
+TOOLS = ToolRegistry([issue_refund, lookup_order, send_message, track_shipment])
 """The registry both agent versions run with (``--registry examples.support_desk.tools:TOOLS``)."""

@@ -30,6 +30,7 @@ from examples.support_desk import agent as v1
 from examples.support_desk import agent_v2 as v2
 from examples.support_desk.model import PROVIDER_NAME, make_provider, respond
 from examples.support_desk.orders import T0_MS
+from examples.support_desk.tracking import TrackingService
 from examples.support_desk.prompts import triage_request
 from examples.support_desk.stream import (
     BOB,
@@ -107,18 +108,33 @@ def test_every_envelope_of_the_stream_is_accepted(desk: Desk) -> None:
     assert desk.rejected == []
 
 
-def test_a_status_question_triages_looks_up_and_drafts(desk: Desk) -> None:
+def test_a_status_question_triages_looks_up_tracks_and_drafts(desk: Desk) -> None:
     result = desk.results[(b"customer-alice", FIRST_SEQ)]
     assert isinstance(result, ActivationCommit)
     assert kinds(result) == [
         "ACTIVATION_START",
         "LLM_CALL",
         "TOOL_CALL",
+        "TOOL_CALL",
         "LLM_CALL",
         "ACTIVATION_END",
     ]
+    track = result.trace[3]
+    assert track.name == "track_shipment"
+    assert track.attributes["beam_agents.tool.recorded"].bool_value is True
     reply = json.loads(result.outputs[0])["text"]
     assert "A-1001" in reply and "UPS" in reply
+    assert "departed facility, Louisville, KY" in reply, "the live scan the service answered"
+    assert result.cells.tool_cache, "the answer is recorded in Alice's state"
+
+
+def test_the_recorded_tool_reads_the_real_http_service(tracking_service: TrackingService) -> None:
+    before = tracking_service.requests
+    result = play(STREAM, v1.AGENT, make_provider()).results[(b"customer-carol", FIRST_SEQ)]
+    assert isinstance(result, ActivationCommit)
+    # Alice's and Carol's status questions each asked the running service once.
+    assert tracking_service.requests - before == 2
+    assert "weather delay, Denver, CO" in json.loads(result.outputs[0])["text"]
 
 
 def test_a_refund_stages_an_approval_gated_intent_and_suspends(desk: Desk) -> None:
