@@ -30,7 +30,6 @@ from examples.support_desk import agent as v1
 from examples.support_desk import agent_v2 as v2
 from examples.support_desk.model import PROVIDER_NAME, make_provider, respond
 from examples.support_desk.orders import T0_MS
-from examples.support_desk.tracking import TrackingService
 from examples.support_desk.prompts import triage_request
 from examples.support_desk.stream import (
     BOB,
@@ -42,6 +41,7 @@ from examples.support_desk.stream import (
     INCIDENTS,
     STREAM,
 )
+from examples.support_desk.tracking import TrackingService
 
 
 @dataclass
