@@ -42,7 +42,7 @@ from beam_agents.replay.events_lookup import (
     string_attr,
     write_envelope_stream,
 )
-from beam_agents.replay.inputs import describe_source, import_object, read_source
+from beam_agents.replay.inputs import describe_source, import_object, open_regular, read_source
 from beam_agents.replay.options import ReplayOptions, Source
 from beam_agents.replay.refusal import InputError
 from beam_agents.replay.traced import check_complete, seq_ranges
@@ -99,9 +99,10 @@ class Bundle:
 def is_bundle_file(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is a regular file that starts like a bundle (for the CLI's ``FILE``)."""
     try:
-        with open(path, "rb") as f:
+        # Non-blocking, regular files only: a FIFO named on the command line cannot hang us.
+        with open_regular(os.fspath(path), "bundle") as f:
             return f.read(len(_MAGIC)) == _MAGIC
-    except OSError:
+    except (OSError, InputError):
         return False
 
 

@@ -556,7 +556,38 @@ def _run_tui(ns: argparse.Namespace) -> int:
     return _open_tui(_options(ns, f"{PROG} tui"))
 
 
+def _has_terminal() -> bool:
+    """Standard input and output are both a terminal (the TUI reads keys, draws a screen)."""
+    try:
+        return sys.stdin.isatty() and sys.stdout.isatty()
+    except (AttributeError, ValueError):  # closed or replaced streams
+        return False
+
+
 def _open_tui(options: ReplayOptions) -> int:
+    stdin_flags = [
+        flag
+        for flag, value in (
+            ("--snapshot", options.snapshot),
+            ("--event", options.event),
+            *(("--traces", t) for t in options.traces),
+            *(("--events", e) for e in options.events),
+        )
+        if isinstance(value, str) and value == "-"
+    ]
+    if stdin_flags:
+        raise _UsageError(
+            f"{PROG} tui reads its keys from the terminal, so {stdin_flags[0]} cannot be - "
+            "(standard input); save the input to a file, or drop 'tui' for the headless report",
+            f"{PROG} tui",
+        )
+    if not _has_terminal():
+        raise _UsageError(
+            f"{PROG} tui needs a terminal (standard input and output are not both one); "
+            "for scripts and pipes use the headless report: drop 'tui' (or add --headless, "
+            "or --json)",
+            f"{PROG} tui",
+        )
     _cwd_importable()
     try:
         from replay_tui.app import run_tui

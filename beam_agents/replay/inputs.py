@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import importlib
 import os
+import stat
 import sys
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 from google.protobuf.message import DecodeError
 
@@ -38,20 +39,142 @@ def describe_source(source: Source) -> str:
     return "<stdin>" if text == STDIN else text
 
 
-def read_source(source: Source, flag: str) -> bytes:
-    """The bytes of a ``--snapshot`` or ``--event`` source.
+MiB = 1024 * 1024
+SIZE_CAPS: dict[str, tuple[str, int]] = {
+    "--snapshot": ("BEAM_AGENTS_REPLAY_MAX_SNAPSHOT_BYTES", 256 * MiB),
+    "--event": ("BEAM_AGENTS_REPLAY_MAX_EVENT_BYTES", 16 * MiB),
+    "--events": ("BEAM_AGENTS_REPLAY_MAX_EVENT_BYTES", 16 * MiB),
+    "--traces": ("BEAM_AGENTS_REPLAY_MAX_TRACES_BYTES", 4096 * MiB),
+    "bundle": ("BEAM_AGENTS_REPLAY_MAX_BUNDLE_BYTES", 1024 * MiB),
+}
+"""Per flag: the environment variable that raises its size cap, and the default cap (bytes).
+
+A cap bounds what one input can make replay read (``/dev/zero`` has no end);
+``--traces`` is streamed, so its cap (per file) bounds time, not memory."""
+
+
+def size_cap(flag: str) -> int:
+    """The size cap of ``flag`` in bytes: its environment variable, else the default.
 
     Raises:
-        InputError: The file cannot be read (naming the flag and the file).
+        InputError: The environment variable is not a positive number of bytes.
+    """
+    env, default = SIZE_CAPS.get(flag, SIZE_CAPS["bundle"])
+    raw = os.environ.get(env)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise InputError(
+            f"{env}={raw!r} is not a positive number of bytes",
+            f"set it to the largest {flag} input to accept, e.g. {env}={default}",
+        )
+    return value
+
+
+def _too_large(flag: str, name: str, cap: int) -> InputError:
+    env, _ = SIZE_CAPS.get(flag, SIZE_CAPS["bundle"])
+    return InputError(
+        f"{flag} {name} is larger than the {cap}-byte cap for {flag} inputs",
+        f"if it is really that large, raise the cap: {env}=<bytes> beam-agents-replay ...",
+    )
+
+
+def open_regular(path: str, flag: str) -> BinaryIO:
+    """Open ``path`` for reading if it is a regular file within ``flag``'s size cap.
+
+    Opened non-blocking first, so a FIFO with no writer cannot hang the open;
+    devices (``/dev/zero``), FIFOs, sockets and directories are refused.
+
+    Raises:
+        InputError: Not a regular file, over the cap, or unreadable (naming flag and path).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    except OSError as exc:
+        raise InputError(
+            f"cannot read {flag} {path}: {exc.strerror or exc}",
+            f"{flag} takes a file path" + (", or - for standard input" if flag != "bundle" else ""),
+        ) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            what = (
+                "a directory"
+                if stat.S_ISDIR(st.st_mode)
+                else "a FIFO (named pipe)"
+                if stat.S_ISFIFO(st.st_mode)
+                else "a device"
+                if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+                else "a socket"
+                if stat.S_ISSOCK(st.st_mode)
+                else "not a regular file"
+            )
+            raise InputError(
+                f"{flag} {path} is {what}, not a regular file",
+                f"{flag} reads regular files only (save the data to a file first"
+                + ("; a single input can come from standard input as -)" if flag != "bundle" else ")"),
+            )
+        cap = size_cap(flag)
+        if st.st_size > cap:
+            raise _too_large(flag, path, cap)
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_capped(stream: BinaryIO, flag: str, name: str) -> bytes:
+    """All of ``stream``, refusing (without reading it all) more than ``flag``'s cap."""
+    cap = size_cap(flag)
+    data = stream.read(cap + 1)
+    if len(data) > cap:
+        raise _too_large(flag, name, cap)
+    return data
+
+
+class CappedReader:
+    """A binary stream that refuses (``InputError``) to deliver more than ``flag``'s cap.
+
+    For streamed inputs (``--traces``): a file that grows while read, or standard input.
+    """
+
+    def __init__(self, stream: BinaryIO, flag: str, name: str) -> None:
+        self._stream = stream
+        self._flag = flag
+        self._name = name
+        self._left = size_cap(flag)
+        self._cap = self._left
+
+    def read(self, size: int = -1, /) -> bytes:
+        want = self._left + 1 if size < 0 else min(size, self._left + 1)
+        data = self._stream.read(want) or b""
+        self._left -= len(data)
+        if self._left < 0:
+            raise _too_large(self._flag, self._name, self._cap)
+        return data
+
+
+def read_source(source: Source, flag: str) -> bytes:
+    """The bytes of a ``--snapshot`` or ``--event`` source (a regular file, ``-`` or bytes).
+
+    Raises:
+        InputError: The file cannot be read, is not a regular file, or is over the
+            flag's size cap (naming the flag, the file, the cap and how to raise it).
     """
     if isinstance(source, bytes):
         return source
     path = os.fspath(source)
     try:
         if path == STDIN:
-            return sys.stdin.buffer.read()
-        with open(path, "rb") as f:
-            return f.read()
+            return read_capped(sys.stdin.buffer, flag, "<stdin>")
+        with open_regular(path, flag) as f:
+            return read_capped(f, flag, path)
     except OSError as exc:
         raise InputError(
             f"cannot read {flag} {path}: {exc.strerror or exc}",

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from beam_agents._protos import TraceEvent
 from beam_agents.errors import TraceStreamError
-from beam_agents.replay.inputs import STDIN, describe_source
+from beam_agents.replay.inputs import STDIN, CappedReader, describe_source, open_regular
 from beam_agents.replay.options import Source
 from beam_agents.replay.refusal import InputError
 from beam_agents.trace_events import (
@@ -141,7 +141,7 @@ def _stream_inputs(sources: Sequence[Source]) -> Iterator[tuple[str, StreamSourc
             continue
         if os.fspath(source) == STDIN:
             # Read as a stream, in chunks, like a file: a piped trace dump can be large.
-            yield "<stdin>", sys.stdin.buffer
+            yield "<stdin>", CappedReader(sys.stdin.buffer, "--traces", "<stdin>")
             continue
         files = trace_stream_files(source)
         if not files:
@@ -150,7 +150,9 @@ def _stream_inputs(sources: Sequence[Source]) -> Iterator[tuple[str, StreamSourc
                 "point --traces at the directory the file:// trace sink writes, or at a file",
             )
         for path in files:
-            yield str(path), path
+            # Regular files only (no FIFO, no /dev/zero), each within the --traces cap.
+            with open_regular(str(path), "--traces") as stream:
+                yield str(path), CappedReader(stream, "--traces", str(path))
 
 
 def _conflict(key: bytes, seq: int, index: int, name: str) -> InputError:
@@ -247,6 +249,23 @@ def _note(found: TracedKey, event: TraceEvent, name: str) -> None:
     slot[event.index] = event
 
 
+def _first_gaps(indices: Sequence[int], limit: int) -> list[int]:
+    """Up to ``limit`` of the smallest numbers in ``0..max(indices)`` that ``indices`` lacks.
+
+    Time and memory are bounded by ``len(indices) + limit``, whatever the indices' values.
+    """
+    gaps: list[int] = []
+    expected = 0
+    for index in sorted(set(indices)):
+        while expected < index and len(gaps) < limit:
+            gaps.append(expected)
+            expected += 1
+        if len(gaps) >= limit:
+            break
+        expected = index + 1
+    return gaps
+
+
 def check_complete(events: Sequence[TraceEvent], entity_key: bytes, seq: int) -> None:
     """Refuse a traced activation that is not whole: indices 0..n-1, a start, one terminal event.
 
@@ -258,9 +277,9 @@ def check_complete(events: Sequence[TraceEvent], entity_key: bytes, seq: int) ->
     """
     where = f"key {entity_key.hex()} seq {seq}"
     advice = "collect every trace event of that activation (a sink may still be writing them)"
-    indices = [e.index for e in events]
-    gaps = sorted(set(range(max(indices) + 1)) - set(indices)) if indices else []
+    gaps = _first_gaps([e.index for e in events], 11)
     if gaps:
+        # Never a range over the indices: one event with index 4294967295 is 17 bytes.
         shown = ", ".join(str(i) for i in gaps[:10]) + (", …" if len(gaps) > 10 else "")
         raise InputError(f"the trace of {where} is incomplete: no event at index {shown}", advice)
     if not events or events[0].kind != TraceEvent.ACTIVATION_START:

@@ -14,3 +14,17 @@ HERE = str(Path(__file__).resolve().parent)
 _paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 if HERE not in _paths:
     os.environ["PYTHONPATH"] = os.pathsep.join([HERE, *_paths])
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _tui_sees_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In-process ``tui`` tests run under pytest, whose stdin is not a terminal: pretend it is.
+
+    ``tests/replay/test_hostile_inputs.py`` undoes this to test the refusal itself.
+    """
+    from beam_agents.replay import cli
+
+    monkeypatch.setattr(cli, "_has_terminal", lambda: True)

@@ -1,0 +1,152 @@
+"""Hostile inputs from the issue-14 review, each reproduced: exit 2 (or 3), a message, no hang.
+
+Special files (``/dev/zero``, FIFOs, directories), inputs over their size cap,
+a trace index of 4294967295, ``tui`` with standard input as an input or
+without a terminal.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import replay_agents as ra
+from replay_harness import KEY, T0, KeyHistory, options
+from test_cli import Inputs, run
+
+from beam_agents._protos import TraceEvent
+from beam_agents.replay import cli
+from beam_agents.replay.engine import replay
+from beam_agents.replay.result import Verdict
+from beam_agents.testing import event_envelope
+
+SCRIPT = str(Path(sys.executable).parent / "beam-agents-replay")
+
+
+@pytest.fixture
+def inputs(tmp_path: Path) -> Inputs:
+    history = KeyHistory(ra.AGENT, ra.TOOLS, ra.make_provider())
+    event = event_envelope(KEY, "ask", b"where is A1?", time_ms=T0)
+    history.send(event)
+    return Inputs(tmp_path, history, event)
+
+
+def test_a_trace_index_of_4294967295_is_refused_without_building_a_range(inputs: Inputs) -> None:
+    events = [TraceEvent.FromString(e.SerializeToString()) for e in inputs.history.trace]
+    events[-1].index = 4294967295
+    traces = inputs.history.trace_bytes(events)
+    started = time.monotonic()
+    result = replay(options(inputs.snapshot.read_bytes(), traces, event=inputs.event))
+    assert time.monotonic() - started < 30  # before: a set of 4 billion ints (GBs, then an error)
+    assert result.verdict is Verdict.USAGE_ERROR
+    assert "incomplete: no event at index" in result.error
+    assert "internal error" not in result.error
+
+
+@pytest.mark.parametrize("flag", ["snapshot", "event", "traces"])
+def test_dev_zero_is_refused_as_a_device(
+    flag: str, inputs: Inputs, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(inputs.flags(**{flag: "/dev/zero"}), capsys)
+    assert code == 2
+    assert f"--{flag} /dev/zero is a device, not a regular file" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("flag", ["snapshot", "event", "traces"])
+def test_a_fifo_with_no_writer_is_refused_not_waited_on(flag: str, inputs: Inputs) -> None:
+    fifo = inputs.directory / "fifo"
+    os.mkfifo(fifo)
+    out = subprocess.run(
+        [SCRIPT, *inputs.flags(**{flag: str(fifo)})], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 2, out.stderr
+    assert f"--{flag} {fifo} is a FIFO (named pipe), not a regular file" in out.stderr
+
+
+@pytest.mark.parametrize("flag", ["snapshot", "event"])
+def test_a_directory_where_a_file_is_expected(
+    flag: str, inputs: Inputs, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(inputs.flags(**{flag: str(inputs.directory)}), capsys)
+    assert code == 2
+    assert "is a directory, not a regular file" in err
+
+
+@pytest.mark.parametrize(
+    ("flag", "env"),
+    [
+        ("snapshot", "BEAM_AGENTS_REPLAY_MAX_SNAPSHOT_BYTES"),
+        ("event", "BEAM_AGENTS_REPLAY_MAX_EVENT_BYTES"),
+        ("traces", "BEAM_AGENTS_REPLAY_MAX_TRACES_BYTES"),
+    ],
+)
+def test_an_input_over_its_cap_names_the_cap_and_how_to_raise_it(
+    flag: str, env: str, inputs: Inputs, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(env, "10")
+    code, _, err = run(inputs.flags(), capsys)
+    assert code == 2
+    assert f"larger than the 10-byte cap for --{flag} inputs" in err
+    assert f"{env}=<bytes>" in err
+    monkeypatch.setenv(env, "lots")
+    code, _, err = run(inputs.flags(), capsys)
+    assert code == 2 and f"{env}='lots' is not a positive number of bytes" in err
+    monkeypatch.setenv(env, str(1 << 30))
+    assert run(inputs.flags(), capsys)[0] == 0
+
+
+def test_an_input_over_its_cap_on_stdin_is_refused(inputs: Inputs) -> None:
+    out = subprocess.run(
+        [SCRIPT, *inputs.flags(snapshot="-")],
+        input=inputs.snapshot.read_bytes(),
+        capture_output=True,
+        timeout=60,
+        env={**os.environ, "BEAM_AGENTS_REPLAY_MAX_SNAPSHOT_BYTES": "100"},
+    )
+    assert out.returncode == 2
+    assert b"--snapshot <stdin> is larger than the 100-byte cap" in out.stderr
+
+
+@pytest.mark.parametrize("flag", ["snapshot", "event", "traces"])
+def test_tui_refuses_standard_input_as_an_input(
+    flag: str, inputs: Inputs, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(["tui", *inputs.flags(**{flag: "-"})], capsys)
+    assert (code, out) == (2, "")
+    assert f"--{flag} cannot be - (standard input)" in err
+
+
+def test_tui_without_a_terminal_points_to_the_headless_report(
+    inputs: Inputs, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli, "_has_terminal", lambda: False)
+    code, out, err = run(["tui", *inputs.flags()], capsys)
+    assert (code, out) == (2, "")
+    assert "needs a terminal" in err and "--headless" in err
+
+
+def test_tui_without_a_terminal_as_a_process_exits_2_and_writes_no_escape_codes(
+    inputs: Inputs,
+) -> None:
+    out = subprocess.run(
+        [SCRIPT, "tui", *inputs.flags()],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=60,
+    )
+    assert out.returncode == 2
+    assert b"\x1b" not in out.stdout + out.stderr
+    assert b"needs a terminal" in out.stderr
+
+
+def test_a_fifo_as_the_bundle_argument_does_not_hang(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    out = subprocess.run([SCRIPT, str(fifo)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr
