@@ -38,6 +38,8 @@ from beam_agents._protos import (
     TraceEvent,
 )
 from beam_agents.agent import Agent, Done, Suspend, Timeout
+from beam_agents.blobs import unwrap_blob
+from beam_agents.capture import ValueCapture
 from beam_agents.context import AgentContext, ProviderFailure, ToolMiss, _error_type
 from beam_agents.errors import AgentResultError, CorruptBlobError
 from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
@@ -198,6 +200,7 @@ def run_activation(
     cache_visible_through_seq: int | None = None,
     tool_cache_policy: ToolCachePolicy = DEFAULT_TOOL_CACHE_POLICY,
     serve_recorded_tools: bool = False,
+    capture: ValueCapture | None = None,
 ) -> ActivationResult:
     """Run one activation of ``agent`` for ``entity_key`` at ``seq`` on the clock ``now_ms``.
 
@@ -207,7 +210,8 @@ def run_activation(
     activation than the target are not the responses it consumed (nor the tool
     results it got). ``serve_recorded_tools`` is for replay too: ``recorded=True``
     tools are served from the key's tool cache and never run (the pipeline runs
-    them and records their results under ``tool_cache_policy``).
+    them and records their results under ``tool_cache_policy``). ``capture`` is
+    for replay too: it receives the value behind every digest the activation traces.
     """
     kind = "start" if trigger_name(trigger) == "event" else "resume"
     # Private copies: agent code mutates these; a failure simply drops them.
@@ -226,13 +230,16 @@ def run_activation(
         tool_cache=work.tool_cache,
         tool_cache_policy=tool_cache_policy,
         serve_recorded_tools=serve_recorded_tools,
+        capture=capture,
     )
     try:
-        return _run(agent, ctx, state, work, trigger, kind, hitl)
+        return _run(agent, ctx, state, work, trigger, kind, hitl, capture)
     except Exception as exc:
-        ctx.record(
+        index = ctx.record(
             TraceEvent.ACTIVATION_FAILED, _error_type(exc), {te.ATTR_ERROR_TYPE: _error_type(exc)}
         )
+        if capture is not None:
+            capture.add(index, "error", exc)
         return ActivationFailure(
             seq=seq,
             kind=kind,
@@ -303,6 +310,7 @@ def _run(
     trigger: AgentEnvelope | Timeout,
     kind: str,
     hitl: HitlPolicy,
+    capture: ValueCapture | None,
 ) -> ActivationCommit:
     ctx.record(TraceEvent.ACTIVATION_START, kind, _start_attributes(trigger, kind, state))
     pre_cont = state.continuation
@@ -381,7 +389,7 @@ def _run(
     for intent in released:
         ctx.record(TraceEvent.INTENT_RELEASED, intent.tool, {te.ATTR_INTENT_ID: intent.intent_id})
     if continuation is not None and outcome_name == "suspended":
-        ctx.record(
+        index = ctx.record(
             TraceEvent.SUSPENDED,
             "suspend",
             {
@@ -391,15 +399,24 @@ def _run(
                 te.ATTR_STATE_SHA256: hashlib.sha256(continuation.adapter_snapshot).hexdigest(),
             },
         )
-    ctx.record(
+        if capture is not None:
+            capture.add(index, "suspend_state", continuation.adapter_snapshot)
+    memory_body = unwrap_blob("memory", cells.memory)[1]
+    index = ctx.record(
         TraceEvent.ACTIVATION_END,
         outcome_name,
         {
             te.ATTR_OUTCOME: outcome_name,
             te.ATTR_OUTPUTS_COUNT: len(outputs),
             te.ATTR_INTENTS_COUNT: len(released),
+            # Digests, never payloads: replay compares the re-run's outputs and memory with them.
+            te.ATTR_OUTPUTS_SHA256: te.outputs_digest_text(outputs),
+            te.ATTR_MEMORY_SHA256: te.sha256_hex(memory_body),
         },
     )
+    if capture is not None:
+        capture.add(index, "outputs", outputs)
+        capture.add(index, "memory", memory_body)
     return ActivationCommit(
         seq=ctx.seq,
         kind=kind,

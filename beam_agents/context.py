@@ -12,7 +12,7 @@ import hashlib
 import random as _random
 from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from beam_agents import canonical_json
 from beam_agents import trace_events as te
@@ -37,6 +37,9 @@ from beam_agents.tool_cache import (
     tool_cache_key,
 )
 from beam_agents.tools import Tool, ToolRegistry
+
+if TYPE_CHECKING:
+    from beam_agents.capture import ValueCapture
 
 
 class JsonMemory(MutableMapping[str, Any]):
@@ -145,6 +148,7 @@ class AgentContext:
         tool_cache: ToolCache | None = None,
         tool_cache_policy: ToolCachePolicy = DEFAULT_TOOL_CACHE_POLICY,
         serve_recorded_tools: bool = False,
+        capture: ValueCapture | None = None,
     ) -> None:
         self.entity_key = entity_key
         """The key this activation runs for."""
@@ -152,8 +156,9 @@ class AgentContext:
         """This activation's SEQ."""
         self.now_ms = now_ms
         """The activation clock: the trigger's event time. Use it instead of the wall clock."""
-        self.memory = JsonMemory(memory)
+        self.memory = JsonMemory(memory) if capture is None else capture.memory(memory)
         """Working memory that survives activations (JSON values only)."""
+        self._capture = capture
         # Seeding a Random costs more than many activations' agent code: it is seeded on
         # first use, from the (entity_key, seq) the context was built with.
         self._random: _random.Random | None = None
@@ -240,9 +245,12 @@ class AgentContext:
         if found.status is LookupStatus.HIT and found.response is not None:
             response = LlmResponse()
             response.CopyFrom(found.response)
-            self.record(
+            index = self.record(
                 TraceEvent.LLM_CALL, request.model, {**base, **_response_attrs(response, hit=True)}
             )
+            if self._capture is not None:
+                self._capture.add(index, "request", _frozen_copy(request))
+                self._capture.add(index, "response", _frozen_copy(response))
             return response
         try:
             response = self._provider.complete(request)
@@ -265,6 +273,8 @@ class AgentContext:
             self.provider_failures.append(
                 ProviderFailure(index, key, request.model, found.status, digests.fingerprint(), exc)
             )
+            if self._capture is not None:
+                self._capture.add(index, "request", _frozen_copy(request))
             raise
         # A staged insert: it reaches the key's state only if the activation commits.
         self._cache.insert(
@@ -277,9 +287,12 @@ class AgentContext:
             seq=self.seq,
             policy=self._cache_policy,
         )
-        self.record(
+        index = self.record(
             TraceEvent.LLM_CALL, request.model, {**base, **_response_attrs(response, hit=False)}
         )
+        if self._capture is not None:
+            self._capture.add(index, "request", _frozen_copy(request))
+            self._capture.add(index, "response", _frozen_copy(response))
         return response
 
     # -- tools --------------------------------------------------------------------------------
@@ -298,9 +311,16 @@ class AgentContext:
             attrs[te.ATTR_RESULT_SHA256] = digest_value(result, f"result of tool {tool!r}")
         except Exception as exc:
             attrs[te.ATTR_ERROR_TYPE] = _error_type(exc)
-            self.record(TraceEvent.TOOL_CALL, tool, attrs)
+            index = self.record(TraceEvent.TOOL_CALL, tool, attrs)
+            if self._capture is not None:
+                if te.ATTR_ARGS_SHA256 in attrs:
+                    self._capture.add(index, "args", args)
+                self._capture.add(index, "error", exc)
             raise
-        self.record(TraceEvent.TOOL_CALL, tool, attrs)
+        index = self.record(TraceEvent.TOOL_CALL, tool, attrs)
+        if self._capture is not None:
+            self._capture.add(index, "args", args)
+            self._capture.add(index, "result", result)
         return result
 
     def _call_recorded(self, declared: Tool, args: dict[str, Any]) -> Any:
@@ -358,9 +378,16 @@ class AgentContext:
             result = bytes(data) if is_bytes else canonical_json.loads(data)
         except Exception as exc:
             attrs[te.ATTR_ERROR_TYPE] = _error_type(exc)
-            self.record(TraceEvent.TOOL_CALL, tool, attrs)
+            index = self.record(TraceEvent.TOOL_CALL, tool, attrs)
+            if self._capture is not None:
+                if te.ATTR_ARGS_SHA256 in attrs:
+                    self._capture.add(index, "args", args)
+                self._capture.add(index, "error", exc)
             raise
-        self.record(TraceEvent.TOOL_CALL, tool, attrs)
+        index = self.record(TraceEvent.TOOL_CALL, tool, attrs)
+        if self._capture is not None:
+            self._capture.add(index, "args", args)
+            self._capture.add(index, "result", result)
         return result
 
     def act(self, tool: str, /, **args: Any) -> str:
@@ -388,7 +415,7 @@ class AgentContext:
             approval_channel=self._hitl.approval_channel if requires_approval else "",
         )
         self.staged_intents.append(intent)
-        self.record(
+        index = self.record(
             TraceEvent.INTENT_STAGED,
             tool,
             {
@@ -400,7 +427,16 @@ class AgentContext:
                 te.ATTR_EXPIRES_AT_MS: intent.expires_at_ms,
             },
         )
+        if self._capture is not None:
+            self._capture.add(index, "intent_args", args_json)
         return intent.intent_id
+
+
+def _frozen_copy(message: Any) -> Any:
+    """A copy of a request or response, so later mutation by agent code cannot change it."""
+    copy = type(message)()
+    copy.CopyFrom(message)
+    return copy
 
 
 def _response_attrs(response: LlmResponse, *, hit: bool) -> dict[str, te.AttrValue]:

@@ -56,6 +56,13 @@ ATTR_STATE_SHA256 = "beam_agents.state_sha256"
 ATTR_OUTPUTS_COUNT = "beam_agents.outputs.count"
 ATTR_INTENTS_COUNT = "beam_agents.intents.count"
 ATTR_OUTCOME = "beam_agents.outcome"  # "done" | "suspended" | "released" | "rejected"
+# On ACTIVATION_END; traces written before these existed carry neither, and replay says so:
+ATTR_OUTPUTS_SHA256 = "beam_agents.outputs.sha256"
+"""sha256 hex of each output's bytes, in order, joined by commas ("" for no output)."""
+ATTR_MEMORY_SHA256 = "beam_agents.memory_sha256"
+"""sha256 hex of the committed memory's canonical JSON (the memory blob's body)."""
+END_DIGEST_ATTRIBUTES = (ATTR_OUTPUTS_SHA256, ATTR_MEMORY_SHA256)
+"""The ACTIVATION_END attributes that make outputs and memory comparable in replay."""
 
 
 _TRACE_DOMAIN = b"beam-agents/trace\x00"
@@ -100,6 +107,11 @@ class ActivationIds:
 
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def outputs_digest_text(outputs: tuple[bytes, ...] | list[bytes]) -> str:
+    """The ``beam_agents.outputs.sha256`` value of ``outputs``: each sha256 hex, comma-joined."""
+    return ",".join(hashlib.sha256(out).hexdigest() for out in outputs)
 
 
 # The AttributeValue field each exact Python type goes to. ``type(value)`` is looked up

@@ -200,18 +200,56 @@ class ReplayApp(App[int]):
         yield from super().get_system_commands(screen)
         main = screen if isinstance(screen, MainScreen) else None
         if main is not None:
-            yield SystemCommand("First divergence", "Jump to the first diverging event (d)", main.action_first_divergence)
-            yield SystemCommand("Next difference", "Next differing or cache-missed row (n)", main.action_next_notable)
-            yield SystemCommand("Previous difference", "Previous differing or cache-missed row (N)", main.action_previous_notable)
-            yield SystemCommand("Step forward", "Advance one event in step mode (space, →)", main.action_step_forward)
-            yield SystemCommand("Step back", "Go back one event in step mode (←)", main.action_step_back)
-            yield SystemCommand("Filter timeline", "Filter rows by text or kind:NAME (/)", main.action_filter)
-            yield SystemCommand("Copy event", "Copy the selected event as JSON via OSC 52 (c)", main.action_copy_event)
+            yield SystemCommand(
+                "First divergence",
+                "Jump to the first diverging event (d)",
+                main.action_first_divergence,
+            )
+            yield SystemCommand(
+                "Next difference",
+                "Next differing or cache-missed row (n)",
+                main.action_next_notable,
+            )
+            yield SystemCommand(
+                "Previous difference",
+                "Previous differing or cache-missed row (N)",
+                main.action_previous_notable,
+            )
+            yield SystemCommand(
+                "Step forward",
+                "Advance one event in step mode (space, →)",
+                main.action_step_forward,
+            )
+            yield SystemCommand(
+                "Step back", "Go back one event in step mode (←)", main.action_step_back
+            )
+            yield SystemCommand(
+                "Filter timeline", "Filter rows by text or kind:NAME (/)", main.action_filter
+            )
+            yield SystemCommand(
+                "Copy event",
+                "Copy the selected event as JSON via OSC 52 (c)",
+                main.action_copy_event,
+            )
         if self.result is not None and self.result.verdict is not Verdict.USAGE_ERROR:
-            yield SystemCommand("State", "Memory, cache, pending intents, continuation, versions (s)", lambda: self.action_show("state"))
-            yield SystemCommand("Intents ledger", "Intents staged/released, traced vs replayed (i)", lambda: self.action_show("intents"))
-            yield SystemCommand("Outputs", "Output sizes, digests and payloads (o)", lambda: self.action_show("outputs"))
-            yield SystemCommand("Export report", "Write the report as Markdown and JSON (e)", self.action_export)
+            yield SystemCommand(
+                "State",
+                "Memory, cache, pending intents, continuation, versions (s)",
+                lambda: self.action_show("state"),
+            )
+            yield SystemCommand(
+                "Intents ledger",
+                "Intents staged/released, traced vs replayed (i)",
+                lambda: self.action_show("intents"),
+            )
+            yield SystemCommand(
+                "Outputs",
+                "Output sizes, digests and payloads (o)",
+                lambda: self.action_show("outputs"),
+            )
+            yield SystemCommand(
+                "Export report", "Write the report as Markdown and JSON (e)", self.action_export
+            )
         yield SystemCommand("Help", "Every key (?)", self.action_help)
 
 

@@ -81,7 +81,7 @@ from beam_agents.testing import (
 )
 from beam_agents.trace_events import serialize_trace_event
 
-GOLDEN_VERSION = 1
+GOLDEN_VERSION = 2
 """Bumped, with new digests, only when a trace or blob layout changes on purpose."""
 
 KEY = "golden-ключ-42".encode()
@@ -845,19 +845,19 @@ SCENARIOS: dict[str, Callable[[], Chain]] = {
 }
 
 EXPECTED: dict[str, str] = {
-    "chained_through_result_state": "aae88a222d37f6a82101286d8e2a996a38465ddf8fe5f3850c00807d69f293a5",
-    "digest_only": "895747bb72ce2245f9715fc33a83d7228ebf137a10d46f58600b1bb885b278af",
-    "failures": "38d59dfbbc0c2dc8e86971eab5f1d6c1af72a806975ae3842ca36ddcd7929ebf",
-    "fresh_key_trivial": "9d67e699c1d91361350bf52ca26b8aa054b8c5676bb2f3047babd8ebe3f4ae2d",
-    "hitl_round_trip": "25a93ab31300dba30aafdc4ca511cc3c4073a0d951f7c1b9a34fbc574d99b1c6",
-    "lru_eviction": "6aeff8c8940ca5ebca67dac5763d9fb84ed45998371ab1872cf62429b50ea8ae",
-    "memory_unicode_and_in_place_mutation": "52df9f1f14c59579ec10c40bebda3c6df9bde08b3cf99164cc415615b0906343",
-    "model_and_tool_calls": "76a5a346342f8a406741b4e69d47dd828477df788bce3f06c18d6a8e08bd5ae5",
-    "multi_step_resume_and_history": "dd31d77f13a46d423356614415195fb148bbaec9c5c9f4492255f0dfd55d038b",
-    "old_version_cells": "a9f0aee3a538781e963ba0eb04510261969c1c584ff493ccedee350202ec81de",
-    "rejection_and_timeout": "e771acd2f391cf6f6ff707f90e7fe684d9e69a32421b289aa8f3f520dbd30821",
-    "replay_provider": "9b7676f496ea798214f7362ce9d097a2ea3fbc98d942fe3a30ed39f35fa6b1cf",
-    "ttl_expiry": "dc9c5b7ef555738c5cf41a7c391228ce3cd66c16fd1a0e62e4aec2ae0dc89d10",
+    "chained_through_result_state": "8ca48a935bd8f31cf5b89297b27d89c9fdb71e5c81dd380a100ddc555ac08158",
+    "digest_only": "7721eaa4cc11085df8eb9a80b81727218e3c91ae6e312e43f8098a1ec0782175",
+    "failures": "4d94bb7e390f05ee6a7d66467b7059930608e479543b3c0c070e31ea9f5ddf4e",
+    "fresh_key_trivial": "6871b2b40fbb73cee0f6a930268e7564327f363d138ee49f6d9475c76e239305",
+    "hitl_round_trip": "5bfdf6170eef9c7358ea4551edcd353432c2d7c9d91a62767dcaefe9bf1b7012",
+    "lru_eviction": "d9625ca32ef2d2f241c8086918e4a734c6f119c44640c031a3a6331da17b98db",
+    "memory_unicode_and_in_place_mutation": "be6896eadb7538ebc19cffa7096243b2ac85e084b20f65a09120d383714eea66",
+    "model_and_tool_calls": "3d29e3e4348a3c2960d419e0c84416069312b6e19ecc0736abc4b832791e40e6",
+    "multi_step_resume_and_history": "999d8e0592ff063777ab3c5735d0abd9027af4bfefae57538ac87818ab5acde9",
+    "old_version_cells": "c4850c7293310b9277f521fa6a44084b5e2f91e4343766ce141f18c562afaf29",
+    "rejection_and_timeout": "40c32b4f0a6d992ea0d349f12278eb8dd9e74677bd697c0668cf8f5c600462fa",
+    "replay_provider": "76279058ef5dc12da9a06ac3f07098b7672e78e10c61010c0b1c46118cbe8ca6",
+    "ttl_expiry": "78ac9d75e94921cf7297eeec19c84f8e8e3e99e0173d40c833807c62187a8476",
 }
 """Scenario -> sha256 of everything it produced, with the core as of GOLDEN_VERSION."""
 

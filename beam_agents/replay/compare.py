@@ -7,6 +7,13 @@ field of every event is compared as-is, in order. The list is closed: widening
 it would let a real difference pass as "reproduced", so it is a frozen module
 constant pinned by a test.
 
+The digests of outputs and memory on ``ACTIVATION_END``
+(``beam_agents.outputs.sha256``, ``beam_agents.memory_sha256``) are not part of
+this byte comparison: replay starts from a snapshot's post-image, so whether
+they can be compared at all depends on the pre-state and on what the re-run
+read; ``beam_agents.replay.end_check`` judges them and the engine adds its
+finding. A trace written before they existed has neither (``untraced_end``).
+
 Finding the first difference is a byte comparison of the two events'
 deterministic serializations (after normalization), which also catches fields
 this version does not know. Only the event where they first differ is rendered
@@ -25,7 +32,13 @@ from typing import Any
 from beam_agents._protos import TraceEvent
 from beam_agents.replay.event_data import attribute_text, event_to_dict
 from beam_agents.replay.result import Divergence, EventPair, FieldDiff
-from beam_agents.trace_events import ATTR_BILLED, ATTR_CACHE_HIT, kind_name, serialize_trace_event
+from beam_agents.trace_events import (
+    ATTR_BILLED,
+    ATTR_CACHE_HIT,
+    END_DIGEST_ATTRIBUTES,
+    kind_name,
+    serialize_trace_event,
+)
 
 __all__ = [
     "NORMALIZED_ATTRIBUTES",
@@ -34,6 +47,8 @@ __all__ = [
     "describe_divergence",
     "field_differences",
     "normalize",
+    "untraced_end",
+    "without_end_digests",
 ]
 
 NORMALIZED_ATTRIBUTES = frozenset({ATTR_CACHE_HIT, ATTR_BILLED})
@@ -69,8 +84,32 @@ def normalize(event: TraceEvent) -> TraceEvent:
     return copy
 
 
-def _comparable(event: TraceEvent) -> bytes:
-    return serialize_trace_event(normalize(event))
+def untraced_end(event: TraceEvent | None) -> bool:
+    """Whether ``event`` is an ACTIVATION_END traced before outputs and memory were digested."""
+    return (
+        event is not None
+        and event.kind == TraceEvent.ACTIVATION_END
+        and not any(name in event.attributes for name in END_DIGEST_ATTRIBUTES)
+    )
+
+
+def without_end_digests(event: TraceEvent) -> TraceEvent:
+    """``event`` without the output and memory digests (a copy), or itself if it has none."""
+    if event.kind != TraceEvent.ACTIVATION_END or not any(
+        name in event.attributes for name in END_DIGEST_ATTRIBUTES
+    ):
+        return event
+    copy = TraceEvent()
+    copy.CopyFrom(event)
+    for name in END_DIGEST_ATTRIBUTES:
+        if name in copy.attributes:
+            del copy.attributes[name]
+    return copy
+
+
+def _pair_for_comparison(traced: TraceEvent, replayed: TraceEvent) -> tuple[TraceEvent, TraceEvent]:
+    """Both events normalized, an ACTIVATION_END's output and memory digests left out."""
+    return without_end_digests(normalize(traced)), without_end_digests(normalize(replayed))
 
 
 def _field_text(event: TraceEvent, field: str) -> str:
@@ -92,7 +131,7 @@ def field_differences(traced: TraceEvent, replayed: TraceEvent) -> list[FieldDif
     no known field does (a field this version does not know), one row named
     ``(serialized bytes)`` says so: a difference is never dropped.
     """
-    left, right = normalize(traced), normalize(replayed)
+    left, right = _pair_for_comparison(traced, replayed)
     rows: list[FieldDiff] = []
     for field in _SCALAR_FIELDS:
         if getattr(left, field) != getattr(right, field):
@@ -163,7 +202,8 @@ def compare_events(traced: Sequence[TraceEvent], replayed: Sequence[TraceEvent])
         if t is None or r is None:
             differs = True
         else:
-            differs = _comparable(t) != _comparable(r)
+            left, right = _pair_for_comparison(t, r)
+            differs = serialize_trace_event(left) != serialize_trace_event(right)
             if differs:
                 fields = tuple(row.path for row in field_differences(t, r))
         if differs and first is None:
@@ -187,8 +227,9 @@ def _lines(data: Mapping[str, Any], indent: str = "  ") -> list[str]:
 
 
 def _deepdiff_detail(traced: TraceEvent, replayed: TraceEvent, rows: Sequence[FieldDiff]) -> str:
-    left = event_to_dict(normalize(traced))
-    right = event_to_dict(normalize(replayed))
+    normalized = _pair_for_comparison(traced, replayed)
+    left = event_to_dict(normalized[0])
+    right = event_to_dict(normalized[1])
     try:
         from deepdiff import DeepDiff
     except ImportError:  # a stripped install: the field rows say the same, less prettily

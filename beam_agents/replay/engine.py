@@ -15,25 +15,36 @@ message. A bug of ours is a ``USAGE_ERROR`` result too, marked as internal
 from __future__ import annotations
 
 import traceback
+from dataclasses import replace
 from typing import Any
 
 from beam_agents._protos import AgentEnvelope
 from beam_agents._version import __version__
-from beam_agents.activation import run_activation
+from beam_agents.activation import ActivationCommit, run_activation
 from beam_agents.agent import Agent
+from beam_agents.blobs import unwrap_blob
+from beam_agents.capture import ValueCapture
 from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
 from beam_agents.provider import UnservableProvider
+from beam_agents.replay.compare import EventComparison
+from beam_agents.replay.end_check import EndCheck, check_end, end_divergence_detail
 from beam_agents.replay.inputs import import_object, load_event_source, load_snapshot_source
-from beam_agents.replay.judge import judge
+from beam_agents.replay.judge import Judgement, judge
 from beam_agents.replay.network_guard import NetworkAttempt, block_network
 from beam_agents.replay.options import ReplayOptions
 from beam_agents.replay.reconstruct import plan_replay
 from beam_agents.replay.refusal import InputError, ReplayRefused
-from beam_agents.replay.result import ReplayHeader, ReplayResult, Verdict
+from beam_agents.replay.result import Divergence, ReplayHeader, ReplayResult, Verdict
 from beam_agents.replay.traced import TracedKey, scan_traces
-from beam_agents.replay.views import blob_digest, intent_ledger, state_view
+from beam_agents.replay.views import intent_ledger, state_view
 from beam_agents.tools import ToolRegistry
-from beam_agents.trace_events import ATTR_ENVELOPE_ID, ATTR_ENVELOPE_SHA256, ATTR_TRIGGER
+from beam_agents.trace_events import (
+    ATTR_ENVELOPE_ID,
+    ATTR_ENVELOPE_SHA256,
+    ATTR_OUTPUTS_SHA256,
+    ATTR_TRIGGER,
+    kind_name,
+)
 
 __all__ = ["UNKNOWN_PROVIDER", "replay"]
 
@@ -134,6 +145,7 @@ def _replay(
     facts["provider"] = provider_name
 
     provider = UnservableProvider(provider_name)
+    capture = ValueCapture()
     try:
         result = run_activation(
             agent,
@@ -147,6 +159,7 @@ def _replay(
             hitl=hitl,
             cache_visible_through_seq=plan.seq,
             serve_recorded_tools=True,
+            capture=capture,
         )
     except (SystemExit, GeneratorExit) as exc:
         # run_activation turns every Exception into a failure; these are not Exceptions.
@@ -164,7 +177,17 @@ def _replay(
         tool_cache=plan.state.tool_cache,
     )
     commit_cells = getattr(result, "cells", None)
-    outputs = tuple(blob_digest(o) for o in getattr(result, "outputs", ()))
+    committed = result.state.memory if isinstance(result, ActivationCommit) else None
+    end = check_end(
+        plan.traced,
+        outputs=getattr(result, "outputs", ()),
+        memory_body=unwrap_blob("memory", commit_cells.memory)[1] if commit_cells else None,
+        before=plan.state.memory,
+        after=committed if committed is not None else {},
+        snapshot_seq=snapshot.seq,
+        capture=capture,
+    )
+    judgement = _with_end_check(judgement, end, plan.state.memory, committed, snapshot.seq)
     return ReplayResult(
         verdict=judgement.verdict,
         reason=judgement.reason,
@@ -175,8 +198,11 @@ def _replay(
         tool_miss=judgement.tool_miss,
         served_tool_events=result.served_tool_events,
         intents=intent_ledger(plan.traced, result.trace),
-        outputs=outputs,
-        memory=blob_digest(commit_cells.memory) if commit_cells is not None else None,
+        outputs=end.outputs,
+        memory=end.memory,
+        end_digests_traced=end.traced,
+        memory_not_judged=end.not_comparable,
+        replayed_memory=committed,
         state=state_view(
             state,
             now_ms=plan.now_ms,
@@ -211,6 +237,61 @@ def _event_from_dump(
         string_attr(start, ATTR_ENVELOPE_ID), string_attr(start, ATTR_ENVELOPE_SHA256), seq=seq
     )
     return load_event_source(raw)
+def _with_end_check(
+    judgement: Judgement, end: EndCheck, before: Any, after: Any, snapshot_seq: int
+) -> Judgement:
+    """The judgement, with the outputs and memory at ACTIVATION_END judged too (``end_check``).
+
+    Only a run the events call reproduced can diverge here: an earlier divergence or
+    a cache miss stays the first thing that went wrong.
+    """
+    pairs = judgement.comparison.pairs
+    if judgement.verdict is not Verdict.REPRODUCED or not pairs:
+        return judgement
+    if end.fields:
+        last = pairs[-1]
+        pair = replace(
+            last,
+            differs=True,
+            differing_fields=(*last.differing_fields, *(f.path for f in end.fields)),
+        )
+        comparison = EventComparison(pairs=(*pairs[:-1], pair), first_difference=last.index)
+        assert last.traced is not None
+        detail = end_divergence_detail(
+            [f.path for f in end.fields],
+            before=before,
+            before_label=f"snapshot memory (post-image at seq {snapshot_seq})",
+            after=after,
+            traced_memory_sha256=end.memory.traced_sha256 if end.memory else None,
+            outputs=end.outputs,
+        )
+        if end.self_read and any(ATTR_OUTPUTS_SHA256 in f.path for f in end.fields):
+            detail.append(f"note: {end.self_read}; an output built from it differs for that reason")
+        divergence = Divergence(
+            index=last.index,
+            kind=kind_name(last.traced.kind),
+            name=last.traced.name,
+            fields=end.fields,
+            detail="\n".join(detail),
+        )
+        what = " and ".join(
+            "outputs" if ATTR_OUTPUTS_SHA256 in f.path else "memory" for f in end.fields
+        )
+        return Judgement(
+            verdict=Verdict.DIVERGED,
+            reason=(
+                f"event {last.index} (ACTIVATION_END {last.traced.name!r}) differs: every earlier "
+                f"event matches, but the re-run's {what} differ from the traced digest"
+            ),
+            comparison=comparison,
+            first_divergence=divergence,
+        )
+    if end.not_comparable:
+        return replace(
+            judgement,
+            reason=f"{judgement.reason}; not judged: {end.not_comparable} (seed §4)",
+        )
+    return judgement
 
 
 class _AgentExited(ReplayRefused):

@@ -31,7 +31,13 @@ JSON_SCHEMA = "beam-agents-replay/1"
 def _blob(digest: BlobDigest | None) -> dict[str, Any] | None:
     if digest is None:
         return None
-    return {"size": digest.size, "sha256": digest.sha256, "hex": digest.payload.hex()}
+    return {
+        "size": digest.size,
+        "sha256": digest.sha256,
+        "hex": digest.payload.hex(),
+        "traced_sha256": digest.traced_sha256,
+        "mark": digest.mark.value,
+    }
 
 
 def _header(h: ReplayHeader) -> dict[str, Any]:
@@ -209,6 +215,8 @@ def result_to_dict(result: ReplayResult) -> dict[str, Any]:
         ],
         "outputs": [_blob(o) for o in result.outputs],
         "memory": _blob(result.memory),
+        "end_digests_traced": result.end_digests_traced,
+        "memory_not_judged": result.memory_not_judged or None,
         "state": _state(result.state),
     }
 

@@ -10,21 +10,24 @@ characters escaped, so no byte of a trace or snapshot can drive the terminal.
 
 from __future__ import annotations
 
+from beam_agents._protos import TraceEvent
 from beam_agents.replay.escape import escape
 from beam_agents.replay.result import (
     BlobDigest,
     CacheMiss,
     Divergence,
     IntentRow,
+    Mark,
     ReplayResult,
     ToolCacheMiss,
     Verdict,
 )
 from beam_agents.trace_events import ATTR_ARGS_SHA256, ATTR_RESULT_SHA256
 
-__all__ = ["render_error", "render_report", "safe_text"]
+__all__ = ["digest_note", "older_trace", "render_error", "render_report", "safe_text"]
 
 NOT_DIFFED = "(no traced counterpart — reported, not diffed)"
+NOT_TRACED = "(not traced: the trace predates output and memory digests — reported, not diffed)"
 
 
 def safe_text(text: str) -> str:
@@ -38,6 +41,28 @@ def _unknown(value: object) -> str:
 
 def _digest_line(digest: BlobDigest) -> str:
     return f"{digest.size} bytes, sha256={digest.sha256}"
+
+
+def digest_note(result: ReplayResult, digest: BlobDigest) -> str:
+    """What the traced ACTIVATION_END says about an output or the memory, in parentheses."""
+    if digest.mark is Mark.VERIFIED:
+        return "(matches the traced digest)"
+    if digest.mark is Mark.DIFFERS:
+        why = (
+            "; not judged, see reason"
+            if digest is result.memory and result.memory_not_judged
+            else ""
+        )
+        return f"(differs: traced sha256={digest.traced_sha256}{why})"
+    return NOT_TRACED if older_trace(result) else NOT_DIFFED
+
+
+def older_trace(result: ReplayResult) -> bool:
+    """The traced activation ended, on an ACTIVATION_END without output and memory digests."""
+    return not result.end_digests_traced and any(
+        pair.traced is not None and pair.traced.kind == TraceEvent.ACTIVATION_END
+        for pair in result.events
+    )
 
 
 def _yes(flag: bool) -> str:
@@ -161,9 +186,10 @@ def render_report(result: ReplayResult) -> str:
         f"  provider calls: {result.provider_calls}",
     ]
     for i, output in enumerate(result.outputs):
-        lines.append(f"  outputs[{i}]: {_digest_line(output)}")
+        lines.append(f"  outputs[{i}]: {_digest_line(output)} {digest_note(result, output)}")
     if result.memory is not None:
-        lines.append(f"  memory blob: {_digest_line(result.memory)} {NOT_DIFFED}")
+        memory = result.memory
+        lines.append(f"  memory blob: {_digest_line(memory)} {digest_note(result, memory)}")
     elif result.events:
         lines.append("  memory blob: none — the activation failed, and a failure commits nothing")
     # A refusal (migration gap, continuation gone) carries its advice in ``error``.

@@ -46,6 +46,17 @@ _EXIT_CODES = {
 }
 
 
+class Mark(enum.Enum):
+    """What the trace says about one replayed value (decided by the engine, rendered as is)."""
+
+    VERIFIED = "verified"
+    """Its sha256 equals the traced digest: this is the value that ran in production."""
+    DIFFERS = "differs"
+    """The traced digest is another value's: production had something else here."""
+    UNVERIFIABLE = "unverifiable"
+    """Nothing traced to check it against (an older trace, a what-if, an untraced field)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class ReplayHeader:
     """What was replayed, with what: the seed's header lines and the context around them."""
@@ -182,12 +193,16 @@ class IntentRow:
 
 @dataclass(frozen=True, kw_only=True)
 class BlobDigest:
-    """A reported-not-diffed artefact: its size and sha256."""
+    """An output or the committed memory: its size and sha256, checked against the trace."""
 
     size: int
     sha256: str
     payload: bytes = field(default=b"", repr=False)
-    """The bytes themselves, for viewing on request (outputs)."""
+    """The bytes themselves, for viewing on request (an output; memory's canonical JSON)."""
+    traced_sha256: str | None = None
+    """The digest the traced ACTIVATION_END holds for it; None when not traced."""
+    mark: Mark = Mark.UNVERIFIABLE
+    """VERIFIED when ``sha256 == traced_sha256``, DIFFERS when not, else UNVERIFIABLE."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -293,7 +308,17 @@ class ReplayResult:
     intents: tuple[IntentRow, ...] = ()
     outputs: tuple[BlobDigest, ...] = ()
     memory: BlobDigest | None = None
-    """The post-activation memory blob (no traced counterpart — reported, not diffed)."""
+    """The committed memory (its canonical JSON, the memory blob's body), checked against the
+    traced ``beam_agents.memory_sha256``."""
+    end_digests_traced: bool = False
+    """The traced ACTIVATION_END carries output and memory digests. False for a trace written
+    before they existed (outputs and memory are then reported, not diffed), a failed
+    activation, or a what-if."""
+    memory_not_judged: str = ""
+    """Why a memory that differs from the traced digest is not a divergence (replay started
+    from a post-image, seed §4); empty when it matches, diverges, or was not traced."""
+    replayed_memory: Any = None
+    """The re-run's committed memory (a JSON object), None when it committed nothing."""
     state: StateView | None = None
     provider_calls: int = 0
     """How many times the re-run reached the provider (each one is a miss)."""

@@ -1,8 +1,10 @@
 """The reported-not-judged parts of a ``ReplayResult``: state, intents ledger, digests.
 
-Nothing here affects the verdict. Outputs and the post-activation memory blob
-have no traced counterpart, so they are reported as size + sha256; the state
-view is the snapshot as loaded, for an operator to look at.
+Nothing here affects the verdict (the comparison of the events does). Outputs
+and the committed memory are reported as size + sha256 and marked against the
+digests the traced ``ACTIVATION_END`` carries (a trace written before those
+digests existed has none: they are then unverifiable, reported and not diffed);
+the state view is the snapshot as loaded, for an operator to look at.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from beam_agents.replay.result import (
     CacheEntryView,
     ContinuationView,
     IntentRow,
+    Mark,
     PendingIntentView,
     StateView,
     ToolCacheEntryView,
@@ -31,16 +34,65 @@ from beam_agents.trace_events import (
     ATTR_CACHE_KEY,
     ATTR_EXPIRES_AT_MS,
     ATTR_INTENT_ID,
+    ATTR_MEMORY_SHA256,
+    ATTR_OUTPUTS_SHA256,
     ATTR_REQUIRES_APPROVAL,
     ATTR_TOOL_NAME,
 )
 
-__all__ = ["blob_digest", "intent_ledger", "state_view", "tool_cache_view"]
+__all__ = [
+    "EndDigests",
+    "blob_digest",
+    "end_digests",
+    "intent_ledger",
+    "state_view",
+    "tool_cache_view",
+]
 
 
-def blob_digest(data: bytes) -> BlobDigest:
-    """Size and sha256 of ``data`` (kept too, for viewing)."""
-    return BlobDigest(size=len(data), sha256=hashlib.sha256(data).hexdigest(), payload=data)
+def blob_digest(data: bytes, traced_sha256: str | None = None) -> BlobDigest:
+    """Size and sha256 of ``data`` (kept too, for viewing), marked against ``traced_sha256``."""
+    sha = hashlib.sha256(data).hexdigest()
+    if traced_sha256 is None:
+        mark = Mark.UNVERIFIABLE
+    else:
+        mark = Mark.VERIFIED if sha == traced_sha256 else Mark.DIFFERS
+    return BlobDigest(
+        size=len(data), sha256=sha, payload=data, traced_sha256=traced_sha256, mark=mark
+    )
+
+
+class EndDigests:
+    """The traced ACTIVATION_END's output and memory digests (``traced`` False: none traced)."""
+
+    __slots__ = ("memory", "outputs", "traced")
+
+    def __init__(self, end: TraceEvent | None) -> None:
+        attrs = end.attributes if end is not None else {}
+        self.traced = end is not None and (
+            ATTR_OUTPUTS_SHA256 in attrs or ATTR_MEMORY_SHA256 in attrs
+        )
+        self.outputs: list[str] | None = None
+        self.memory: str | None = None
+        if end is not None and ATTR_OUTPUTS_SHA256 in attrs:
+            text = attrs[ATTR_OUTPUTS_SHA256].string_value
+            self.outputs = text.split(",") if text else []
+        if end is not None and ATTR_MEMORY_SHA256 in attrs:
+            self.memory = attrs[ATTR_MEMORY_SHA256].string_value
+
+    def output(self, index: int) -> str | None:
+        """The traced digest of output ``index``, None if not traced (or not that many)."""
+        if self.outputs is None or index >= len(self.outputs):
+            return None
+        return self.outputs[index]
+
+
+def end_digests(traced: Sequence[TraceEvent] | None) -> EndDigests:
+    """The digests of the traced activation's ACTIVATION_END (its last event), if it has one."""
+    end = traced[-1] if traced else None
+    if end is not None and end.kind != TraceEvent.ACTIVATION_END:
+        end = None
+    return EndDigests(end)
 
 
 def _refuse_constant(name: str) -> Any:

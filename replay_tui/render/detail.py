@@ -24,7 +24,16 @@ NORMALIZED_ON_LLM_CALL = (te.ATTR_CACHE_HIT, te.ATTR_BILLED)
 ABSENT = "—"
 
 HEAD_FIELDS = ("kind", "name")
-TAIL_FIELDS = ("index", "seq", "entity_key", "start_ms", "end_ms", "trace_id", "span_id", "parent_span_id")
+TAIL_FIELDS = (
+    "index",
+    "seq",
+    "entity_key",
+    "start_ms",
+    "end_ms",
+    "trace_id",
+    "span_id",
+    "parent_span_id",
+)
 """Identity fields go after the attributes: they rarely differ, and when they do they are marked."""
 
 
@@ -141,7 +150,9 @@ def _title(pair: EventPair, *, what_if: bool) -> Text:
     if what_if:
         title.append("  what-if: nothing traced to compare with", style="bold cyan")
     elif pair.traced is None:
-        title.append("  extra: the re-run produced an event the trace does not have", style="bold red")
+        title.append(
+            "  extra: the re-run produced an event the trace does not have", style="bold red"
+        )
     elif pair.replayed is None:
         title.append("  missing: the re-run stopped before this traced event", style="bold red")
     elif pair.differs:
@@ -189,7 +200,12 @@ def fields_lines(rows: list[DetailRow], width: int) -> list[Text]:
     value_w = max(8, (width - 2 - label_w - 2 * LABEL_GAP) // 2)
     widths = (1, label_w, value_w, value_w)
     lines = columns(
-        [Text(""), Text("field", style="bold"), Text("traced", style="bold"), Text("replayed", style="bold")],
+        [
+            Text(""),
+            Text("field", style="bold"),
+            Text("traced", style="bold"),
+            Text("replayed", style="bold"),
+        ],
         widths,
         gap=LABEL_GAP,
     )
@@ -215,7 +231,9 @@ def _stacked(rows: list[DetailRow], width: int) -> list[Text]:
             lines += fold(head, width)
             continue
         lines += fold(head, width)
-        lines += columns([Text("    traced", style="dim"), Text(row.traced, style=style)], (13, value_w))
+        lines += columns(
+            [Text("    traced", style="dim"), Text(row.traced, style=style)], (13, value_w)
+        )
         lines += columns([Text("    replayed", style="dim"), _replayed(row, style)], (13, value_w))
     return lines
 
@@ -234,8 +252,12 @@ def divergence_lines(divergence: Divergence, width: int) -> list[Text]:
     for diff in divergence.fields:
         # Stacked, not tabled: a path and two 64-digit digests do not fit side by side.
         lines += fold(Text("≠ ", style="bold red") + Text(literal(diff.path), style="bold"), width)
-        lines += columns([Text("    traced", style="dim"), literal_text(diff.traced, "red")], (13, value_w))
-        lines += columns([Text("    replayed", style="dim"), literal_text(diff.replayed, "green")], (13, value_w))
+        lines += columns(
+            [Text("    traced", style="dim"), literal_text(diff.traced, "red")], (13, value_w)
+        )
+        lines += columns(
+            [Text("    replayed", style="dim"), literal_text(diff.replayed, "green")], (13, value_w)
+        )
     if divergence.detail:
         lines += wrap(literal_text(divergence.detail, "dim", multiline=True), width)
     return lines

@@ -14,6 +14,7 @@ from beam_agents import trace_events as te
 from beam_agents._protos import TraceEvent
 from beam_agents.replay.event_data import event_to_dict
 from beam_agents.replay.json_report import render_json
+from beam_agents.replay.report import digest_note
 from beam_agents.replay.result import EventPair, ReplayResult
 from replay_tui.render.header import VERDICT_TITLES
 from replay_tui.render.literal import key_hex, key_printable, literal, utc_time
@@ -52,7 +53,10 @@ def _event_cell(event: TraceEvent | None) -> str:
 def report_markdown(result: ReplayResult) -> str:
     """The result as a Markdown incident report."""
     h = result.header
-    lines = [f"# beam-agents-replay: {VERDICT_TITLES[result.verdict]} (exit {result.exit_code})", ""]
+    lines = [
+        f"# beam-agents-replay: {VERDICT_TITLES[result.verdict]} (exit {result.exit_code})",
+        "",
+    ]
     lines.append(f"> {_md(result.reason)}")
     lines.append("")
     key = "?"
@@ -89,7 +93,9 @@ def report_markdown(result: ReplayResult) -> str:
             lines.append("The re-run produced an event the trace does not have.")
         if div.fields:
             lines += ["| field | traced | replayed |", "| --- | --- | --- |"]
-            lines += [f"| `{_md(f.path)}` | `{_md(f.traced)}` | `{_md(f.replayed)}` |" for f in div.fields]
+            lines += [
+                f"| `{_md(f.path)}` | `{_md(f.traced)}` | `{_md(f.replayed)}` |" for f in div.fields
+            ]
         if div.detail:
             lines += ["", "```", literal(div.detail, multiline=True), "```"]
         lines.append("")
@@ -115,7 +121,10 @@ def report_markdown(result: ReplayResult) -> str:
         lines.append("")
     if result.events:
         lines += [f"## Timeline ({len(result.events)} events)", ""]
-        lines += ["| # | | traced | replayed | differing fields |", "| --- | --- | --- | --- | --- |"]
+        lines += [
+            "| # | | traced | replayed | differing fields |",
+            "| --- | --- | --- | --- | --- |",
+        ]
         shown = result.events[:MARKDOWN_EVENT_ROWS]
         for pair in shown:
             mark = "≠" if pair.differs else ""
@@ -124,10 +133,16 @@ def report_markdown(result: ReplayResult) -> str:
                 f"| {pair.index} | {mark} | {_event_cell(pair.traced)} | {_event_cell(pair.replayed)} | {fields} |"
             )
         if len(result.events) > len(shown):
-            lines.append(f"| … | | {len(result.events) - len(shown)} more events in the JSON report | | |")
+            lines.append(
+                f"| … | | {len(result.events) - len(shown)} more events in the JSON report | | |"
+            )
         lines.append("")
     if result.intents:
-        lines += ["## Intents", "", "| intent | tool | staged (traced/replayed) | released (traced/replayed) |"]
+        lines += [
+            "## Intents",
+            "",
+            "| intent | tool | staged (traced/replayed) | released (traced/replayed) |",
+        ]
         lines.append("| --- | --- | --- | --- |")
         for row in result.intents:
             lines.append(
@@ -136,13 +151,15 @@ def report_markdown(result: ReplayResult) -> str:
             )
         lines.append("")
     if result.outputs or result.memory is not None:
-        lines += ["## Outputs (reported, not diffed)", ""]
+        lines += ["## Outputs and memory", ""]
         for i, out in enumerate(result.outputs):
-            lines.append(f"- outputs[{i}]: {out.size} bytes, sha256={out.sha256}")
+            lines.append(
+                f"- outputs[{i}]: {out.size} bytes, sha256={out.sha256} {digest_note(result, out)}"
+            )
         if result.memory is not None:
             lines.append(
-                f"- memory blob: {result.memory.size} bytes, sha256={result.memory.sha256}"
-                " (no traced counterpart — reported, not diffed)"
+                f"- memory blob: {result.memory.size} bytes, sha256={result.memory.sha256} "
+                + digest_note(result, result.memory)
             )
         lines.append("")
     return "\n".join(lines)

@@ -13,11 +13,13 @@ from typing import Any
 
 from rich.text import Text
 
+from beam_agents.replay.report import digest_note
 from beam_agents.replay.result import (
     BlobDigest,
     CacheEntryView,
     ContinuationView,
     IntentRow,
+    Mark,
     PendingIntentView,
     ReplayResult,
     StateView,
@@ -153,11 +155,15 @@ def continuation_text(cont: ContinuationView | None, now_ms: int | None) -> Text
     if now_ms is not None:
         left = cont.deadline_ms - now_ms
         text.append(
-            f"  {duration(left)} after now_ms" if left >= 0 else f"  passed {duration(-left)} before now_ms",
+            f"  {duration(left)} after now_ms"
+            if left >= 0
+            else f"  passed {duration(-left)} before now_ms",
             style="dim",
         )
     text.append("\nadapter state\n", style="bold")
-    pretty = json.dumps(cont.adapter_state, ensure_ascii=False, sort_keys=True, indent=2, default=repr)
+    pretty = json.dumps(
+        cont.adapter_state, ensure_ascii=False, sort_keys=True, indent=2, default=repr
+    )
     text.append(literal(pretty, multiline=True))
     return text
 
@@ -217,7 +223,10 @@ def intent_rows(intents: tuple[IntentRow, ...]) -> list[tuple[Text, ...]]:
     for row in intents:
         staged = _agree(row.traced_staged, row.replayed_staged)
         released = _agree(row.traced_released, row.replayed_released)
-        mismatch = (row.traced_staged, row.traced_released) != (row.replayed_staged, row.replayed_released)
+        mismatch = (row.traced_staged, row.traced_released) != (
+            row.replayed_staged,
+            row.replayed_released,
+        )
         rows.append(
             (
                 Text("≠", style="bold red") if mismatch else Text(""),
@@ -242,7 +251,12 @@ OUTPUT_COLUMNS = ("artefact", "size", "sha256", "note")
 def output_rows(result: ReplayResult) -> list[tuple[Text, ...]]:
     """One row per output, then the post-activation memory blob."""
     rows: list[tuple[Text, ...]] = [
-        (Text(f"outputs[{i}]", style="bold"), Text(f"{o.size} bytes"), Text(o.sha256), Text(""))
+        (
+            Text(f"outputs[{i}]", style="bold"),
+            Text(f"{o.size} bytes"),
+            Text(o.sha256),
+            Text(digest_note(result, o), style=_NOTE_STYLES[o.mark]),
+        )
         for i, o in enumerate(result.outputs)
     ]
     if result.memory is not None:
@@ -251,16 +265,21 @@ def output_rows(result: ReplayResult) -> list[tuple[Text, ...]]:
                 Text("memory blob", style="bold"),
                 Text(f"{result.memory.size} bytes"),
                 Text(result.memory.sha256),
-                Text("no traced counterpart — reported, not diffed", style="dim"),
+                Text(digest_note(result, result.memory), style=_NOTE_STYLES[result.memory.mark]),
             )
         )
     return rows
 
 
+_NOTE_STYLES = {Mark.VERIFIED: "green", Mark.DIFFERS: "bold red", Mark.UNVERIFIABLE: "dim"}
+
+
 def payload_as_text(blob: BlobDigest, limit: int = PAYLOAD_VIEW_BYTES) -> Text:
     """The payload decoded as UTF-8, every control character shown as an escape."""
     if not blob.payload and blob.size:
-        return Text("The result carries no payload bytes for this artefact (digest only).", style="dim")
+        return Text(
+            "The result carries no payload bytes for this artefact (digest only).", style="dim"
+        )
     shown = blob.payload[:limit]
     text = Text(literal_bytes(shown, multiline=True))
     if len(blob.payload) > limit:
@@ -280,7 +299,9 @@ def hexdump_lines(data: bytes, limit: int = PAYLOAD_VIEW_BYTES) -> Iterator[str]
 def payload_as_hex(blob: BlobDigest, limit: int = PAYLOAD_VIEW_BYTES) -> Text:
     """The payload as a hex dump (safe by construction: hex digits and printable ASCII)."""
     if not blob.payload and blob.size:
-        return Text("The result carries no payload bytes for this artefact (digest only).", style="dim")
+        return Text(
+            "The result carries no payload bytes for this artefact (digest only).", style="dim"
+        )
     text = Text("\n".join(hexdump_lines(blob.payload, limit)))
     if len(blob.payload) > limit:
         text.append(f"\n… {len(blob.payload) - limit} more bytes not shown", style="dim")

@@ -315,7 +315,9 @@ def _tools_text(side: SidePicture) -> Text:
     for call in side.recent_tools:
         text.append(f"\n#{call.position} ", style="dim")
         text.append(literal(call.tool))
-        text.append(f" {literal(call.error)}" if call.error else " ok", style="red" if call.error else "dim")
+        text.append(
+            f" {literal(call.error)}" if call.error else " ok", style="red" if call.error else "dim"
+        )
     return text
 
 
@@ -378,7 +380,9 @@ def step_lines(picture: StepPicture, width: int) -> list[Text]:
     side_w = max(8, (width - LABEL_WIDTH - 2) // 2)
     widths = (LABEL_WIDTH, side_w, side_w)
     lines = wrap(title, width)
-    lines += columns([Text(""), Text("traced", style="bold"), Text("replayed", style="bold")], widths)
+    lines += columns(
+        [Text(""), Text("traced", style="bold"), Text("replayed", style="bold")], widths
+    )
     sides = (picture.traced, picture.replayed)
     absent = Text("(no events)", style="dim")
     rows: list[tuple[str, Callable[[SidePicture], Text]]] = [

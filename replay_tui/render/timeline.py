@@ -139,7 +139,9 @@ def side_cells(event: TraceEvent) -> SideCells:
         )
         status = _str(attrs, te.ATTR_INBOUND_STATUS)
         extra = " ".join(part for part in (trigger, detail, status) if part)
-        shown |= {_attr_path(n) for n in (te.ATTR_TRIGGER, te.ATTR_EVENT_TYPE, te.ATTR_INBOUND_STATUS)}
+        shown |= {
+            _attr_path(n) for n in (te.ATTR_TRIGGER, te.ATTR_EVENT_TYPE, te.ATTR_INBOUND_STATUS)
+        }
     elif kind == TraceEvent.LLM_CALL:
         hit = attrs.get(te.ATTR_CACHE_HIT)
         cache = "hit" if hit is True else "MISS" if hit is False else ""
@@ -241,7 +243,9 @@ class TimelineModel:
         for index in (self.first_divergence_index, self.miss_index):
             if index is not None:
                 notable.add(index)
-        self._position = {pair.index: pos for pos, pair in enumerate(self.pairs)} if self._sparse() else None
+        self._position = (
+            {pair.index: pos for pos, pair in enumerate(self.pairs)} if self._sparse() else None
+        )
         self.notable: list[int] = sorted(
             pos for pos in (self.position_of(i) for i in notable) if pos is not None
         )
@@ -370,7 +374,11 @@ def render_row(row: TimelineRow, width: int, *, idx_width: int = 3) -> Text:
     what_if = row.mark is RowMark.SAME and row.traced is None
     differing = () if what_if else row.differing_fields
     _render_side(
-        text, row.traced, side_w, differing, missing="(what-if: not traced)" if what_if else "(not in the trace)"
+        text,
+        row.traced,
+        side_w,
+        differing,
+        missing="(what-if: not traced)" if what_if else "(not in the trace)",
     )
     text.append(SEPARATOR, style="dim")
     _render_side(text, row.replayed, side_w, differing, missing="(not replayed)")
@@ -424,7 +432,9 @@ def pair_search_text(pair: EventPair) -> str:
         parts.append(event_search_text(pair.traced))
     # Identical sides (the common case) are searched once.
     if pair.replayed is not None and (
-        pair.traced is None or pair.differs or pair.replayed.SerializeToString() != pair.traced.SerializeToString()
+        pair.traced is None
+        or pair.differs
+        or pair.replayed.SerializeToString() != pair.traced.SerializeToString()
     ):
         parts.append(event_search_text(pair.replayed))
     return " ".join(parts)
@@ -436,7 +446,9 @@ def kind_matches(pair: EventPair, kind_query: str) -> bool:
     for event in (pair.traced, pair.replayed):
         if event is None:
             continue
-        if te.kind_name(event.kind).startswith(query) or KIND_LABELS.get(event.kind, "").startswith(query):
+        if te.kind_name(event.kind).startswith(query) or KIND_LABELS.get(event.kind, "").startswith(
+            query
+        ):
             return True
     return False
 

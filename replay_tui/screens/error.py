@@ -18,7 +18,9 @@ USAGE_EXIT_CODE = 2
 class ErrorScreen(Screen[None]):
     """What went wrong, the full message, and that ``q`` exits with code 2."""
 
-    def __init__(self, *, result: ReplayResult | None = None, crash: tuple[str, str] | None = None) -> None:
+    def __init__(
+        self, *, result: ReplayResult | None = None, crash: tuple[str, str] | None = None
+    ) -> None:
         super().__init__()
         self.result = result
         self.crash = crash
@@ -36,7 +38,8 @@ class ErrorScreen(Screen[None]):
             if self.result is not None:
                 yield Static(Text("\n").join(header_lines(self.result.header)), id="error-header")
             yield Static(
-                Text(f"Press q to quit (exit code {USAGE_EXIT_CODE}).", style="bold"), id="error-hint"
+                Text(f"Press q to quit (exit code {USAGE_EXIT_CODE}).", style="bold"),
+                id="error-hint",
             )
         yield Footer()
 
@@ -53,5 +56,7 @@ class ErrorScreen(Screen[None]):
             )
             return text
         assert self.result is not None
-        text.append(literal_text(self.result.error or self.result.reason or "(no message)", multiline=True))
+        text.append(
+            literal_text(self.result.error or self.result.reason or "(no message)", multiline=True)
+        )
         return text

@@ -16,7 +16,10 @@ HELP: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     (
         "everywhere",
         (
-            ("q ctrl+q", "quit; the exit code is the verdict's (0 reproduced/what-if, 1 diverged, 2 error, 3 irreproducible)"),
+            (
+                "q ctrl+q",
+                "quit; the exit code is the verdict's (0 reproduced/what-if, 1 diverged, 2 error, 3 irreproducible)",
+            ),
             ("?", "this help"),
             ("s", "state: memory tree, replay cache, pending intents, continuation, versions"),
             ("i", "intents ledger: staged/released, traced vs replayed"),

@@ -56,7 +56,9 @@ class MainScreen(Screen[None]):
             with Horizontal(id="panes"):
                 yield DetailPane(self.result, id="detail")
                 yield StepPane(self.result, id="step")
-        yield Input(placeholder="filter: text, or kind:LLM   (enter apply · esc clear)", id="filter")
+        yield Input(
+            placeholder="filter: text, or kind:LLM   (enter apply · esc clear)", id="filter"
+        )
         yield Static(id="status")
         yield Footer()
 
@@ -89,7 +91,9 @@ class MainScreen(Screen[None]):
         position = timeline.position
         parts = []
         if position is not None:
-            parts.append(f"event {self.result.events[position].index} ({position + 1}/{len(self.model)})")
+            parts.append(
+                f"event {self.result.events[position].index} ({position + 1}/{len(self.model)})"
+            )
         elif len(self.model):
             parts.append("no row matches the filter")
         if self.filter_query and self.filtering:
@@ -133,7 +137,10 @@ class MainScreen(Screen[None]):
 
     def action_next_notable(self) -> None:
         current = self.timeline.position
-        self._jump(self.model.next_notable(-1 if current is None else current), "later differing or missed row")
+        self._jump(
+            self.model.next_notable(-1 if current is None else current),
+            "later differing or missed row",
+        )
 
     def action_previous_notable(self) -> None:
         current = self.timeline.position
@@ -193,7 +200,9 @@ class MainScreen(Screen[None]):
     @work(thread=True, exclusive=True, group="filter")
     def _run_filter(self, query: str) -> None:
         worker = get_current_worker()
-        positions = filter_positions(self.model, query, progress=lambda _done: not worker.is_cancelled)
+        positions = filter_positions(
+            self.model, query, progress=lambda _done: not worker.is_cancelled
+        )
         if positions is not None:
             self.post_message(FilterFinished(query, positions))
 
@@ -218,4 +227,6 @@ class MainScreen(Screen[None]):
         pair = self.result.events[position]
         text = json.dumps(pair_data(pair), indent=2, sort_keys=True, ensure_ascii=False)
         self.app.copy_to_clipboard(text)
-        self.notify(f"Copied event {pair.index} ({len(text)} characters) to the clipboard (OSC 52).")
+        self.notify(
+            f"Copied event {pair.index} ({len(text)} characters) to the clipboard (OSC 52)."
+        )

@@ -36,7 +36,8 @@ class OutputsScreen(Screen[None]):
         yield DataTable(id="outputs-table", cursor_type="row")
         with VerticalScroll(id="payload"):
             yield Static(
-                Text("Select a row and press t for text or x for hex.", style="dim"), id="payload-body"
+                Text("Select a row and press t for text or x for hex.", style="dim"),
+                id="payload-body",
             )
         yield Footer()
 
@@ -74,6 +75,8 @@ class OutputsScreen(Screen[None]):
             return
         name, blob = selected
         self.view_mode = mode
-        title = Text(f"{name} as {mode}  ·  {blob.size} bytes  ·  sha256={blob.sha256}\n", style="bold")
+        title = Text(
+            f"{name} as {mode}  ·  {blob.size} bytes  ·  sha256={blob.sha256}\n", style="bold"
+        )
         body.update(title + (payload_as_text(blob) if mode == "text" else payload_as_hex(blob)))
         self.query_one("#payload", VerticalScroll).scroll_home(animate=False)

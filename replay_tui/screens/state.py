@@ -44,7 +44,9 @@ class StateScreen(Screen[None]):
         yield VerdictBanner(self.result, id="verdict")
         state = self.result.state
         if state is None:
-            yield Static(Text("This result carries no snapshot state.", style="dim"), id="state-empty")
+            yield Static(
+                Text("This result carries no snapshot state.", style="dim"), id="state-empty"
+            )
             yield Footer()
             return
         with TabbedContent(id="state-tabs"):

@@ -7,6 +7,11 @@ verdict each when replay imports them instead:
     AGENT_NEW_PROMPT       another system prompt (messages[0])         -> cache miss naming messages[0]
     TOOLS_ONLINE_RATE      fetch_rate opens a TCP connection           -> irreproducible, network
     AGENT_CATCHES_MISS     catches the provider error and carries on   -> still irreproducible
+    AGENT_OTHER_OUTPUT     the same run, another Done output            -> diverged at ACTIVATION_END
+
+``NOTES`` writes memory blindly (it reads no key it writes), so its committed
+memory can be compared with the traced digest; ``NOTES_OTHER_MEMORY`` is the
+same agent writing another value: diverged at ACTIVATION_END.
 
 ``AGENT`` does one thing per event type:
 
@@ -154,7 +159,44 @@ class CatchingAgent(SupportAgent):
             return "fallback"
 
 
+class OtherOutputAgent(SupportAgent):
+    """The same steps; only the bytes of its Done output changed (a new output format)."""
+
+    def start(self, ctx: AgentContext, event: Event) -> Outcome:
+        outcome = super().start(ctx, event)
+        if isinstance(outcome, Done):
+            return Done(output=outcome.output.upper())
+        return outcome
+
+
+class NotesAgent(Agent):
+    """One lookup, one model call, blind memory writes, Done(reply)."""
+
+    def status(self, order: dict[str, Any]) -> str:
+        return str(order["status"])
+
+    def start(self, ctx: AgentContext, event: Event) -> Outcome:
+        order = ctx.call("lookup_order", order_id="A1")
+        reply = ctx.complete(chat_request(MODEL, ("user", event.payload.decode())))
+        ctx.memory["last_status"] = self.status(order)
+        ctx.memory["last_event"] = {"type": event.type, "seq": ctx.seq}
+        return Done(output=reply.text.encode())
+
+    def resume(self, ctx: AgentContext, state: Any, step_index: int, inbound: Inbound) -> Outcome:
+        raise NotImplementedError("NotesAgent never suspends")
+
+
+class OtherMemoryNotesAgent(NotesAgent):
+    """The same steps and output; only the value it writes to memory changed."""
+
+    def status(self, order: dict[str, Any]) -> str:
+        return str(order["status"]).upper()
+
+
 AGENT = SupportAgent()
+AGENT_OTHER_OUTPUT = OtherOutputAgent()
+NOTES = NotesAgent()
+NOTES_OTHER_MEMORY = OtherMemoryNotesAgent()
 AGENT_NEW_PROMPT = NewPromptAgent()
 AGENT_CATCHES_MISS = CatchingAgent()
 NOT_AN_AGENT = {"just": "a dict"}

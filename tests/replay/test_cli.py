@@ -193,12 +193,16 @@ def test_the_report_has_the_seeds_shape(inputs: Inputs, capsys: pytest.CaptureFi
         "reproduced",
         "  provider calls: 0",
     ]
-    assert re.fullmatch(rf"  outputs\[0\]: \d+ bytes, sha256={HEX64}", lines[6])
+    assert re.fullmatch(
+        rf"  outputs\[0\]: \d+ bytes, sha256={HEX64} \(matches the traced digest\)", lines[6]
+    )
+    # The agent does turns += 1: from the snapshot's post-image its memory cannot match.
     assert re.fullmatch(
         rf"  memory blob: \d+ bytes, sha256={HEX64} "
-        r"\(no traced counterpart — reported, not diffed\)",
+        rf"\(differs: traced sha256={HEX64}; not judged, see reason\)",
         lines[7],
     )
+    assert "not judged: memory: the re-run read memory 'turns'" in lines[8]
     assert "  registry: replay_agents:TOOLS" in lines
     assert any(line.startswith("  hitl policy: default (intent_ttl_ms=") for line in lines)
     assert run(["--headless", *inputs.flags()], capsys)[1] == out

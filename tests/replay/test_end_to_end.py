@@ -230,7 +230,10 @@ def test_a_completed_activation_reproduces_with_no_provider_call(
         "reproduced",
         "  provider calls: 0",
     ]
-    assert "(no traced counterpart — reported, not diffed)" in out
+    # The output is checked against the digest the pipeline traced on ACTIVATION_END; the
+    # memory (turns += 1, replayed from the post-image) differs and says why it is not judged.
+    assert out.splitlines()[6].endswith("(matches the traced digest)")
+    assert "; not judged, see reason)" in out.splitlines()[7]
 
 
 def test_seq_picks_an_older_activation(batch: Run, capsys: pytest.CaptureFixture[str]) -> None:
