@@ -117,6 +117,28 @@ def _write_frames(out: BinaryWriter, events: Iterable[TraceEvent], source: str) 
     return count
 
 
+NAME_MAX_BYTES = 255
+"""The longest file name (in bytes) Linux, macOS and Windows file systems accept."""
+
+
+def temporary_sibling(path: Path) -> Path:
+    """A fresh temporary name next to ``path``: ``.<name, cut>.<32 hex>.tmp``, never too long.
+
+    The random part makes it unique; the leading dot and ``.tmp`` keep it out of
+    ``*.pb`` scans. The final name is cut (at a character boundary) so the whole
+    temporary name fits ``NAME_MAX_BYTES`` however long ``path``'s name is: a final
+    name of 255 bytes must not fail because its temporary one is 293.
+    """
+    random = uuid.uuid4().hex
+    budget = NAME_MAX_BYTES - len(f"..{random}.tmp")
+    stem = path.name
+    encoded = os.fsencode(stem)
+    if len(encoded) > budget:
+        # Whole UTF-8 characters only (a cut one, or a non-UTF-8 byte, is dropped).
+        stem = encoded[:budget].decode("utf-8", errors="ignore")
+    return path.with_name(f".{stem}.{random}.tmp")
+
+
 def write_trace_stream(
     dest: str | os.PathLike[str] | BinaryWriter, events: Iterable[TraceEvent]
 ) -> int:
@@ -145,7 +167,7 @@ def write_trace_stream(
     if not isinstance(dest, (str, os.PathLike)):
         return _write_frames(dest, events, "<stream>")
     path = Path(dest)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    tmp = temporary_sibling(path)
     # O_EXCL: never write through someone else's file; 0o666 so the umask decides
     # the final permissions, as for any file the user creates.
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)

@@ -28,7 +28,7 @@ from beam_agents._protos import StateSnapshot, TraceEvent
 from beam_agents.errors import SinkError
 from beam_agents.sinks.base import cause_of, describe_records, describe_snapshot, describe_trace
 from beam_agents.sinks.uri import Role, SinkUri
-from beam_agents.trace_stream import write_trace_stream
+from beam_agents.trace_stream import temporary_sibling, write_trace_stream
 
 __all__ = ["FileSinkWriter", "snapshot_file_name"]
 
@@ -110,7 +110,7 @@ class FileSinkWriter:
         # later one wins, as documented in docs/sinks.md.
         path = self._directory / snapshot_file_name(snapshot)
         data = snapshot.SerializeToString(deterministic=True)
-        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+        tmp = temporary_sibling(path)  # fits NAME_MAX whatever the key and request id
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         try:
             with os.fdopen(fd, "wb") as out:
