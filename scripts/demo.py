@@ -24,7 +24,12 @@ What it does, in order:
    refund (reproduced from the snapshot's ``resumed_from``, exit 0), and Alice's status
    question, whose tracking lookup is served from the snapshot's tool cache with the
    service stopped (reproduced, exit 0).
-3. Unless ``DEMO_HEADLESS=1``, opens the TUI on the diverged incident.
+3. Lists Bob's activations with ``beam-agents-replay ls`` (and which his snapshot
+   replays), writes one incident bundle per incident with ``bundle`` (picking the
+   envelopes out of ``demo-out/topic-dump.pb``, the stream as a topic dump), and
+   replays them all with ``check`` (a table grouped by verdict and cause, JUnit XML
+   in ``demo-out/check-junit.xml``; its exit code is the worst verdict's).
+4. Unless ``DEMO_HEADLESS=1``, opens the TUI on the diverged incident.
 
 It exits 0 when every incident gave its expected verdict, 1 otherwise.
 Re-running starts from a clean ``demo-out/``.
@@ -52,7 +57,7 @@ if str(ROOT) not in sys.path:
 from beam_agents import read_trace_stream  # noqa: E402
 from beam_agents._protos import TraceEvent  # noqa: E402
 from beam_agents.trace_stream import trace_stream_files  # noqa: E402
-from examples.support_desk.stream import INCIDENTS, REGISTRY, STREAM, Incident  # noqa: E402
+from examples.support_desk.stream import BOB, INCIDENTS, REGISTRY, STREAM, Incident  # noqa: E402
 from examples.support_desk.tracking import running_tracking_service  # noqa: E402
 
 MARKER = ".beam-agents-demo"
@@ -130,6 +135,94 @@ def write_events(out: Path) -> Path:
     for envelope in STREAM:
         (events / f"{envelope.envelope_id}.pb").write_bytes(envelope.SerializeToString())
     return events
+
+
+def write_topic_dump(out: Path) -> Path:
+    """Write the whole stream as one envelope stream: what a consumer dump of the topic becomes."""
+    from beam_agents.replay.events_lookup import write_envelope_stream
+
+    dump = out / "topic-dump.pb"
+    with open(dump, "wb") as f:
+        write_envelope_stream(f, [envelope.SerializeToString() for envelope in STREAM])
+    return dump
+
+
+def bundle_args(incident: Incident, out: Path) -> list[str]:
+    """The ``bundle`` command of one incident (without the program name)."""
+    return [
+        "bundle",
+        "-o",
+        _display(out / "bundles" / f"{incident.name}.bundle"),
+        "--snapshot",
+        _display(find_snapshot(out / "snapshots", incident)),
+        "--traces",
+        _display(out / "traces"),
+        "--events",
+        _display(out / "topic-dump.pb"),
+        "--agent",
+        incident.agent,
+        "--registry",
+        REGISTRY,
+        "--seq",
+        str(incident.seq),
+    ]
+
+
+def run_cli(args: list[str]) -> subprocess.CompletedProcess[str]:
+    """Run ``beam-agents-replay ARGS`` from the current directory, as printed."""
+    return subprocess.run(
+        [str(replay_program()), *args],
+        env=replay_env(),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+
+
+def expected_check_code(incidents: tuple[Incident, ...]) -> int:
+    """The exit code ``check`` must give over the incidents' bundles: the worst verdict's."""
+    from beam_agents.replay.bulk import worst_of
+    from beam_agents.replay.result import Verdict
+
+    return worst_of([Verdict(incident.verdict) for incident in incidents]).exit_code
+
+
+def run_bundles(out: Path) -> bool:
+    """Step 4: list Bob's activations, bundle each incident, check the bundles; True if as expected."""
+    ok = True
+    bob = next(i for i in INCIDENTS if i.entity_key == BOB)
+    ls_args = [
+        "ls",
+        "--traces",
+        _display(out / "traces"),
+        "--snapshot",
+        _display(find_snapshot(out / "snapshots", bob)),
+    ]
+    print(f"  $ {printable([str(replay_program()), *ls_args])}")
+    done = run_cli(ls_args)
+    for line in (done.stdout + done.stderr).rstrip("\n").splitlines():
+        print(f"    | {line}")
+    ok &= done.returncode == 0
+    (out / "bundles").mkdir()
+    print()
+    for incident in INCIDENTS:
+        args = bundle_args(incident, out)
+        done = run_cli(args)
+        status = "ok" if done.returncode == 0 else f"FAILED (exit {done.returncode})"
+        print(f"  $ {printable([str(replay_program()), *args])}")
+        print(f"    | {done.stderr.strip()}   {status}")
+        ok &= done.returncode == 0
+    check_args = ["check", _display(out / "bundles"), "--jobs", "2", "--junit",
+                  _display(out / "check-junit.xml")]  # fmt: skip
+    print(f"\n  $ {printable([str(replay_program()), *check_args])}")
+    done = run_cli(check_args)
+    for line in (done.stdout + done.stderr).rstrip("\n").splitlines():
+        print(f"    | {line}")
+    expected = expected_check_code(INCIDENTS)
+    mark = "ok" if done.returncode == expected else f"UNEXPECTED: wanted exit {expected}"
+    print(f"    exit code {done.returncode} (the worst verdict's)   {mark}")
+    return ok and done.returncode == expected
 
 
 def find_snapshot(snapshots: Path, incident: Incident) -> Path:
@@ -283,7 +376,9 @@ def main(argv: list[str] | None = None) -> int:
         "the replays below cannot reach it"
     )
     events = write_events(out)
-    print(f"  events:    {_display(events)}/ ({len(STREAM)} envelopes, by envelope id)\n")
+    dump = write_topic_dump(out)
+    print(f"  events:    {_display(events)}/ ({len(STREAM)} envelopes, by envelope id)")
+    print(f"             {_display(dump)} (the same, as one dump of the topic)\n")
 
     print("2. The incidents, replayed headless")
     outcomes: list[Outcome] = []
@@ -309,6 +404,9 @@ def main(argv: list[str] | None = None) -> int:
             f"  {outcome.incident.name:<13} {outcome.verdict:<15} exit {outcome.exit_code}   {mark}"
         )
     all_expected = all(outcome.as_expected for outcome in outcomes)
+
+    print("\n4. From the topic dump to verdicts: ls, one bundle per incident, check")
+    all_expected &= run_bundles(out)
     print(f"\ndemo finished in {time.monotonic() - started:.1f} s")
 
     tui = next(o for o in outcomes if o.incident.name == TUI_INCIDENT)

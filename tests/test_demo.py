@@ -134,6 +134,36 @@ def test_the_demo_leaves_the_three_inputs_of_every_replay(
     assert event.event.type == "customer_message" and event.entity_key == b"customer-bob"
 
 
+@pytest.mark.slow
+def test_the_demo_bundles_each_incident_and_checks_them(
+    demo: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
+    """Step 4: ls, one bundle per incident (from the topic dump), check's table and exit code."""
+    out, done = demo
+    step = done.stdout.split("\n4. From the topic dump to verdicts", 1)[1]
+    assert "msg-bob-1             suspended       2        2  cached" in step  # ls
+    bundles = sorted(p.name for p in (out / "bundles").glob("*.bundle"))
+    assert bundles == sorted(f"{name}.bundle" for name in EXPECTED)
+    assert "1  diverged       (exit 1)  TOOL_CALL 'lookup_order'" in step
+    assert "1  irreproducible (exit 3)  cache miss (absent): messages[1]" in step
+    assert "2  reproduced     (exit 0)" in step
+    assert "exit code 1 (the worst verdict's)   ok" in step
+    assert (out / "check-junit.xml").read_bytes().count(b"<testcase ") == 4
+    # The same inputs give the same bytes: bundle refund-v1 again and compare.
+    from beam_agents.replay.bundle import make_bundle
+
+    snapshot = next((out / "snapshots").glob(f"{b'customer-bob'.hex()}-*.pb"))
+    again = make_bundle(
+        snapshot=snapshot,
+        traces=[out / "traces"],
+        events=[out / "topic-dump.pb"],
+        agent="examples.support_desk.agent:AGENT",
+        registry="examples.support_desk.tools:TOOLS",
+        seq=1,
+    )
+    assert again == (out / "bundles" / "refund-v1.bundle").read_bytes()
+
+
 def test_the_demo_refuses_to_delete_a_directory_it_did_not_make(tmp_path: Path) -> None:
     precious = tmp_path / "mine.txt"
     precious.write_text("keep me")
