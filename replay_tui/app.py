@@ -11,8 +11,9 @@ Tests (and anyone holding a result already) open ``ReplayApp(result)`` directly.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -57,6 +58,8 @@ class ReplayApp(App[int]):
         Binding("i", "show('intents')", "Intents"),
         Binding("o", "show('outputs')", "Outputs"),
         Binding("e", "export", "Export"),
+        Binding("left_square_bracket", "switch_seq(-1)", "Prev seq", key_display="["),
+        Binding("right_square_bracket", "switch_seq(1)", "Next seq", key_display="]"),
     ]
 
     def __init__(
@@ -65,6 +68,7 @@ class ReplayApp(App[int]):
         *,
         options: ReplayOptions | None = None,
         export_dir: Path | None = None,
+        seqs: Sequence[int] = (),
     ) -> None:
         """Open on ``result``, or run ``engine.replay(options)`` in a thread and open on that.
 
@@ -72,6 +76,8 @@ class ReplayApp(App[int]):
             result: A finished replay.
             options: ``ReplayOptions`` for the engine (used only when ``result`` is None).
             export_dir: Where ``e`` writes the reports (default: the working directory).
+            seqs: The key's other activations the same inputs can replay (a bundle's, or
+                the traced ones); with two or more, ``[`` and ``]`` switch between them.
         """
         if result is None and options is None:
             raise ValueError("ReplayApp needs a ReplayResult or ReplayOptions to replay")
@@ -86,6 +92,8 @@ class ReplayApp(App[int]):
         """The Markdown and JSON reports ``e`` wrote last."""
         self.notices: list[tuple[str, str]] = []
         """Every ``(severity, message)`` the app told the operator, in order."""
+        self.seqs = tuple(sorted(set(seqs)))
+        """The activations ``[`` / ``]`` switch between (needs ``options``)."""
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -156,6 +164,9 @@ class ReplayApp(App[int]):
         self.exit(self.exit_code, return_code=self.exit_code)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "switch_seq":
+            # Only between results (not while one loads), and only with somewhere to go.
+            return self.options is not None and len(self.seqs) > 1 and self.result is not None
         if action in ("show", "export"):
             # Nothing to show before the result, and an error screen has only its message.
             return self.result is not None and self.result.verdict is not Verdict.USAGE_ERROR
@@ -182,6 +193,24 @@ class ReplayApp(App[int]):
             self.switch_screen(wanted(self.result))
         else:
             self.push_screen(wanted(self.result))
+
+    def action_switch_seq(self, step: int) -> None:
+        """Replay the previous (``[``) or next (``]``) activation of the same inputs."""
+        if self.options is None or len(self.seqs) < 2 or self.result is None:
+            return
+        current = self.result.header.seq if self.result.header.seq is not None else self.options.seq
+        position = self.seqs.index(current) if current in self.seqs else -1
+        target = self.seqs[(position + step) % len(self.seqs)]
+        self.options = dataclasses.replace(self.options, seq=target)
+        self.result = None
+        self.crash = None
+        # Back to the loading screen (the default one), which the new result is pushed over.
+        while len(self.screen_stack) > 1:
+            self.pop_screen()
+        if isinstance(self.screen, LoadingScreen):
+            self.screen.restart(self.options)
+        self.notify(f"replaying seq {target}", timeout=3)
+        threading.Thread(target=self._replay_in_thread, name="replay", daemon=True).start()
 
     def action_export(self) -> None:
         if self.result is None:
@@ -253,17 +282,18 @@ class ReplayApp(App[int]):
         yield SystemCommand("Help", "Every key (?)", self.action_help)
 
 
-def run_tui(options: ReplayOptions) -> int:
+def run_tui(options: ReplayOptions, *, seqs: Sequence[int] = ()) -> int:
     """Replay ``options`` in the TUI; return the verdict's exit code once the operator quits.
 
     Args:
         options: The ``ReplayOptions`` the CLI parsed from ``beam-agents-replay tui <flags>``.
+        seqs: Other activations the same inputs replay (``[`` / ``]`` switch).
 
     Returns:
         0 reproduced or what-if, 1 diverged, 2 usage error (or the engine crashed),
         3 irreproducible — as headless — or 130 if quit before the replay finished.
     """
-    app = ReplayApp(options=options)
+    app = ReplayApp(options=options, seqs=seqs)
     app.run()
     if app.exit_code is not None:
         return app.exit_code

@@ -457,7 +457,7 @@ def bundle_options(
         registry=registry or message.registry,
         seq=seq if seq is not None else bundle.seqs[-1],
         hitl_policy=bundle.hitl,
-        hitl_label=f"bundle ({message.hitl_path or 'default'})",
+        hitl_label=message.hitl_path or "default",
     )
 
 

@@ -498,7 +498,31 @@ def _run_bundle_tui(ns: argparse.Namespace) -> int:
     loaded = _bundle_replay_options(ns)
     if isinstance(loaded, ReplayResult):
         return _emit(loaded, as_json=False)
-    return _open_tui(loaded)
+    from beam_agents.replay.bundle import load_bundle
+
+    return _open_tui(loaded, seqs=load_bundle(ns.bundle).seqs)
+
+
+def _replayable_seqs(options: ReplayOptions) -> tuple[int, ...]:
+    """The traced activations of the snapshot's key it can be asked to replay (for ``[``/``]``).
+
+    Only with ``--events``: switching needs each activation's envelope. Empty when the
+    inputs cannot be listed (the replay itself then says why).
+    """
+    if not options.events:
+        return ()
+    from beam_agents.replay.listing import AFTER_SNAPSHOT, INCOMPLETE, list_activations
+    from beam_agents.replay.refusal import ReplayRefused
+
+    try:
+        listing = list_activations(options.traces, snapshot=options.snapshot)
+    except ReplayRefused:
+        return ()
+    return tuple(
+        row.seq
+        for row in listing.rows
+        if row.outcome != "pending" and row.replay not in (AFTER_SNAPSHOT, INCOMPLETE)
+    )
 
 
 def _cwd_importable() -> None:
@@ -564,7 +588,8 @@ def _has_terminal() -> bool:
         return False
 
 
-def _open_tui(options: ReplayOptions) -> int:
+def _open_tui(options: ReplayOptions, *, seqs: Sequence[int] | None = None) -> int:
+    """Open the TUI on ``options``; ``seqs`` for [ and ] (None: the traced ones, with --events)."""
     stdin_flags = [
         flag
         for flag, value in (
@@ -588,6 +613,8 @@ def _open_tui(options: ReplayOptions) -> int:
             "or --json)",
             f"{PROG} tui",
         )
+    if seqs is None:
+        seqs = _replayable_seqs(options)
     _cwd_importable()
     try:
         from replay_tui.app import run_tui
@@ -600,7 +627,7 @@ def _open_tui(options: ReplayOptions) -> int:
     saved = sys.dont_write_bytecode
     sys.dont_write_bytecode = True  # as headless: replay writes nothing
     try:
-        return int(run_tui(options))
+        return int(run_tui(options, seqs=seqs) if seqs else run_tui(options))
     finally:
         sys.dont_write_bytecode = saved
 

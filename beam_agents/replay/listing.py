@@ -385,14 +385,15 @@ def render_listing(listing: Listing) -> str:
         )
         lines.append(header + ("  replay from the snapshot" if with_replay else ""))
         for r in rows:
-            outcome = r.outcome + (f" ({literal(r.error_type)})" if r.error_type else "")
             line = (
                 f"  {r.seq:>5}  {literal(r.kind) or '?':<6}  {literal(r.trigger) or '?':<11}  "
-                f"{literal(r.envelope_id) or '-':<20}  {outcome:<10}  {r.model_calls:>5}  "
+                f"{literal(r.envelope_id) or '-':<20}  {r.outcome:<10}  {r.model_calls:>5}  "
                 f"{r.staged_intents:>7}"
             )
             if r.replay is not None:
                 line += f"  {r.replay}: {literal(r.replay_detail)}"
+            if r.error_type:
+                line += f"  (error.type {literal(r.error_type)})"
             lines.append(line)
     total = sum(1 for r in listing.rows if r.outcome != "pending")
     lines.append(f"{total} traced activation(s) of {len(keys)} key(s)")

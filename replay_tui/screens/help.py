@@ -25,6 +25,7 @@ HELP: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
             ("i", "intents ledger: staged/released, traced vs replayed"),
             ("o", "outputs: sizes and digests; payloads as text or hex"),
             ("e", "export the report (Markdown and JSON) and say where"),
+            ("[ ]", "previous / next activation of the same key (a bundle's, or the traced ones)"),
             ("ctrl+p", "command palette: every action by name"),
             ("escape", "back to the timeline (from state, intents, outputs, help)"),
         ),

@@ -50,6 +50,12 @@ class LoadingScreen(Screen[None]):
                 yield Static(describe_options(self.options), id="loading-inputs")
         yield Footer()
 
+    def restart(self, options: Any) -> None:
+        """Show another replay's inputs and start the clock again (switching seq)."""
+        self.options = options
+        self._started = time.monotonic()
+        self.query_one("#loading-inputs", Static).update(describe_options(options))
+
     def on_mount(self) -> None:
         self._tick()
         self.set_interval(0.1, self._tick)

@@ -61,7 +61,7 @@ def test_each_activation_replays_as_from_the_separate_files(incident: Incident) 
         )
         assert from_bundle.verdict is from_files.verdict is Verdict.REPRODUCED, from_bundle.error
         assert [p.replayed for p in from_bundle.events] == [p.replayed for p in from_files.events]
-        assert from_bundle.header.hitl_source == "bundle (default)"
+        assert from_bundle.header.hitl_source == "default"
     changed = replay(bd.bundle_options(loaded, seq=1, agent="replay_agents:AGENT_NEW_PROMPT"))
     assert changed.verdict is Verdict.IRREPRODUCIBLE  # a changed prompt misses the cache
     with pytest.raises(InputError, match="holds the activation"):
@@ -82,7 +82,10 @@ def test_a_recorded_hitl_policy_is_replayed(incident: Incident) -> None:
     )
     loaded = bd.load_bundle(data)
     assert loaded.hitl == ra.HITL_SHORT and loaded.message.hitl_path == "replay_agents:HITL_SHORT"
-    assert replay(bd.bundle_options(loaded)).verdict is Verdict.REPRODUCED
+    result = replay(bd.bundle_options(loaded))
+    assert result.verdict is Verdict.REPRODUCED
+    assert result.header.hitl_source == "replay_agents:HITL_SHORT"
+    assert result.header.hitl_policy == ra.HITL_SHORT.describe()
     default = bd.make_bundle(
         snapshot=h.export(),
         traces=[h.trace_bytes()],

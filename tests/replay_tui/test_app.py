@@ -280,7 +280,8 @@ def test_help_lists_every_binding() -> None:
 
     listed = {token for _, keys in HELP for key, _ in keys for token in key.split()}
     names = {"question_mark": "?", "slash": "/", "space": "space", "right": "→", "left": "←",
-             "down": "↓", "up": "↑", "pagedown": "pgdn", "pageup": "pgup"}
+             "down": "↓", "up": "↑", "pagedown": "pgdn", "pageup": "pgup",
+             "left_square_bracket": "[", "right_square_bracket": "]"}
     for owner in (ReplayApp, MainScreen, Timeline, StateScreen, OutputsScreen, IntentsScreen, HelpScreen):
         for binding in owner.BINDINGS:
             for key in binding.key.split(","):  # type: ignore[union-attr]
