@@ -316,7 +316,7 @@ def check_bundles(
 
 
 def _safe(text: str) -> str:
-    from beam_agents.replay.report import safe_text
+    from beam_agents.replay.escape import escape as safe_text
 
     return safe_text(text)
 

@@ -633,8 +633,8 @@ def _open_tui(options: ReplayOptions, *, seqs: Sequence[int] | None = None) -> i
 
 
 def _refused(command: str, refused: Exception) -> int:
+    from beam_agents.replay.escape import escape as safe_text
     from beam_agents.replay.refusal import ReplayRefused
-    from beam_agents.replay.report import safe_text
 
     assert isinstance(refused, ReplayRefused)
     sys.stderr.write(f"{PROG} {command}: error: {safe_text(refused.message)}\n")

@@ -351,7 +351,7 @@ def _pending_resume(
 
 def literal(text: str) -> str:
     """``text`` with every control character escaped (inputs never drive the terminal)."""
-    from beam_agents.replay.report import safe_text
+    from beam_agents.replay.escape import escape as safe_text
 
     return safe_text(text)
 
