@@ -6,13 +6,30 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install demo test protos lint bench clean
 
+# "major.minor" of a Python, empty if it does not run.
+py_version = $(shell $(1) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+WANT_PY := $(call py_version,$(PYTHON))
+HAVE_PY := $(if $(wildcard $(BIN)/python),$(or $(call py_version,$(BIN)/python),broken))
+
+# A .venv made by another Python (an older one, or one since removed, so that its
+# python no longer runs) is rebuilt with $(PYTHON) instead of failing the same way forever.
+ifneq ($(HAVE_PY),)
+ifneq ($(WANT_PY),)
+ifneq ($(HAVE_PY),$(WANT_PY))
+$(info make: $(VENV) was built with Python $(HAVE_PY), not $(PYTHON) ($(WANT_PY)): rebuilding it)
+$(shell rm -rf $(VENV))
+endif
+endif
+endif
+
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
-	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "make: $(PYTHON) not found; set PYTHON=/path/to/python3.11+"; exit 2; }
+	@test -n "$(WANT_PY)" || { echo "make: $(PYTHON) not found; set PYTHON=/path/to/python3.11+"; exit 2; }
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "make: $(PYTHON) is Python $(WANT_PY); beam-agents needs 3.11 or newer: set PYTHON=/path/to/python3.11+ (then make clean if make still fails)"; exit 2; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,openai,anthropic]'
 	touch $(STAMP)
 
 # README command 1: the example pipeline on Beam's DirectRunner, its incidents replayed,

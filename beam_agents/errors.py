@@ -10,7 +10,13 @@
     │   ├── AgentResultError             start/resume returned something other than Done/Suspend
     │   └── RecordedResultError          a recorded tool returned a non-JSON or oversize result
     ├── ProviderError                    the model provider could not answer
-    │   └── CacheMissError               the provider that serves nothing was reached (replay)
+    │   ├── CacheMissError               the provider that serves nothing was reached (replay)
+    │   └── ProviderCallError            a real provider's call failed (beam_agents.providers)
+    │       ├── ProviderRateLimitError   429: slow down (retryable)
+    │       ├── ProviderTimeoutError     no answer in time (retryable)
+    │       ├── ProviderUnavailableError 5xx, overloaded, or no connection (retryable)
+    │       ├── ProviderRequestError     4xx: the request or the credentials are wrong (not retryable)
+    │       └── ProviderResponseError    an answer that cannot be read as an LlmResponse
     ├── ToolNotRecordedError             a recorded tool's result is not in the tool cache (replay)
     ├── NetworkBlockedError              a connection attempted while the network is blocked (replay)
     ├── StateError                       a state blob cannot be used
@@ -117,6 +123,63 @@ class ToolNotRecordedError(BeamAgentsError):
             f"recorded tool {tool!r} (args sha256 {args_sha256}): the snapshot's tool cache "
             f"cannot serve it ({status}); replay never runs a recorded tool"
         )
+
+
+class ProviderCallError(ProviderError):
+    """A real provider's call failed; the SDK's own error is the ``__cause__``.
+
+    Raised by ``beam_agents.providers`` after the SDK's own retries are spent. The
+    activation records the subclass's name as the LLM_CALL's ``error_type``; agent code
+    may catch it (``except ProviderCallError as exc: if exc.retryable: ...``).
+    """
+
+    retryable: bool = False
+    """True when the same request may succeed later (rate limit, timeout, 5xx)."""
+
+    def __init__(
+        self,
+        provider: str,
+        message: str,
+        *,
+        status: int | None = None,
+        request_id: str | None = None,
+    ) -> None:
+        self.provider = provider
+        """The provider's ``name``."""
+        self.status = status
+        """The HTTP status, when the provider answered with one."""
+        self.request_id = request_id
+        """The provider's request id (quote it to the provider's support), when it sent one."""
+        self.detail = message
+        where = f" (HTTP {status})" if status is not None else ""
+        rid = f" [request id {request_id}]" if request_id else ""
+        super().__init__(f"provider {provider!r}{where}: {message}{rid}")
+
+
+class ProviderRateLimitError(ProviderCallError):
+    """The provider refused the call for now (HTTP 429): too many requests or tokens."""
+
+    retryable = True
+
+
+class ProviderTimeoutError(ProviderCallError):
+    """The provider did not answer within the timeout (or said 408)."""
+
+    retryable = True
+
+
+class ProviderUnavailableError(ProviderCallError):
+    """The provider failed (HTTP 5xx, overloaded) or could not be reached at all."""
+
+    retryable = True
+
+
+class ProviderRequestError(ProviderCallError):
+    """The provider refused the request itself (HTTP 4xx: bad request, auth, unknown model)."""
+
+
+class ProviderResponseError(ProviderCallError):
+    """The provider answered, but not with something that reads as an ``LlmResponse``."""
 
 
 class NetworkBlockedError(BeamAgentsError):

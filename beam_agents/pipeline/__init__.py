@@ -6,6 +6,11 @@ types of ``RunAgentOutputs`` and the ``ErrorRecord`` of ``.errors``.
 ``ReplayBundles`` replays incident bundles at scale (docs/incidents.md).
 """
 
+from beam_agents.pipeline._quiet_import import quiet_beam_import
+
+with quiet_beam_import():
+    import apache_beam  # noqa: F401  (first, so its import-time warnings are the quiet ones)
+
 from beam_agents.pipeline.dead_letter import ERROR_CODES, ErrorRecord
 from beam_agents.pipeline.replay_bundles import (
     ReadBundleFiles,

@@ -238,10 +238,13 @@ class LlmResponse(_message.Message):
     STOP_REASON_FIELD_NUMBER: _builtins.int
     USAGE_FIELD_NUMBER: _builtins.int
     MODEL_FIELD_NUMBER: _builtins.int
+    ID_FIELD_NUMBER: _builtins.int
     text: _builtins.str
     stop_reason: _builtins.str
     model: _builtins.str
     """The model that answered, as the provider reports it."""
+    id: _builtins.str
+    """The provider's id of this response ("chatcmpl-...", "msg_..."); empty if it has none."""
     @_builtins.property
     def tool_calls(self) -> _containers.RepeatedCompositeFieldContainer[Global___ToolCall]: ...
     @_builtins.property
@@ -254,10 +257,11 @@ class LlmResponse(_message.Message):
         stop_reason: _builtins.str = ...,
         usage: Global___Usage | None = ...,
         model: _builtins.str = ...,
+        id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["model", b"model", "stop_reason", b"stop_reason", "text", b"text", "tool_calls", b"tool_calls", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "model", b"model", "stop_reason", b"stop_reason", "text", b"text", "tool_calls", b"tool_calls", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,124 @@
+"""A real HTTP server on 127.0.0.1 that answers like a model API, for the providers' tests.
+
+It speaks plain HTTP/1.1 JSON: each request's method, path, headers and JSON body are
+recorded, and answered by the next scripted ``Reply`` (status, JSON body, headers, an
+optional delay before answering). The SDKs under test talk to it exactly as they talk
+to the vendor: same client code, same retries, same error parsing.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One scripted answer."""
+
+    body: Any
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    delay_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Received:
+    """One request as the server saw it."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+
+class WireServer:
+    """The server's state: what it will answer, and what it was asked."""
+
+    def __init__(self) -> None:
+        self.replies: deque[Reply | Callable[[Received], Reply]] = deque()
+        self.received: list[Received] = []
+        self.url = ""
+        self._lock = threading.Lock()
+
+    def script(self, *replies: Reply | Callable[[Received], Reply]) -> None:
+        self.replies.extend(replies)
+
+    def _answer(self, received: Received) -> Reply:
+        with self._lock:
+            self.received.append(received)
+            if not self.replies:
+                return Reply({"error": {"message": "no reply scripted", "type": "test"}}, 500)
+            reply = self.replies.popleft()
+        return reply(received) if callable(reply) else reply
+
+
+def _handler(server: WireServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length", "0"))
+            raw = self.rfile.read(length)
+            received = Received(
+                method="POST",
+                path=self.path,
+                headers={k.lower(): v for k, v in self.headers.items()},
+                body=json.loads(raw) if raw else None,
+            )
+            reply = server._answer(received)
+            if reply.delay_s:
+                time.sleep(reply.delay_s)
+            data = json.dumps(reply.body).encode()
+            try:
+                self.send_response(reply.status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for name, value in reply.headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up (a timeout test): nothing left to answer
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass  # the tests assert on `received`, not on an access log
+
+    return Handler
+
+
+def start_wire_server() -> tuple[WireServer, Callable[[], None]]:
+    """Serve on a free port of 127.0.0.1 in a daemon thread; returns the state and a stop."""
+    state = WireServer()
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
+    httpd.daemon_threads = True
+    host, port = httpd.server_address[:2]
+    state.url = f"http://{host}:{port}"
+    thread = threading.Thread(
+        target=httpd.serve_forever, args=(0.05,), name="wire-server", daemon=True
+    )
+    thread.start()
+
+    def stop() -> None:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(timeout=5)
+
+    return state, stop
+
+
+@contextmanager
+def wire_server() -> Iterator[WireServer]:
+    """Serve for the ``with`` block, then stop and close."""
+    state, stop = start_wire_server()
+    try:
+        yield state
+    finally:
+        stop()
