@@ -256,14 +256,24 @@ def _to_float(value: Any, column: str) -> float:
     if isinstance(value, bool):
         raise _BadRow(f"column {column!r} holds a boolean, not a FLOAT64")
     if isinstance(value, (int, float)):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an int such as 10**400: no FLOAT64 holds it
+            assert isinstance(value, int)
+            digits = len(str(value)) if value.bit_length() < 4000 else None
+            shown = (
+                f"an integer of {value.bit_length()} bits"
+                if digits is None
+                else (str(value) if digits <= 40 else f"an integer of {digits} digits")
+            )
+            raise _BadRow(f"column {column!r} holds {shown}, beyond FLOAT64's range") from None
     if isinstance(value, str):
         try:
             # float() reads what bq prints: "1.5", "1.0E308", "-0.0", "NaN", "Infinity".
             return float(value)
         except ValueError:
             pass
-    raise _BadRow(f"column {column!r} holds {value!r}, not a FLOAT64")
+    raise _BadRow(f"column {column!r} holds {value!r:.60}, not a FLOAT64")
 
 
 def _to_bool(value: Any, column: str) -> bool:
@@ -280,6 +290,14 @@ def _to_str(value: Any, column: str) -> str:
     if value is None:
         return ""
     if isinstance(value, str):
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise _BadRow(
+                    f"column {column!r} holds a lone surrogate (U+{ord(value[exc.start]):04X} at "
+                    f"character {exc.start}), which no STRING can hold"
+                ) from None
         return value
     raise _BadRow(f"column {column!r} holds a {type(value).__name__}, not a STRING")
 
@@ -416,7 +434,11 @@ def read_bigquery_rows(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]
             continue
         try:
             row = json.loads(line)
-        except json.JSONDecodeError as exc:
+        except (ValueError, RecursionError) as exc:
+            if not isinstance(exc, json.JSONDecodeError):
+                raise TraceStreamError(
+                    f"{source}:{line_number}: {_json_limit(exc)}", source=source, offset=line_number
+                ) from None
             raise TraceStreamError(
                 f"{source}:{line_number}: not a JSON object per line (NDJSON) nor a JSON array: "
                 f"{exc.msg} at column {exc.colno}",
@@ -432,10 +454,19 @@ def read_bigquery_rows(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]
         yield row
 
 
+def _json_limit(exc: ValueError | RecursionError) -> str:
+    """What a JSON parser limit refused: nesting too deep, or an integer too long."""
+    if isinstance(exc, RecursionError):
+        return "the JSON is nested too deeply to parse (a trace row nests 3 levels)"
+    return f"the JSON holds a number it cannot read ({exc})"
+
+
 def _array_rows(text: str, source: str) -> Iterator[dict[str, Any]]:
     try:
         rows = json.loads(text)
-    except json.JSONDecodeError as exc:
+    except (ValueError, RecursionError) as exc:
+        if not isinstance(exc, json.JSONDecodeError):
+            raise TraceStreamError(f"{source}: {_json_limit(exc)}", source=source) from None
         raise TraceStreamError(
             f"{source}:{exc.lineno}: not a valid JSON array: {exc.msg} at column {exc.colno}",
             source=source,

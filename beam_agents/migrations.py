@@ -28,6 +28,8 @@ it never reads a constant that a later release might change.
 from __future__ import annotations
 
 import json
+import math
+import re
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -36,6 +38,7 @@ from google.protobuf.message import DecodeError, Message
 
 from beam_agents import canonical_json
 from beam_agents._protos import LlmCacheBody
+from beam_agents.canonical_json import MAX_JSON_DEPTH
 from beam_agents.errors import BlobTooNewError, CorruptBlobError, MigrationGapError, StateError
 
 STATE_SCHEMA_VERSION = 2
@@ -63,13 +66,53 @@ def _refuse_constant(name: str) -> float:
 
 # json.loads(text, parse_constant=...) builds a decoder on every call; this is the same
 # decoder, built once (decoders hold no state between calls).
-_JSON_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"the number {text[:40]}{'…' if len(text) > 40 else ''} is out of range")
+    return value
+
+
+_JSON_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
+# A \uD800-\uDFFF escape in the text: only then can the value hold a lone surrogate.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def json_value_problem(value: Any, *, surrogates: bool = True) -> str | None:
+    """Why a parsed JSON value cannot be used, or None: too deep, or a lone surrogate.
+
+    Iterative (no recursion, whatever the depth). A lone surrogate (``"\\ud800"``)
+    is valid JSON text but not a string any UTF-8 writer can write back.
+    """
+    # Each entry: the value, its depth, and the top-level key it sits under (for messages).
+    stack: list[tuple[Any, int, str]] = [(value, 0, "the value")]
+    while stack:
+        item, depth, where = stack.pop()
+        if isinstance(item, str):
+            if surrogates and _LONE_SURROGATE.search(item):
+                return f"{where} holds a string with a lone surrogate (not encodable as UTF-8)"
+            continue
+        if isinstance(item, (dict, list)):
+            if depth >= MAX_JSON_DEPTH:
+                return f"{where} is nested deeper than {MAX_JSON_DEPTH} levels"
+            if isinstance(item, dict):
+                for key, child in item.items():
+                    if surrogates and _LONE_SURROGATE.search(key):
+                        return f"{where} holds a key with a lone surrogate"
+                    under = f"the value under key {key[:40]!r}" if depth == 0 else where
+                    stack.append((child, depth + 1, under))
+            else:
+                stack.extend((child, depth + 1, where) for child in item)
+    return None
 
 
 def parse_json_object(kind: str, body: bytes) -> dict[str, Any]:
     """Parse ``body`` as JSON text of an object (any formatting), or raise ``CorruptBlobError``.
 
-    NaN and infinities are refused: no canonical JSON writer produces them.
+    NaN and infinities (also a number such as ``1e999`` that overflows to one), lone
+    surrogates and nesting deeper than ``MAX_JSON_DEPTH`` are refused: no canonical
+    JSON writer produces them.
     """
     try:
         text = body.decode("utf-8")
@@ -81,6 +124,12 @@ def parse_json_object(kind: str, body: bytes) -> dict[str, Any]:
         raise CorruptBlobError(kind, f"the body is not JSON text ({exc})") from exc
     if not isinstance(value, dict):
         raise CorruptBlobError(kind, f"the body is JSON {type(value).__name__}, not an object")
+    # Walk the value only when the text could hold what the walk looks for.
+    surrogates = "\\u" in text and _SURROGATE_ESCAPE.search(text) is not None
+    if surrogates or text.count("[") + text.count("{") > MAX_JSON_DEPTH:
+        problem = json_value_problem(value, surrogates=surrogates)
+        if problem is not None:
+            raise CorruptBlobError(kind, f"the body's JSON {problem}")
     return value
 
 

@@ -746,11 +746,18 @@ def _snapshot_seq(data: bytes) -> int:
 
 def _run_convert_bq(ns: argparse.Namespace) -> int:
     from beam_agents.bigquery_rows import read_bigquery_rows, rows_to_trace_events
-    from beam_agents.errors import TraceStreamError
+    from beam_agents.errors import FrameTooLargeError, TraceStreamError
+    from beam_agents.replay.inputs import open_regular
+    from beam_agents.replay.refusal import InputError
     from beam_agents.trace_stream import write_trace_stream
 
     source = "/dev/stdin" if ns.rows == "-" else ns.rows
     name = "<stdin>" if ns.rows == "-" else ns.rows
+    if ns.rows != "-":
+        try:  # a regular file within the ROWS cap: not /dev/zero, not a FIFO, not a directory
+            open_regular(ns.rows, "ROWS").close()
+        except InputError as exc:
+            raise _UsageError(f"convert-bq: {exc.message}", _CONVERT_BQ) from None
     try:
         events = rows_to_trace_events(read_bigquery_rows(source), source=name)
     except TraceStreamError as exc:
@@ -761,12 +768,23 @@ def _run_convert_bq(ns: argparse.Namespace) -> int:
                 "convert-bq writes a binary trace stream: pass -o FILE or redirect standard output",
                 _CONVERT_BQ,
             )
-        sys.stdout.flush()
-        write_trace_stream(sys.stdout.buffer, events)
-        sys.stdout.buffer.flush()
+        try:
+            sys.stdout.flush()
+            write_trace_stream(sys.stdout.buffer, events)
+            sys.stdout.buffer.flush()
+        except FrameTooLargeError as exc:
+            raise _UsageError(f"convert-bq: {exc}", _CONVERT_BQ) from None
+        except BrokenPipeError:
+            raise
+        except OSError as exc:  # e.g. a full disk (ENOSPC) behind standard output
+            raise _UsageError(
+                f"convert-bq: cannot write standard output: {exc.strerror or exc}", _CONVERT_BQ
+            ) from None
     else:
         try:
             write_trace_stream(ns.output, events)
+        except FrameTooLargeError as exc:
+            raise _UsageError(f"convert-bq: {exc} (nothing was written)", _CONVERT_BQ) from None
         except OSError as exc:
             raise _UsageError(
                 f"convert-bq: cannot write {ns.output}: {exc.strerror or exc}", _CONVERT_BQ

@@ -46,6 +46,7 @@ SIZE_CAPS: dict[str, tuple[str, int]] = {
     "--events": ("BEAM_AGENTS_REPLAY_MAX_EVENT_BYTES", 16 * MiB),
     "--traces": ("BEAM_AGENTS_REPLAY_MAX_TRACES_BYTES", 4096 * MiB),
     "bundle": ("BEAM_AGENTS_REPLAY_MAX_BUNDLE_BYTES", 1024 * MiB),
+    "ROWS": ("BEAM_AGENTS_REPLAY_MAX_ROWS_BYTES", 1024 * MiB),
 }
 """Per flag: the environment variable that raises its size cap, and the default cap (bytes).
 

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import replay_agents as ra
@@ -150,3 +151,124 @@ def test_a_fifo_as_the_bundle_argument_does_not_hang(tmp_path: Path) -> None:
     out = subprocess.run([SCRIPT, str(fifo)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2, out.stderr
     assert "Traceback" not in out.stderr
+
+
+# -- values that used to end in "internal error" ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        (b'{"x": 1e999}', "the number 1e999 is out of range"),
+        (b'{"x": -1e999}', "the number -1e999 is out of range"),
+        (b'{"x": ["\\ud800"]}', "under key 'x' holds a string with a lone surrogate"),
+        (b'{"\\udc00": 1}', "holds a key with a lone surrogate"),
+        (b'{"x": ' + b"[" * 300 + b"]" * 300 + b"}", "nested deeper than 256 levels"),
+        (b'{"x": ' + b"9" * 5000 + b"}", "value has 5000 digits"),
+    ],
+)
+def test_a_snapshot_memory_value_no_writer_produces_is_a_usage_error(
+    inputs: Inputs, body: bytes, named: str
+) -> None:
+    from beam_agents._protos import StateSnapshot
+    from beam_agents.blobs import encode_blob
+
+    snapshot = StateSnapshot.FromString(inputs.snapshot.read_bytes())
+    snapshot.memory = encode_blob("memory", body)
+    result = replay(
+        options(snapshot.SerializeToString(), inputs.history.trace_bytes(), event=inputs.event)
+    )
+    assert result.verdict is Verdict.USAGE_ERROR
+    assert "internal error" not in result.error
+    assert "corrupt memory blob" in result.error and named in result.error
+
+
+def test_paired_surrogate_escapes_are_ordinary_text(inputs: Inputs) -> None:
+    from beam_agents.migrations import parse_json_object
+
+    assert parse_json_object("memory", b'{"e": "\\ud83d\\ude00", "b": "\\\\ud800"}') == {
+        "e": "\U0001f600",
+        "b": "\\ud800",
+    }
+
+
+def test_the_memory_writer_refuses_what_the_loader_would(inputs: Inputs) -> None:
+    from beam_agents.blobs import dump_memory
+    from beam_agents.errors import MemoryValueError
+
+    deep: object = 1
+    for _ in range(300):
+        deep = [deep]
+    with pytest.raises(MemoryValueError, match="nested deeper than 256 levels"):
+        dump_memory({"x": deep})
+
+
+def _rows(tmp_path: Path) -> list[dict[str, Any]]:
+    from beam_agents.bigquery_rows import trace_event_to_row
+
+    return [trace_event_to_row(e) for e in inputs_events()]
+
+
+def inputs_events() -> list[TraceEvent]:
+    history = KeyHistory(ra.AGENT, ra.TOOLS, ra.make_provider())
+    history.send(event_envelope(KEY, "ask", b"where is A1?", time_ms=T0))
+    return history.trace
+
+
+def _convert(tmp_path: Path, text: str, *, stdout: str | None = None) -> tuple[int, str]:
+    rows = tmp_path / "rows.json"
+    rows.write_text(text, encoding="utf-8", errors="surrogatepass")
+    args = [SCRIPT, "convert-bq", str(rows)]
+    if stdout is None:
+        args += ["-o", str(tmp_path / "out.pb")]
+        out = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    else:
+        with open(stdout, "wb") as sink:
+            out = subprocess.run(args, stdout=sink, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert "Traceback" not in out.stderr and "internal error" not in out.stderr, out.stderr
+    return out.returncode, out.stderr
+
+
+def test_convert_bq_bad_values_are_usage_errors_naming_the_value(tmp_path: Path) -> None:
+    import json
+
+    row = _rows(tmp_path)[1]
+    deep = "[" + json.dumps({**row, "name": None}).replace("null", "[" * 100_000 + "]" * 100_000) + "]"
+    code, err = _convert(tmp_path, deep)
+    assert code == 2 and "nested too deeply" in err
+    code, err = _convert(tmp_path, json.dumps([{**row, "seq": 1}]).replace('"seq": 1', '"seq": ' + "9" * 5000))
+    assert code == 2 and "value has 5000 digits" in err
+    floaty = {**row, "attributes": [{"name": "x", "value_type": "double_value", "double_value": 1}]}
+    code, err = _convert(
+        tmp_path, json.dumps([floaty]).replace('"double_value": 1', f'"double_value": {10**400}')
+    )
+    assert code == 2 and "'attributes[0].double_value' holds an integer of 401 digits" in err
+    code, err = _convert(tmp_path, json.dumps([{**row, "name": "\ud800"}]))
+    assert code == 2 and "column 'name' holds a lone surrogate (U+D800" in err
+    code, err = _convert(tmp_path, json.dumps([{**row, "name": "x" * (17 * 1024 * 1024)}]))
+    assert code == 2 and "over the 16777216-byte frame limit" in err
+    assert not (tmp_path / "out.pb").exists()
+
+
+def test_convert_bq_to_a_full_disk_is_a_usage_error(tmp_path: Path) -> None:
+    import json
+
+    code, err = _convert(tmp_path, json.dumps(_rows(tmp_path)), stdout="/dev/full")
+    assert code == 2 and "cannot write standard output: No space left on device" in err
+
+
+@pytest.mark.parametrize("rows", ["/dev/zero", "fifo", "dir"])
+def test_convert_bq_reads_regular_files_only(tmp_path: Path, rows: str) -> None:
+    path = rows
+    if rows == "fifo":
+        path = str(tmp_path / "fifo")
+        os.mkfifo(path)
+    elif rows == "dir":
+        path = str(tmp_path)
+    out = subprocess.run(
+        [SCRIPT, "convert-bq", path, "-o", str(tmp_path / "o.pb")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2 and "not a regular file" in out.stderr, out.stderr
