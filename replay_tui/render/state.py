@@ -13,6 +13,7 @@ from typing import Any
 
 from rich.text import Text
 
+from beam_agents.canonical_json import MAX_JSON_DEPTH
 from beam_agents.replay.report import digest_note
 from beam_agents.replay.result import (
     BlobDigest,
@@ -74,17 +75,58 @@ def _count(n: int, noun: str) -> str:
 
 
 def json_tree(value: Any, name: str = "memory") -> JsonNode:
-    """The memory JSON as a tree of literal labels (keys and strings may hold anything)."""
-    if isinstance(value, dict):
-        label = Text(literal(name), style="bold")
-        label.append(f"  {{}} {_count(len(value), 'key')}", style="dim")
-        children = tuple(json_tree(item, str(key)) for key, item in sorted(value.items()))
-        return JsonNode(label, children)
-    if isinstance(value, list):
-        label = Text(literal(name), style="bold")
-        label.append(f"  [] {_count(len(value), 'item')}", style="dim")
-        return JsonNode(label, tuple(json_tree(item, f"[{i}]") for i, item in enumerate(value)))
-    return JsonNode(_leaf_label(name, value), None)
+    """The memory JSON as a tree of literal labels (keys and strings may hold anything).
+
+    Built without recursion, whatever the nesting; containers deeper than
+    ``MAX_JSON_DEPTH`` (the loader's own limit) are shown as a note, not opened.
+    """
+    labels: list[Text] = []
+    children_of: list[list[int] | None] = []
+    stack: list[tuple[Any, str, int, int]] = [(value, name, 0, -1)]
+    while stack:
+        item, item_name, depth, parent = stack.pop()
+        index = len(labels)
+        if parent >= 0:
+            kids = children_of[parent]
+            assert kids is not None
+            kids.append(index)
+        if isinstance(item, (dict, list)) and depth >= MAX_JSON_DEPTH:
+            label = Text(literal(item_name), style="bold")
+            label.append(f"  … nested deeper than {MAX_JSON_DEPTH} levels (not shown)", style="dim")
+            labels.append(label)
+            children_of.append(None)
+        elif isinstance(item, dict):
+            label = Text(literal(item_name), style="bold")
+            label.append(f"  {{}} {_count(len(item), 'key')}", style="dim")
+            labels.append(label)
+            children_of.append([])
+            entries = sorted(item.items())
+            stack.extend((v, str(k), depth + 1, index) for k, v in reversed(entries))
+        elif isinstance(item, list):
+            label = Text(literal(item_name), style="bold")
+            label.append(f"  [] {_count(len(item), 'item')}", style="dim")
+            labels.append(label)
+            children_of.append([])
+            stack.extend(
+                (item[i], f"[{i}]", depth + 1, index) for i in range(len(item) - 1, -1, -1)
+            )
+        else:
+            labels.append(_leaf_label(item_name, item))
+            children_of.append(None)
+    # Children always come after their parent: build the nodes from the last one back.
+    built: list[JsonNode | None] = [None] * len(labels)
+    for index in range(len(labels) - 1, -1, -1):
+        kids = children_of[index]
+        built[index] = JsonNode(
+            labels[index], None if kids is None else tuple(_built(built, k) for k in kids)
+        )
+    return _built(built, 0)
+
+
+def _built(built: list[JsonNode | None], index: int) -> JsonNode:
+    node = built[index]
+    assert node is not None
+    return node
 
 
 # -- cache, pending, continuation, versions ---------------------------------------------------

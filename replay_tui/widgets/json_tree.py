@@ -27,9 +27,13 @@ class JsonTree(Tree[None]):
         self.root.expand()
 
     def _fill(self, node: TreeNode[None], data: JsonNode, depth: int) -> None:
-        for child in data.children or ():
-            if child.children is None:
-                node.add_leaf(child.label)
-            else:
-                branch = node.add(child.label, expand=depth + 1 < EXPAND_DEPTH)
-                self._fill(branch, child, depth + 1)
+        # Iterative: the tree may be as deep as the loader allows (MAX_JSON_DEPTH).
+        stack = [(node, data, depth)]
+        while stack:
+            parent, parent_data, level = stack.pop()
+            for child in parent_data.children or ():
+                if child.children is None:
+                    parent.add_leaf(child.label)
+                else:
+                    branch = parent.add(child.label, expand=level + 1 < EXPAND_DEPTH)
+                    stack.append((branch, child, level + 1))
