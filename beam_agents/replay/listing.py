@@ -205,7 +205,7 @@ def _replayability(
     assert summary.start is not None
     if string_attr(summary.start, ATTR_ACTIVATION_KIND) == "resume":
         try:
-            _resumed_continuation(snapshot, state, seq)
+            _resumed_continuation(snapshot, state, seq, failed=outcome == "failed")
         except CannotReproduce as gone:
             return CONTINUATION_GONE, gone.reason
     now_ms = summary.start.start_ms

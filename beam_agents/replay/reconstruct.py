@@ -35,7 +35,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from beam_agents._protos import AgentEnvelope, Continuation, StateSnapshot, ToolIntent, TraceEvent
+from beam_agents._protos import (
+    AgentEnvelope,
+    Continuation,
+    ResumeRecord,
+    StateSnapshot,
+    ToolIntent,
+    TraceEvent,
+)
 from beam_agents.activation import (
     TriggerAction,
     classify_trigger,
@@ -240,7 +247,8 @@ def _plan_traced(
             event, key, seq, trigger, envelope_id, _string_attr(start, ATTR_ENVELOPE_SHA256)
         )
     try:
-        pre, source = _pre_state(snapshot, state, traced, seq, kind)
+        failed = events[-1].kind == TraceEvent.ACTIVATION_FAILED
+        pre, source = _pre_state(snapshot, state, traced, seq, kind, failed=failed)
     except CannotReproduce as gone:
         gone.header.update(
             seq=seq,
@@ -316,7 +324,13 @@ def _check_event(
 
 
 def _pre_state(
-    snapshot: StateSnapshot, state: KeyState, traced: TracedKey, seq: int, kind: str
+    snapshot: StateSnapshot,
+    state: KeyState,
+    traced: TracedKey,
+    seq: int,
+    kind: str,
+    *,
+    failed: bool,
 ) -> tuple[KeyState, str]:
     """The key's state just before activation ``seq``, and where its continuation came from."""
     continuation: Continuation | None = None
@@ -324,7 +338,7 @@ def _pre_state(
     if kind == "start":
         pending, _ = pending_before(seq, state.pending, state.resume_history, traced)
     else:
-        continuation, own, source = _resumed_continuation(snapshot, state, seq)
+        continuation, own, source = _resumed_continuation(snapshot, state, seq, failed=failed)
         if own is not None:
             pending = list(own)
             verify_intents(pending, traced, [source] * len(pending))
@@ -347,7 +361,7 @@ def _pre_state(
 
 
 def _resumed_continuation(
-    snapshot: StateSnapshot, state: KeyState, seq: int
+    snapshot: StateSnapshot, state: KeyState, seq: int, *, failed: bool
 ) -> tuple[Continuation | None, Sequence[ToolIntent] | None, str]:
     """The continuation resume ``seq`` consumed, its own record's pending list, and where from.
 
@@ -358,6 +372,26 @@ def _resumed_continuation(
         if record.seq == seq:
             cont = record.continuation if record.HasField("continuation") else None
             return cont, record.pending, f"snapshot.resumed_from[seq={seq}]"
+    # A resume that committed left a record; if it is not here it has rolled off (a
+    # later record may hold the same continuation, but not the pending list it saw).
+    if failed:
+        found = _failed_resume_continuation(state, records, seq)
+        if found is not None:
+            return found[0], None, found[1]
+    kept = ", ".join(str(r.seq) for r in records) or "none"
+    raise CannotReproduce(
+        f"the continuation the resume at seq {seq} consumed is no longer in the snapshot "
+        f"(snapshot.resumed_from holds the resumes at seqs: {kept}; the snapshot is at seq "
+        f"{snapshot.seq})",
+        "a snapshot keeps the continuations of the key's 8 most recent resumes: export the "
+        "key sooner after the activation you want to replay",
+    )
+
+
+def _failed_resume_continuation(
+    state: KeyState, records: Sequence[ResumeRecord], seq: int
+) -> tuple[Continuation, str] | None:
+    """The continuation a resume that failed ran on, and where from; None if it is gone."""
     # A failed resume committed nothing: its continuation lived on, so it is the one
     # a later resume consumed, or the key's current one (created before the target).
     # A continuation is set once (suspended_seq) and lives until consumed, so one
@@ -367,14 +401,7 @@ def _resumed_continuation(
     if later:
         first = later[0]
         if first.HasField("continuation") and first.continuation.suspended_seq < seq:
-            return first.continuation, None, f"snapshot.resumed_from[seq={first.seq}]"
+            return first.continuation, f"snapshot.resumed_from[seq={first.seq}]"
     elif state.continuation is not None and state.continuation.suspended_seq < seq:
-        return state.continuation, None, "snapshot.continuation"
-    kept = ", ".join(str(r.seq) for r in records) or "none"
-    raise CannotReproduce(
-        f"the continuation the resume at seq {seq} consumed is no longer in the snapshot "
-        f"(snapshot.resumed_from holds the resumes at seqs: {kept}; the snapshot is at seq "
-        f"{snapshot.seq})",
-        "a snapshot keeps the continuations of the key's 8 most recent resumes: export the "
-        "key sooner after the activation you want to replay",
-    )
+        return state.continuation, "snapshot.continuation"
+    return None

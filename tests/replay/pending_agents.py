@@ -3,6 +3,7 @@
 ``AGENT`` with ``TOOLS`` is what the pipeline ran (issue #17's scenario):
 
     stage   stages an approval-gated ``issue_refund`` (it stays pending); Done
+    stage_many  stages as many refunds as its payload says; Done
     wait    a start on the same key whose payload names an earlier refund's intent id:
             stages a ``notify`` intent (released at once) and suspends awaiting both
 
@@ -48,9 +49,11 @@ class EarlierIntentAgent(Agent):
     suspend_version = 1
 
     def start(self, ctx: AgentContext, event: Event) -> Outcome:
-        if event.type == "stage":
-            ctx.act("issue_refund", order_id="A1", amount_cents=500)
-            return Done(output=f"{ctx.seq}:staged".encode())
+        if event.type in ("stage", "stage_many"):
+            count = int(event.payload) if event.type == "stage_many" else 1
+            for n in range(count):
+                ctx.act("issue_refund", order_id=f"A{n}", amount_cents=500)
+            return Done(output=f"{ctx.seq}:staged {count}".encode())
         refund = event.payload.decode()
         note = ctx.act("notify", channel="ops", text=f"waiting for {refund}")
         return Suspend(

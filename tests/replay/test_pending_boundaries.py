@@ -183,3 +183,28 @@ def test_a_copy_that_disagrees_with_the_traced_staging_is_another_history() -> N
     # target's own trace does not depend on the intent's arguments.
     result = replay_seq(keys, 2, snapshot=edited, seqs={2, 3, 4})
     assert result.verdict is Verdict.REPRODUCED, result.error
+
+
+def test_a_failed_resume_after_which_the_history_rolled_over_names_the_lost_intent() -> None:
+    # Approvals release intents without ending the suspension: nine of them after a failed
+    # resume push the record of the first (which resolved an intent pending at the
+    # failure) out of resumed_from, while the continuation itself is still known.
+    keys = Keys(pa.AGENT, pa.TOOLS, pa.make_provider(), key=KEY)
+    keys.send(event_envelope(KEY, "stage_many", b"9", time_ms=T0))
+    first = derive_intent_id(KEY, 1, 0)
+    keys.send(event_envelope(KEY, "wait", first.encode(), time_ms=T0 + 1000))
+    keys.send(
+        tool_result_envelope(KEY, NOTE, time_ms=T0 + 1500, status=ToolResult.ERROR, error="x")
+    )
+    for n in range(9):
+        approve(keys, derive_intent_id(KEY, 1, n), T0 + 2000 + n)  # seqs 4-12
+    assert replay_seq(keys, 5).verdict is Verdict.REPRODUCED  # its own record is the oldest kept
+    # Seq 4's record has rolled off: it is gone, not a failed resume to rebuild (a later
+    # record holds the same continuation, but not the pending list seq 4 saw).
+    result = replay_seq(keys, 4)
+    assert result.verdict is Verdict.IRREPRODUCIBLE, (result.reason, result.error)
+    assert "is no longer in the snapshot" in result.error
+    result = replay_seq(keys, 3)
+    assert result.verdict is Verdict.IRREPRODUCIBLE, (result.reason, result.error)
+    assert f"{first!r} (resolved at seq 4)" in result.error
+    assert result.header.kind == "resume" and result.header.seq == 3
