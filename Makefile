@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test protos lint bench clean
+.PHONY: install demo test fuzz protos lint bench clean
 
 # "major.minor" of a Python, empty if it does not run.
 py_version = $(shell $(1) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
@@ -42,6 +42,13 @@ protos: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# A long run of the replay property (tests/replay/test_replay_property.py): random agent programs
+# through a real RunAgent pipeline, every traced activation replayed. FUZZ_EXAMPLES sets its size.
+FUZZ_EXAMPLES ?= 200
+fuzz: $(STAMP)
+	BEAM_AGENTS_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -p no:cacheprovider \
+		tests/replay/test_replay_property.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check beam_agents replay_tui tests bench examples scripts
