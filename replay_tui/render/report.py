@@ -115,6 +115,29 @@ def report_markdown(result: ReplayResult) -> str:
                 f" differs in: {_md(', '.join(miss.nearest.differences) or 'nothing recorded')}"
             )
         lines.append("")
+    tool_miss = result.tool_miss
+    if tool_miss is not None:
+        lines += [
+            f"## Tool cache miss at event {tool_miss.event_index} ({_md(tool_miss.status)})",
+            "",
+            f"- recorded tool: `{_md(tool_miss.tool)}`",
+            f"- args sha256: `{_md(tool_miss.args_sha256)}`",
+        ]
+        if tool_miss.traced_args_sha256 is not None:
+            lines.append(f"- traced args sha256: `{_md(tool_miss.traced_args_sha256)}`")
+        if tool_miss.nearest_args_sha256 is not None:
+            lines.append(
+                f"- nearest recorded call: `{_md(tool_miss.nearest_args_sha256)}`, differs in: "
+                f"{_md(', '.join(tool_miss.differences) or 'nothing')}"
+            )
+        lines.append("")
+    if result.served_tool_events:
+        lines += ["## Recorded tools served from the tool cache (cache hits)", ""]
+        for index in result.served_tool_events:
+            event = result.events[index].replayed if index < len(result.events) else None
+            if event is not None:
+                lines.append(f"- event {index}: `{_md(event.name)}` (never run in replay)")
+        lines.append("")
     if result.network_attempts:
         lines += ["## Blocked network attempts", ""]
         lines += [f"- `{_md(a)}`" for a in result.network_attempts]

@@ -24,6 +24,7 @@ from beam_agents.replay.result import (
     PendingIntentView,
     ReplayResult,
     StateView,
+    ToolCacheEntryView,
 )
 from replay_tui.render.literal import clip, duration, literal, literal_bytes, utc_time
 
@@ -156,6 +157,59 @@ def cache_rows(entries: tuple[CacheEntryView, ...]) -> list[tuple[Text, ...]]:
                 Text("digest-only", style="bold yellow") if entry.digest_only else NO.copy(),
                 Text("hit", style="bold green") if entry.hit_in_activation else NO.copy(),
                 Text(str(entry.inserted_seq), style="dim"),
+            )
+        )
+    return rows
+
+
+TOOL_CACHE_COLUMNS = (
+    "LRU",
+    "tool",
+    "args sha256",
+    "status",
+    "age",
+    "TTL left",
+    "size",
+    "served",
+    "seqs",
+)
+
+_TOOL_STATUS_STYLES = {
+    "servable": "green",
+    "digest_only": "bold yellow",
+    "expired": "bold yellow",
+    "minted_later": "bold yellow",
+    "ambiguous": "bold red",
+}
+
+
+def tool_cache_rows(entries: tuple[ToolCacheEntryView, ...]) -> list[tuple[Text, ...]]:
+    """One row per recorded tool result, most recently used first, with its status at now_ms."""
+    rows: list[tuple[Text, ...]] = []
+    for entry in sorted(entries, key=lambda e: e.lru_rank):
+        ttl = (
+            Text(duration(entry.ttl_left_ms))
+            if entry.ttl_left_ms > 0
+            else Text(f"expired {duration(-entry.ttl_left_ms)} ago", style="bold yellow")
+        )
+        seqs = (
+            f"{entry.inserted_seq}"
+            if entry.inserted_seq == entry.recorded_seq
+            else f"{entry.inserted_seq}..{entry.recorded_seq}"
+        )
+        rows.append(
+            (
+                Text(str(entry.lru_rank), style="dim"),
+                Text(literal(entry.tool)),
+                Text(literal(entry.args_sha256)),
+                Text(literal(entry.status), style=_TOOL_STATUS_STYLES.get(entry.status, "")),
+                Text(duration(entry.age_ms))
+                if entry.age_ms >= 0
+                else Text(f"recorded {duration(-entry.age_ms)} later", style="dim"),
+                ttl,
+                Text(f"{entry.result_size} B"),
+                Text("hit", style="bold green") if entry.served_in_activation else NO.copy(),
+                Text(seqs, style="dim"),
             )
         )
     return rows

@@ -154,6 +154,13 @@ def side_cells(event: TraceEvent) -> SideCells:
     elif kind == TraceEvent.TOOL_CALL:
         extra = error or "ok"
         shown.add(_attr_path(te.ATTR_ERROR_TYPE))
+        if attrs.get(te.ATTR_TOOL_RECORDED) is True:
+            # A recorded tool: the pipeline recorded its result ("rec"); build_row marks the
+            # replayed side "hit" where the tool cache served it.
+            cache = "rec"
+            if attrs.get(te.ATTR_TOOL_DIGEST_ONLY) is True:
+                extra = f"{extra} digest-only"
+            shown |= {_attr_path(n) for n in (te.ATTR_TOOL_RECORDED, te.ATTR_TOOL_DIGEST_ONLY)}
     elif kind in (TraceEvent.INTENT_STAGED, TraceEvent.INTENT_RELEASED):
         extra = _str(attrs, te.ATTR_INTENT_ID)
         if attrs.get(te.ATTR_REQUIRES_APPROVAL) is True:
@@ -189,6 +196,7 @@ def build_row(
     miss_index: int | None = None,
     miss_key: str = "",
     what_if: bool = False,
+    miss_key_is_cache_key: bool = True,
 ) -> TimelineRow:
     """The row for ``pair``; the first-divergence and cache-miss marks come from the result.
 
@@ -209,9 +217,17 @@ def build_row(
     else:
         mark = RowMark.SAME
     replayed = None if pair.replayed is None else side_cells(pair.replayed)
+    if replayed is not None and replayed.cache == "rec" and pair.index != miss_index:
+        # Replay never runs a recorded tool: a recorded TOOL_CALL that did not miss was served.
+        replayed = replace(replayed, cache="hit")
     if replayed is not None and pair.index == miss_index:
         # The row the re-run could not serve names the missing key where the eye already is.
-        replayed = replace(replayed, extra=f"missing key {literal(miss_key)}", miss=True)
+        replayed = replace(
+            replayed,
+            extra=f"missing {'key ' if miss_key_is_cache_key else ''}{literal(miss_key)}",
+            miss=True,
+            cache="MISS" if replayed.cache == "rec" else replayed.cache,
+        )
     return TimelineRow(
         index=pair.index,
         mark=mark,
@@ -234,9 +250,16 @@ class TimelineModel:
         self.pairs: Sequence[EventPair] = result.events
         div = result.first_divergence
         miss = result.cache_miss
+        tool_miss = result.tool_miss
         self.first_divergence_index: int | None = div.index if div is not None else None
         self.miss_index: int | None = miss.event_index if miss is not None else None
         self.miss_key = miss.cache_key if miss is not None else ""
+        self.miss_key_is_cache_key = True
+        if miss is None and tool_miss is not None:
+            # A recorded tool call the tool cache could not serve: marked like a cache miss.
+            self.miss_index = tool_miss.event_index
+            self.miss_key = f"tool result {tool_miss.tool} args={tool_miss.args_sha256[:KEY_PREFIX_CHARS]}"
+            self.miss_key_is_cache_key = False
         self.what_if = result.verdict is Verdict.WHAT_IF
         """Nothing was traced to compare with: rows are the re-run alone."""
         notable = set() if self.what_if else {pair.index for pair in self.pairs if pair.differs}
@@ -273,6 +296,7 @@ class TimelineModel:
             miss_index=self.miss_index,
             miss_key=self.miss_key,
             what_if=self.what_if,
+            miss_key_is_cache_key=self.miss_key_is_cache_key,
         )
 
     def row(self, position: int) -> TimelineRow:
@@ -347,7 +371,9 @@ def _render_side(
     name_style = "bold red" if "name" in differing else ""
     text.append(" ")
     text.append(clip(cells.name, name_w - 1).ljust(name_w - 1), style=name_style)
-    cache_style = "green" if cells.cache == "hit" else "bold yellow" if cells.cache else ""
+    cache_style = (
+        "green" if cells.cache == "hit" else "cyan" if cells.cache == "rec" else "bold yellow" if cells.cache else ""
+    )
     text.append(" ")
     text.append(cells.cache.ljust(CACHE_WIDTH), style=cache_style)
     text.append(" ")

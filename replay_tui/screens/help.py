@@ -21,7 +21,7 @@ HELP: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
                 "quit; the exit code is the verdict's (0 reproduced/what-if, 1 diverged, 2 error, 3 irreproducible)",
             ),
             ("?", "this help"),
-            ("s", "state: memory tree, replay cache, pending intents, continuation, versions"),
+            ("s", "state: memory tree, replay cache, pending intents, continuation, versions, tool cache"),
             ("i", "intents ledger: staged/released, traced vs replayed"),
             ("o", "outputs: sizes and digests; payloads as text or hex"),
             ("e", "export the report (Markdown and JSON) and say where"),
@@ -50,7 +50,7 @@ HELP: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     (
         "state",
         (
-            ("1 2 3 4 5", "memory, cache, pending, continuation, versions tabs"),
+            ("1 2 3 4 5 6", "memory, cache, pending, continuation, versions, tool cache tabs"),
             ("enter / space", "open or close a memory tree node"),
         ),
     ),

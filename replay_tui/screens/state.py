@@ -1,4 +1,5 @@
-"""The snapshot's state: memory tree, replay cache, pending intents, continuation, versions."""
+"""The snapshot's state: memory tree, replay cache, pending intents, continuation, versions,
+and the tool cache (recorded tool results)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ from beam_agents.replay.result import ReplayResult
 from replay_tui.render.state import (
     CACHE_COLUMNS,
     PENDING_COLUMNS,
+    TOOL_CACHE_COLUMNS,
     cache_rows,
     continuation_text,
     pending_rows,
+    tool_cache_rows,
     versions_text,
 )
 from replay_tui.widgets.header import VerdictBanner
@@ -34,6 +37,7 @@ class StateScreen(Screen[None]):
         Binding("3", "tab('pending')", "Pending", show=False),
         Binding("4", "tab('continuation')", "Continuation", show=False),
         Binding("5", "tab('versions')", "Versions", show=False),
+        Binding("6", "tab('tools')", "Tool cache", show=False),
     ]
 
     def __init__(self, result: ReplayResult) -> None:
@@ -65,6 +69,8 @@ class StateScreen(Screen[None]):
                     )
             with TabPane("5 versions", id="versions"), VerticalScroll():
                 yield Static(versions_text(self.result, state))
+            with TabPane(f"6 tools ({len(state.tool_cache_entries)})", id="tools"):
+                yield DataTable(id="tool-cache-table", cursor_type="row", zebra_stripes=True)
         yield Footer()
 
     def on_mount(self) -> None:
@@ -77,6 +83,9 @@ class StateScreen(Screen[None]):
         pending = self.query_one("#pending-table", DataTable)
         pending.add_columns(*PENDING_COLUMNS)
         pending.add_rows(pending_rows(state.pending))
+        tools = self.query_one("#tool-cache-table", DataTable)
+        tools.add_columns(*TOOL_CACHE_COLUMNS)
+        tools.add_rows(tool_cache_rows(state.tool_cache_entries))
         self.query_one(JsonTree).focus()
 
     def action_tab(self, tab: str) -> None:
