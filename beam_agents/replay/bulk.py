@@ -18,8 +18,8 @@ irreproducible (3), reproduced/what-if (0). A broken input outranks a
 divergence (the check itself could not do its job), and a divergence — a
 definite behaviour change — outranks "could not be judged".
 
-Parallelism is processes (``jobs > 1``: a ``concurrent.futures`` process pool
-on the ``forkserver`` start method where available), not threads: the replay
+Parallelism is processes (``jobs > 1``: a ``concurrent.futures`` process pool;
+``fork`` from a single-threaded caller such as the CLI, else ``forkserver``), not threads: the replay
 network guard is a process-wide audit hook and agent modules keep module
 state, so two replays must never share an interpreter. Each worker imports
 the agent once and replays many bundles. Nothing here opens the TUI.
@@ -254,14 +254,26 @@ def _check_chunk(args: tuple[list[str], str | None, str | None]) -> list[CheckRo
 
 
 def _context() -> BaseContext:
+    """The start method of the worker processes.
+
+    ``fork`` when this process runs one thread (the CLI): the workers start at once
+    and share the already-imported engine. With other threads running (a Beam worker,
+    the TUI, a test runner's helpers) forking could copy a lock held by one of them,
+    so ``forkserver`` then, or ``spawn`` where neither exists.
+    """
     import multiprocessing
+    import threading
 
     methods = multiprocessing.get_all_start_methods()
+    if "fork" in methods and threading.active_count() == 1:
+        return multiprocessing.get_context("fork")
     if "forkserver" in methods:
-        ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["beam_agents.replay.bulk", "beam_agents.replay.engine"])
-        return ctx
-    return multiprocessing.get_context("spawn")
+        main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+        if main_file is None or os.path.exists(main_file):  # `python -` cannot be re-imported
+            ctx = multiprocessing.get_context("forkserver")
+            ctx.set_forkserver_preload(["beam_agents.replay.bulk", "beam_agents.replay.engine"])
+            return ctx
+    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
 
 
 def check_bundles(

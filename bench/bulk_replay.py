@@ -1,0 +1,202 @@
+"""Benchmark: bulk replay of incident bundles — ``check``, in-process replay, ``ReplayBundles`` (not a test).
+
+Prints, measured side by side in one run:
+
+  1. the in-process cost of replaying one demo bundle (``load_bundle`` + ``engine.replay``,
+     a loop in one process: the floor any bulk runner can reach per bundle);
+  2. ``beam-agents-replay check DIR --jobs 2`` over N demo-sized bundles (the console script,
+     start-up and worker processes included): bundles/s, and its worker-seconds per
+     bundle against (1) (target: >= 200 bundles/s on 2 cores, <= 1.2x the in-process cost);
+  3. ``check --jobs 1`` over the same bundles (one process, no pool);
+  4. the peak RSS of the ``check --jobs 2`` run (its largest process);
+  5. ``ReplayBundles`` on the FnApiRunner with two worker processes over the same bundles,
+     against (2) (target: within 2x).
+
+    .venv/bin/python bench/bulk_replay.py [--bundles N] [--out DIR] [--skip-beam]
+
+The bundles are the demo's: ``scripts/demo.py`` runs the support desk on Beam and writes
+one bundle per incident (reproduced, diverged, irreproducible, a resume, a recorded tool);
+they are copied round-robin to N files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = str(Path(sys.executable).parent / "beam-agents-replay")
+
+
+def env() -> dict[str, str]:
+    e = dict(os.environ)
+    e["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), e.get("PYTHONPATH")) if p)
+    e["DEMO_HEADLESS"] = "1"
+    return e
+
+
+def make_bundles(out: Path, count: int) -> Path:
+    demo = out / "demo-out"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "demo.py"), "--out", str(demo)],
+        env=env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"the demo failed:\n{done.stdout}\n{done.stderr}")
+    sources = sorted((demo / "bundles").glob("*.bundle"))
+    folder = out / "bundles"
+    folder.mkdir()
+    for i in range(count):
+        shutil.copyfile(sources[i % len(sources)], folder / f"incident-{i:05d}.bundle")
+    return folder
+
+
+def in_process_loop(bundle: Path, rounds: int) -> tuple[float, float]:
+    """(wall, CPU) seconds per bundle: load + replay of one bundle in a loop in this process."""
+    sys.path.insert(0, str(ROOT))
+    from beam_agents.replay.bundle import bundle_options, load_bundle
+    from beam_agents.replay.engine import replay
+
+    replay(bundle_options(load_bundle(bundle)))  # imports and first-use costs out of the loop
+    started, cpu = time.perf_counter(), time.process_time()
+    for _ in range(rounds):
+        replay(bundle_options(load_bundle(bundle)))
+    return (time.perf_counter() - started) / rounds, (time.process_time() - cpu) / rounds
+
+
+def run_check(folder: Path, jobs: int) -> tuple[float, float, float, dict[str, int]]:
+    """(wall s, CPU s of every process, peak RSS MB of the largest, verdict counts) of the CLI."""
+    code = (
+        "import resource, subprocess, sys, time\n"
+        "t = time.perf_counter()\n"
+        "p = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+        "wall = time.perf_counter() - t\n"
+        "u = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+        "print(wall, u.ru_utime + u.ru_stime, u.ru_maxrss / 1024, p.returncode)\n"
+        "sys.stdout.write(p.stdout)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, SCRIPT, "check", str(folder), "--jobs", str(jobs), "--json"],
+        env=env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    first, _, rest = done.stdout.partition("\n")
+    wall, cpu, rss, returncode = first.split()
+    report = json.loads(rest)
+    assert int(returncode) == report["exit_code"], (returncode, report["exit_code"])
+    return float(wall), float(cpu), float(rss), report["counts"]
+
+
+_BEAM = """
+import sys, time, pickle
+from pathlib import Path
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+sys.path.insert(0, {tests!r})
+import conftest  # the suite's workaround for Beam's multi-process shutdown race
+conftest._patch_beam_control_connection_close()
+from beam_agents.pipeline import ReadBundleFiles, ReplayBundles
+
+class Count(beam.DoFn):
+    def __init__(self, out):
+        self.out = out
+    def process(self, kv):
+        Path(self.out, str(abs(hash(kv[0])))).write_text(repr(kv))
+
+options = PipelineOptions(flags=[], direct_running_mode="multi_processing", direct_num_workers=2)
+started = time.perf_counter()
+with beam.Pipeline(runner=FnApiRunner(), options=options) as p:
+    out = p | ReadBundleFiles({pattern!r}) | ReplayBundles()
+    out.counts | beam.ParDo(Count({counts!r}))
+print(time.perf_counter() - started)
+"""
+
+
+def run_beam(folder: Path, out: Path) -> tuple[float, float, dict[str, int]]:
+    counts_dir = out / "beam-counts"
+    counts_dir.mkdir()
+    code = _BEAM.format(
+        tests=str(ROOT / "tests"), pattern=str(folder / "*.bundle"), counts=str(counts_dir)
+    )
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env(), cwd=ROOT, capture_output=True, text=True
+    )
+    wall = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"the Beam run failed:\n{done.stderr[-3000:]}")
+    pipeline_s = float(done.stdout.strip().splitlines()[-1])
+    counts: dict[str, int] = {}
+    for path in counts_dir.iterdir():
+        (verdict, _cause), n = eval(path.read_text())  # our own repr output
+        counts[verdict] = counts.get(verdict, 0) + n
+    return wall, pipeline_s, counts
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--bundles", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=300, help="in-process loop length")
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--skip-beam", action="store_true")
+    args = parser.parse_args()
+    out = args.out or Path(tempfile.mkdtemp(prefix="bulk-replay-"))
+    out.mkdir(parents=True, exist_ok=True)
+    n = args.bundles
+    print(f"bulk replay benchmark: {n} demo bundles in {out} (cpus: {os.cpu_count()})")
+    folder = make_bundles(out, n)
+    sizes = sorted({p.stat().st_size for p in folder.glob("*.bundle")})
+    print(f"  bundles: {len(sizes)} distinct, {sizes[0]}-{sizes[-1]} bytes each")
+
+    loops = [in_process_loop(folder / f"incident-{i:05d}.bundle", args.rounds) for i in range(5)]
+    floor_wall = sum(w for w, _ in loops) / len(loops)
+    floor_cpu = sum(c for _, c in loops) / len(loops)
+    print(
+        f"  1. in-process loop (the 5 demo bundles, {args.rounds} rounds each): "
+        f"{floor_wall * 1000:.2f} ms/bundle wall ({1 / floor_wall:.0f}/s), "
+        f"{floor_cpu * 1000:.2f} ms CPU"
+    )
+    wall2, cpu2, rss2, counts2 = run_check(folder, 2)
+    wall1, cpu1, rss1, counts1 = run_check(folder, 1)
+    assert counts1 == counts2, (counts1, counts2)
+    print(f"  2. check --jobs 2: {wall2:.2f} s wall, {n / wall2:.0f} bundles/s   (target >= 200/s)")
+    print(
+        f"     CPU per bundle, every process and start-up included: {cpu2 / n * 1000:.2f} ms = "
+        f"{cpu2 / n / floor_cpu:.2f}x the in-process CPU   (target <= 1.2x)"
+    )
+    print(
+        f"  3. check --jobs 1: {wall1:.2f} s wall, {n / wall1:.0f} bundles/s, CPU "
+        f"{cpu1 / n * 1000:.2f} ms/bundle; --jobs 2 is {wall1 / wall2:.2f}x faster in wall time"
+    )
+    print(f"  4. peak RSS (largest process): --jobs 2 {rss2:.0f} MB, --jobs 1 {rss1:.0f} MB")
+    print(f"     verdicts: {counts2}")
+    if not args.skip_beam:
+        wall_b, pipeline_b, counts_b = run_beam(folder, out)
+        assert counts_b == counts2, (counts_b, counts2)
+        print(
+            f"  5. ReplayBundles, FnApiRunner, 2 worker processes: {wall_b:.2f} s wall "
+            f"({pipeline_b:.2f} s in the pipeline), {n / wall_b:.0f} bundles/s = "
+            f"{wall_b / wall2:.2f}x check --jobs 2's wall time   (target <= 2x)"
+        )
+    print(f"  load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    if args.out is None:
+        shutil.rmtree(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
