@@ -27,13 +27,17 @@ from beam_agents.llm_cache import LookupStatus
 from beam_agents.replay.events_lookup import string_attr
 from beam_agents.replay.options import Source
 from beam_agents.replay.refusal import CannotReproduce, InputError
+from beam_agents.tool_cache import tool_cache_key
 from beam_agents.trace_events import (
     ATTR_ACTIVATION_KIND,
+    ATTR_ARGS_SHA256,
     ATTR_CACHE_HIT,
     ATTR_CACHE_KEY,
     ATTR_ENVELOPE_ID,
     ATTR_ENVELOPE_SHA256,
     ATTR_ERROR_TYPE,
+    ATTR_TOOL_NAME,
+    ATTR_TOOL_RECORDED,
     ATTR_TRIGGER,
 )
 from beam_agents.trace_stream import read_trace_stream
@@ -42,9 +46,10 @@ __all__ = ["ActivationRow", "Listing", "list_activations", "parse_key", "render_
 
 # Replayability words (the ``replay`` column), in the order an operator reads them.
 CACHED = "cached"
-"""Every traced model call is served from the snapshot's cache (a resume's continuation too)."""
+"""Every traced model response and recorded tool result is in the snapshot's caches (and a
+resume's continuation is there)."""
 EVICTED = "evicted"
-"""A traced response is no longer in the snapshot's cache (LRU eviction, or purged)."""
+"""A traced response (or recorded tool result) is no longer in the snapshot (evicted, purged)."""
 EXPIRED = "expired"
 DIGEST_ONLY = "digest-only"
 MINTED_LATER = "minted-later"
@@ -56,11 +61,15 @@ AFTER_SNAPSHOT = "after-snapshot"
 INCOMPLETE = "incomplete-trace"
 PENDING_RESUME = "pending-resume"
 
+AMBIGUOUS = "ambiguous"
+"""A recorded tool call whose recording activation got two different results for it."""
+
 _MISS_WORDS = {
     LookupStatus.ABSENT: EVICTED,
     LookupStatus.EXPIRED: EXPIRED,
     LookupStatus.DIGEST_ONLY: DIGEST_ONLY,
     LookupStatus.MINTED_LATER: MINTED_LATER,
+    LookupStatus.AMBIGUOUS: AMBIGUOUS,
 }
 
 
@@ -109,6 +118,8 @@ class _Summary:
     """index -> kind (an exact duplicate counts once)."""
     calls: dict[int, tuple[str, bool]] = field(default_factory=dict)
     """index -> (cache key, cache hit) of its LLM_CALLs."""
+    recorded: dict[int, tuple[str, str]] = field(default_factory=dict)
+    """index -> (tool, args sha256) of its recorded tool calls."""
     terminal: TraceEvent | None = None
 
 
@@ -165,6 +176,14 @@ def _scan(sources: Sequence[Source], key: bytes | None) -> dict[bytes, dict[int,
                         and event.attributes[ATTR_CACHE_HIT].bool_value
                     )
                     summary.calls[event.index] = (string_attr(event, ATTR_CACHE_KEY), hit)
+                elif event.kind == TraceEvent.TOOL_CALL and (
+                    ATTR_TOOL_RECORDED in event.attributes
+                    and event.attributes[ATTR_TOOL_RECORDED].bool_value
+                ):
+                    summary.recorded[event.index] = (
+                        string_attr(event, ATTR_TOOL_NAME),
+                        string_attr(event, ATTR_ARGS_SHA256),
+                    )
                 elif event.kind in (TraceEvent.ACTIVATION_END, TraceEvent.ACTIVATION_FAILED):
                     summary.terminal = event
     except TraceStreamError as exc:
@@ -209,16 +228,35 @@ def _replayability(
         except CannotReproduce as gone:
             return CONTINUATION_GONE, gone.reason
     now_ms = summary.start.start_ms
-    calls = [summary.calls[i] for i in sorted(summary.calls)]
-    for number, (cache_key, hit) in enumerate(calls, start=1):
-        lookup = state.cache.copy().lookup(cache_key, now_ms=now_ms, visible_through_seq=seq)
-        if lookup.status is LookupStatus.HIT:
+    calls = len(summary.calls)
+    tools = len(summary.recorded)
+    # In trace order, as the re-run meets them: the first one it cannot serve decides.
+    for index in sorted({*summary.calls, *summary.recorded}):
+        if index in summary.calls:
+            cache_key, hit = summary.calls[index]
+            status = (
+                state.cache.copy().lookup(cache_key, now_ms=now_ms, visible_through_seq=seq).status
+            )
+            what = f"model call at event {index} (cache key {cache_key[:16]}…)"
+        else:
+            tool, args_sha256 = summary.recorded[index]
+            status = (
+                state.tool_cache.copy()
+                .lookup(tool_cache_key(tool, args_sha256), now_ms=now_ms, visible_through_seq=seq)
+                .status
+            )
+            hit = False  # the pipeline always runs a recorded tool, and records it
+            what = f"recorded tool call {tool!r} at event {index}"
+        if status is LookupStatus.HIT:
             continue
-        word = _MISS_WORDS[lookup.status]
-        if lookup.status is LookupStatus.ABSENT and outcome == "failed" and not hit:
+        word = _MISS_WORDS[status]
+        if status is LookupStatus.ABSENT and outcome == "failed" and not hit:
             word = NOT_COMMITTED
-        return word, f"model call {number} of {len(calls)} (cache key {cache_key[:16]}…) is {word}"
-    return CACHED, f"{len(calls)} of {len(calls)} model responses cached"
+        return word, f"{what} is {word}"
+    detail = f"{calls} of {calls} model responses cached"
+    if tools:
+        detail += f", {tools} of {tools} recorded tool results"
+    return CACHED, detail
 
 
 def _row(key: bytes, seq: int, summary: _Summary) -> ActivationRow:

@@ -140,3 +140,33 @@ def test_control_characters_in_ids_are_escaped() -> None:
     h.send(event_envelope(KEY, "ask", b"x", time_ms=T0, envelope_id="evil\x1b[2Jid"))
     text = ls.render_listing(ls.list_activations([h.trace_bytes()]))
     assert "\x1b" not in text and "evil\\x1b[2Jid" in text
+
+
+def test_recorded_tool_results_are_judged_like_responses() -> None:
+    """A later, different answer of a recorded tool: the earlier activation is minted-later."""
+    import recorded_agents as rec
+
+    service = rec.OrderService()
+    service.orders["A1"] = {"order_id": "A1", "status": "shipped"}
+    rec.SERVICE_URL = service.url
+    try:
+        h = KeyHistory(rec.AGENT, rec.TOOLS, rec.make_provider())
+        first = event_envelope(KEY, "ask", b"A1", time_ms=T0)
+        h.send(first)
+        service.orders["A1"] = {"order_id": "A1", "status": "delivered"}
+        second = event_envelope(KEY, "ask", b"A1", time_ms=T0 + 1000)
+        h.send(second)
+    finally:
+        service.stop()
+        rec.SERVICE_URL = ""
+    listing = ls.list_activations([h.trace_bytes()], snapshot=h.export())
+    assert [r.replay for r in listing.rows] == [ls.MINTED_LATER, ls.CACHED]
+    assert "recorded tool call 'read_order'" in listing.rows[0].replay_detail
+    assert "1 of 1 recorded tool results" in listing.rows[1].replay_detail
+    for row, event in zip(listing.rows, (first, second), strict=True):
+        result = replay(
+            options(h.export(), h.trace_bytes(), event=event, seq=row.seq,
+                    agent="recorded_agents:AGENT", registry="recorded_agents:TOOLS")
+        )  # fmt: skip
+        expected = Verdict.REPRODUCED if row.replay == ls.CACHED else Verdict.IRREPRODUCIBLE
+        assert result.verdict is expected, result.reason
