@@ -21,6 +21,7 @@ from beam_agents.sinks.uri import Role, SinkUri, check_sink_options, parse_sink_
 from beam_agents.tool_cache import ToolCachePolicy
 
 DEFAULT_INBOX_LIMIT = 100
+MAX_IN_FLIGHT_LIMIT = 4096
 
 
 def _default_hitl() -> HitlPolicy:
@@ -67,6 +68,11 @@ class AgentConfig:
     """Options passed to every sink this config opens (e.g. producer settings)."""
     inbox_limit: int = DEFAULT_INBOX_LIMIT
     """Start events a suspended key may hold waiting; more go to ``.errors``."""
+    max_in_flight: int = 1
+    """Activations of *different* keys one DoFn instance runs at once (threads). 1: one
+    after another, as they arrive. More: while one key's activation waits on its model,
+    other keys' run; per key still one at a time, in order (docs/pipeline.md,
+    *Concurrent activations*). The provider is then called from several threads."""
 
     def __post_init__(self) -> None:
         if not callable(self.provider_factory):
@@ -89,6 +95,15 @@ class AgentConfig:
         ):
             raise ConfigError(
                 f"AgentConfig.inbox_limit must be a positive int, got {self.inbox_limit!r}"
+            )
+        if (
+            isinstance(self.max_in_flight, bool)
+            or not isinstance(self.max_in_flight, int)
+            or not 1 <= self.max_in_flight <= MAX_IN_FLIGHT_LIMIT
+        ):
+            raise ConfigError(
+                f"AgentConfig.max_in_flight must be an int from 1 (activations one after "
+                f"another) to {MAX_IN_FLIGHT_LIMIT}, got {self.max_in_flight!r}"
             )
         options = dict(self.sink_options)
         for name, value in options.items():

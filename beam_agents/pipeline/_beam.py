@@ -20,6 +20,7 @@ from apache_beam.transforms import timeutil as _timeutil
 from apache_beam.transforms import userstate as _userstate
 from apache_beam.transforms import window as _window
 from apache_beam.utils import timestamp as _timestamp
+from apache_beam.utils import windowed_value as _windowed_value
 
 beam: Any = _apache_beam
 """The ``apache_beam`` module."""
@@ -33,3 +34,4 @@ TimerSpec: Any = _userstate.TimerSpec
 on_timer: Any = _userstate.on_timer
 GlobalWindows: Any = _window.GlobalWindows
 Timestamp: Any = _timestamp.Timestamp
+WindowedValue: Any = _windowed_value.WindowedValue

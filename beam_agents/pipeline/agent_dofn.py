@@ -28,8 +28,13 @@ and ``errors`` (``ErrorRecord``).
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Iterable, Iterator
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_for_futures
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +63,7 @@ from beam_agents.pipeline._beam import (
     TimerSpec,
     Timestamp,
     VarIntCoder,
+    WindowedValue,
     beam,
     on_timer,
 )
@@ -109,6 +115,7 @@ INBOX_PARAM = beam.DoFn.StateParam(INBOX_SPEC)
 HITL_TIMER_PARAM = beam.DoFn.TimerParam(HITL_TIMER_SPEC)
 KEY_PARAM = beam.DoFn.KeyParam
 TIMESTAMP_PARAM = beam.DoFn.TimestampParam
+WINDOW_PARAM = beam.DoFn.WindowParam
 
 
 @dataclass
@@ -174,23 +181,40 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
         self._registry = registry
         self._config = config
         self._provider: Provider | None = None
+        # Names this transform's activation pool in each worker process (survives pickling,
+        # so every instance of the DoFn in a process shares one pool and one bound).
+        self._pool_id = uuid.uuid4().hex
+        self._lanes: _Lanes | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # The provider is built per instance in setup() and is never shipped to workers.
         state = dict(self.__dict__)
         state["_provider"] = None
+        state["_lanes"] = None
         return state
 
     def setup(self) -> None:
         self._provider = self._config.provider_factory()
-        self._activations = Metrics.counter(METRICS_NAMESPACE, "activations")
-        self._failures = Metrics.counter(METRICS_NAMESPACE, "activation_failures")
-        self._provider_failures = Metrics.counter(METRICS_NAMESPACE, "provider_failures")
-        self._exports = Metrics.counter(METRICS_NAMESPACE, "exports")
-        self._queued = Metrics.counter(METRICS_NAMESPACE, "inbox_queued")
-        self._dead_letters = Metrics.counter(METRICS_NAMESPACE, "dead_letters")
-        self._stale_timers = Metrics.counter(METRICS_NAMESPACE, "stale_hitl_timers")
-        self._latency = Metrics.distribution(METRICS_NAMESPACE, "activation_wall_ms")
+        self._activations = _Metric(Metrics.counter(METRICS_NAMESPACE, "activations"))
+        self._failures = _Metric(Metrics.counter(METRICS_NAMESPACE, "activation_failures"))
+        self._provider_failures = _Metric(Metrics.counter(METRICS_NAMESPACE, "provider_failures"))
+        self._exports = _Metric(Metrics.counter(METRICS_NAMESPACE, "exports"))
+        self._queued = _Metric(Metrics.counter(METRICS_NAMESPACE, "inbox_queued"))
+        self._dead_letters = _Metric(Metrics.counter(METRICS_NAMESPACE, "dead_letters"))
+        self._stale_timers = _Metric(Metrics.counter(METRICS_NAMESPACE, "stale_hitl_timers"))
+        self._latency = _Metric(Metrics.distribution(METRICS_NAMESPACE, "activation_wall_ms"))
+
+    def start_bundle(self) -> None:
+        if self._lanes is not None:  # the previous bundle failed: drop its work unrun
+            self._lanes.abandon()
+            self._lanes = None
+        if self._config.max_in_flight > 1:
+            self._lanes = _Lanes(self, _activation_pool(self._pool_id, self._config.max_in_flight))
+
+    def finish_bundle(self) -> Iterator[Any]:
+        lanes, self._lanes = self._lanes, None
+        if lanes is not None:
+            yield from lanes.commit_all()
 
     # -- Beam entry points ----------------------------------------------------------------
 
@@ -206,6 +230,8 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
         tool_cache_cell: Any = TOOL_CACHE_PARAM,
         inbox_cell: Any = INBOX_PARAM,
         timer: Any = HITL_TIMER_PARAM,
+        timestamp: Any = TIMESTAMP_PARAM,
+        window: Any = WINDOW_PARAM,
     ) -> Iterator[Any]:
         key, raw = element
         store = _CellStore(
@@ -220,6 +246,9 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
             ),
             inbox_cell,
         )
+        if self._lanes is not None:
+            self._lanes.add(key, store, timer, _Item(raw, None, timestamp, window))
+            return iter(())
         return _tagged(self._handle_envelope(key, raw, store, timer))
 
     @on_timer(HITL_TIMER_SPEC)  # type: ignore[untyped-decorator]
@@ -236,6 +265,7 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
         tool_cache_cell: Any = TOOL_CACHE_PARAM,
         inbox_cell: Any = INBOX_PARAM,
         timer: Any = HITL_TIMER_PARAM,
+        window: Any = WINDOW_PARAM,
     ) -> Iterator[Any]:
         store = _CellStore(
             seq_cell,
@@ -249,12 +279,16 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
             ),
             inbox_cell,
         )
-        return _tagged(self._handle_deadline(key, fired_at.micros // 1000, store, timer))
+        fired_ms = fired_at.micros // 1000
+        if self._lanes is not None:
+            self._lanes.add(key, store, timer, _Item(None, fired_ms, fired_at, window))
+            return iter(())
+        return _tagged(self._handle_deadline(key, fired_ms, store, timer))
 
     # -- the logic, on plain objects (state cells: read/write/clear; timer: set/clear) ------
 
     def _handle_envelope(
-        self, key: bytes, raw: bytes, store: _CellStore, timer: Any
+        self, key: bytes, raw: bytes, store: _Store, timer: Any
     ) -> Iterator[tuple[str, Any]]:
         """Handle one routed envelope of ``key``; yields ``(tag, element)`` pairs."""
         try:
@@ -290,7 +324,7 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
         yield from run.outputs
 
     def _handle_deadline(
-        self, key: bytes, fired_ms: int, store: _CellStore, timer: Any
+        self, key: bytes, fired_ms: int, store: _Store, timer: Any
     ) -> Iterator[tuple[str, Any]]:
         """Handle the HITL timer of ``key`` firing at ``fired_ms``; yields ``(tag, element)``."""
         run = self._read(store, timer_at_from_state=False)
@@ -313,7 +347,7 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
 
     # -- steps -----------------------------------------------------------------------------
 
-    def _read(self, store: _CellStore, *, timer_at_from_state: bool) -> _KeyRun | StateError:
+    def _read(self, store: _Store, *, timer_at_from_state: bool) -> _KeyRun | StateError:
         cells = store.read_cells()
         try:
             state = load_key_state(cells)
@@ -381,7 +415,7 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
                 (AgentDoFn.TAG_APPROVALS, (key, intent.SerializeToString(deterministic=True)))
             )
 
-    def _drain_inbox(self, key: bytes, run: _KeyRun, store: _CellStore) -> None:
+    def _drain_inbox(self, key: bytes, run: _KeyRun, store: _Store) -> None:
         """Run the key's queued start events in arrival order until one suspends it again.
 
         Each is its own activation with its own SEQ, on its own envelope's clock.
@@ -416,7 +450,7 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
         store.write_inbox(inbox[done:])
 
     def _enqueue(
-        self, key: bytes, raw: bytes, envelope: AgentEnvelope, store: _CellStore
+        self, key: bytes, raw: bytes, envelope: AgentEnvelope, store: _Store
     ) -> Iterator[tuple[str, Any]]:
         inbox = store.read_inbox()
         limit = self._config.inbox_limit
@@ -434,7 +468,7 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
         self._queued.inc()
 
     def _export(
-        self, key: bytes, raw: bytes, envelope: AgentEnvelope, store: _CellStore
+        self, key: bytes, raw: bytes, envelope: AgentEnvelope, store: _Store
     ) -> tuple[str, Any]:
         try:
             snapshot = make_snapshot(
@@ -455,7 +489,7 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
         self._exports.inc()
         return AgentDoFn.TAG_SNAPSHOTS, (key, snapshot.SerializeToString(deterministic=True))
 
-    def _write(self, run: _KeyRun, store: _CellStore, timer: Any) -> None:
+    def _write(self, run: _KeyRun, store: _Store, timer: Any) -> None:
         store.write_seq(run.seq)
         store.write_changed(run.stored, run.cells)
         if run.timer_target != run.timer_at:
@@ -520,6 +554,241 @@ class _CellStore:
             self._inbox.write(inbox)
         else:
             self._inbox.clear()
+
+
+# -- concurrent activations (AgentConfig.max_in_flight > 1) ---------------------------------
+#
+# Within a bundle, each key's elements and timer firings run in a *lane*: one after another,
+# in arrival order, on a pool thread, against an in-memory copy of the key's cells (read on
+# the bundle's thread when the key first appears). Lanes of different keys run at once, up to
+# max_in_flight per transform per worker process. Nothing reaches Beam until finish_bundle:
+# there, on the bundle's thread, every lane's final cells and timer are written through the
+# state objects Beam handed to process() for that key, and its outputs are emitted with the
+# timestamp and window of the element that caused them. The runner commits a bundle's state
+# and outputs together or not at all, so an activation in flight when a bundle fails is
+# never half-committed or committed twice: the retried bundle runs it again.
+# This relies on the Python SDK committing user state after finish_bundle (every Python
+# runner: DirectRunner, FnApiRunner, the portable Fn API harness of Dataflow/Flink/Spark);
+# docs/pipeline.md says what a production runner needs.
+
+_POOLS: dict[str, ThreadPoolExecutor] = {}
+_POOLS_LOCK = threading.Lock()
+_LANE_THREAD = threading.local()
+"""``tally``: the metric updates of the lane running on this thread (None on Beam's threads)."""
+
+
+def _activation_pool(pool_id: str, size: int) -> ThreadPoolExecutor:
+    """The process-wide pool of one RunAgent transform (one bound across its DoFn instances)."""
+    with _POOLS_LOCK:
+        pool = _POOLS.get(pool_id)
+        if pool is None:
+            pool = ThreadPoolExecutor(max_workers=size, thread_name_prefix="beam-agents-activation")
+            _POOLS[pool_id] = pool
+        return pool
+
+
+class _Metric:
+    """A Beam counter or distribution, updatable from a lane's thread.
+
+    Beam finds the metrics container of the running bundle through the calling thread;
+    a pool thread has none, so a lane tallies its updates and the bundle's thread applies
+    them when it commits the lane (a failed bundle reports none, like its state).
+    """
+
+    __slots__ = ("_metric",)
+
+    def __init__(self, metric: Any) -> None:
+        self._metric = metric
+
+    def inc(self, n: int = 1) -> None:
+        self._record(self._metric.inc, n)
+
+    def update(self, value: int) -> None:
+        self._record(self._metric.update, value)
+
+    @staticmethod
+    def _record(apply: Callable[[int], None], value: int) -> None:
+        tally: list[tuple[Callable[[int], None], int]] | None = getattr(_LANE_THREAD, "tally", None)
+        if tally is None:
+            apply(value)
+        else:
+            tally.append((apply, value))
+
+
+@dataclass(frozen=True)
+class _Item:
+    """One thing a lane runs: an envelope (``raw``) or a HITL timer firing (``fired_ms``)."""
+
+    raw: bytes | None
+    fired_ms: int | None
+    timestamp: Any
+    """The element's (or timer's) timestamp: its outputs carry it."""
+    window: Any
+
+
+class _MemoryStore:
+    """A key's cells held in memory while its lane runs; the ``_CellStore`` interface."""
+
+    __slots__ = ("cells", "inbox", "seq")
+
+    def __init__(self, seq: int, cells: StateCells, inbox: list[bytes]) -> None:
+        self.seq = seq
+        self.cells = cells
+        self.inbox = inbox
+
+    def read_seq(self) -> int:
+        return self.seq
+
+    def write_seq(self, seq: int) -> None:
+        self.seq = seq
+
+    def read_cells(self) -> StateCells:
+        return self.cells
+
+    def write_changed(self, before: StateCells, after: StateCells) -> None:
+        self.cells = after
+
+    def read_inbox(self) -> list[bytes]:
+        return list(self.inbox)
+
+    def write_inbox(self, inbox: list[bytes]) -> None:
+        self.inbox = list(inbox)
+
+
+_Store = _CellStore | _MemoryStore
+"""Where the handlers read and write a key's cells: Beam's state, or a lane's copy."""
+
+_CLEARED = object()
+
+
+class _TimerOps:
+    """Stands in for the HITL timer while a lane runs: keeps the last set/clear."""
+
+    __slots__ = ("last",)
+
+    def __init__(self) -> None:
+        self.last: Any = None
+
+    def set(self, timestamp: Any) -> None:
+        self.last = timestamp
+
+    def clear(self) -> None:
+        self.last = _CLEARED
+
+    def apply(self, timer: Any) -> None:
+        if self.last is _CLEARED:
+            timer.clear()
+        elif self.last is not None:
+            timer.set(self.last)
+
+
+class _Lane:
+    """One key's work in one bundle: its items, run in order, one at a time."""
+
+    def __init__(self, key: bytes, store: _CellStore, timer: Any) -> None:
+        self.key = key
+        self._store = store
+        self._timer = timer
+        # Read on the bundle's thread: Beam state is only read or written there.
+        self._seq = store.read_seq()
+        self._cells = store.read_cells()
+        self._inbox = store.read_inbox()
+        self._memory = _MemoryStore(self._seq, self._cells, self._inbox)
+        self._timer_ops = _TimerOps()
+        self._items: deque[_Item] = deque()
+        self._results: list[tuple[list[tuple[str, Any]], _Item]] = []
+        self._tally: list[tuple[Callable[[int], None], int]] = []
+        self._lock = threading.Lock()
+        self._running = False
+        self._abandoned = False
+        self.future: Future[None] | None = None
+        self.error: BaseException | None = None
+
+    def add(self, item: _Item, pool: ThreadPoolExecutor, dofn: AgentDoFn) -> None:
+        with self._lock:
+            self._items.append(item)
+            if self._running or self.error is not None:
+                return
+            self._running = True
+        self.future = pool.submit(self._run, dofn)
+
+    def abandon(self) -> None:
+        with self._lock:
+            self._abandoned = True
+            self._items.clear()
+
+    def _run(self, dofn: AgentDoFn) -> None:
+        _LANE_THREAD.tally = self._tally
+        try:
+            while True:
+                with self._lock:
+                    if not self._items or self._abandoned:
+                        self._running = False
+                        return
+                    item = self._items.popleft()
+                if item.raw is not None:
+                    pairs = dofn._handle_envelope(self.key, item.raw, self._memory, self._timer_ops)
+                else:
+                    assert item.fired_ms is not None
+                    pairs = dofn._handle_deadline(
+                        self.key, item.fired_ms, self._memory, self._timer_ops
+                    )
+                self._results.append((list(pairs), item))
+        except BaseException as exc:  # the bundle fails with it (commit_all re-raises)
+            with self._lock:
+                self.error = exc
+                self._running = False
+        finally:
+            _LANE_THREAD.tally = None
+
+    def commit(self) -> Iterator[Any]:
+        """Write the lane's final cells and timer through Beam's objects; yield its outputs."""
+        for apply, value in self._tally:
+            apply(value)
+        memory = self._memory
+        if memory.seq != self._seq:
+            self._store.write_seq(memory.seq)
+        self._store.write_changed(self._cells, memory.cells)
+        if memory.inbox != self._inbox:
+            self._store.write_inbox(memory.inbox)
+        self._timer_ops.apply(self._timer)
+        for pairs, item in self._results:
+            for tag, value in pairs:
+                windowed = WindowedValue(value, item.timestamp, (item.window,))
+                yield (
+                    windowed
+                    if tag == AgentDoFn.TAG_OUTPUTS
+                    else beam.pvalue.TaggedOutput(tag, windowed)
+                )
+
+
+class _Lanes:
+    """A bundle's lanes, by key in order of first appearance."""
+
+    def __init__(self, dofn: AgentDoFn, pool: ThreadPoolExecutor) -> None:
+        self._dofn = dofn
+        self._pool = pool
+        self._by_key: dict[bytes, _Lane] = {}
+
+    def add(self, key: bytes, store: _CellStore, timer: Any, item: _Item) -> None:
+        lane = self._by_key.get(key)
+        if lane is None:
+            lane = self._by_key[key] = _Lane(key, store, timer)
+        lane.add(item, self._pool, self._dofn)
+
+    def abandon(self) -> None:
+        for lane in self._by_key.values():
+            lane.abandon()
+
+    def commit_all(self) -> Iterator[Any]:
+        """Wait for every lane; if one failed, raise (nothing written); else commit each."""
+        lanes = list(self._by_key.values())
+        wait_for_futures([lane.future for lane in lanes if lane.future is not None])
+        for lane in lanes:
+            if lane.error is not None:
+                raise lane.error
+        for lane in lanes:
+            yield from lane.commit()
 
 
 def _tagged(pairs: Iterable[tuple[str, Any]]) -> Iterator[Any]:

@@ -17,6 +17,7 @@ check order.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 from beam_agents import Agent, Done, Suspend, ToolRegistry, tool
@@ -118,3 +119,17 @@ class UnpicklableProvider:
 def make_unpicklable_provider() -> UnpicklableProvider:
     """A ``provider_factory`` whose provider would break the pipeline if it were pickled."""
     return UnpicklableProvider()
+
+
+SLOW_CALL_S = 0.05
+"""How long ``make_slow_provider``'s model takes to answer: long enough for calls to overlap."""
+
+
+def slow_answer(request: LlmRequest) -> str:
+    time.sleep(SLOW_CALL_S)
+    return answer(request)
+
+
+def make_slow_provider() -> ScriptedProvider:
+    """A scripted model that answers after ``SLOW_CALL_S``, as a remote one would."""
+    return ScriptedProvider(slow_answer)

@@ -89,24 +89,35 @@ def _element(step: Any) -> Any:
     return step.SerializeToString() if isinstance(step, AgentEnvelope) else step
 
 
-def source(p: beam.Pipeline, runner: str, steps: Sequence[Step]) -> Any:
-    """The script as a PCollection: a TestStream when streaming, else an ordered Create."""
+def source(
+    p: beam.Pipeline, runner: str, steps: Sequence[Step], *, streaming_bundles: bool = False
+) -> Any:
+    """The script as a PCollection: a TestStream when streaming, else an ordered Create.
+
+    Streaming, each element is its own bundle; with ``streaming_bundles`` the elements
+    between two ``Watermark`` steps arrive together as one bundle (as a source's reads do).
+    """
     if runner != "streaming":
         return p | "Script" >> beam.Create(
             [_element(s) for s in steps if not isinstance(s, Watermark)], reshuffle=False
         )
     stream = TestStream()
     watermark_ms = 0
+    pending: list[TimestampedValue] = []
     for step in steps:
         if isinstance(step, Watermark):
+            if pending:
+                stream, pending = stream.add_elements(pending), []
             watermark_ms = max(watermark_ms, step.ms)
             stream = stream.advance_watermark_to(watermark_ms / 1000)
             continue
         at_ms = step.event_time_ms if isinstance(step, AgentEnvelope) else watermark_ms
         # Never behind the watermark: a late element is not what these tests are about.
-        stream = stream.add_elements(
-            [TimestampedValue(_element(step), max(at_ms, watermark_ms) / 1000)]
-        )
+        pending.append(TimestampedValue(_element(step), max(at_ms, watermark_ms) / 1000))
+        if not streaming_bundles:
+            stream, pending = stream.add_elements(pending), []
+    if pending:
+        stream = stream.add_elements(pending)
     stream = stream.advance_watermark_to(FINAL_WATERMARK_MS / 1000)
     return p | "Script" >> stream.advance_watermark_to_infinity()
 
@@ -212,12 +223,14 @@ def run_agent(
     config: AgentConfig | None = None,
     agent: Agent = SHOP_AGENT,
     registry: ToolRegistry = SHOP_TOOLS,
+    streaming_bundles: bool = False,
 ) -> Collected:
     """Run ``RunAgent`` over the script on ``runner`` and return what each output carried."""
     out_dir = workdir / f"collected-{uuid.uuid4().hex[:8]}"
     config = config or AgentConfig(provider_factory=make_provider)
     with new_pipeline(runner) as p:
-        outs = source(p, runner, list(steps)) | RunAgent(agent, registry, config)
+        script = source(p, runner, list(steps), streaming_bundles=streaming_bundles)
+        outs = script | RunAgent(agent, registry, config)
         for name in OUTPUT_NAMES:
             collect(getattr(outs, name), out_dir, name)
     return Collected(*(read_collected(out_dir, name) for name in OUTPUT_NAMES))
@@ -259,6 +272,8 @@ class SeededAgentDoFn(AgentDoFn):
         tool_cache_cell: Any = dofn_params.TOOL_CACHE_PARAM,
         inbox_cell: Any = dofn_params.INBOX_PARAM,
         timer: Any = dofn_params.HITL_TIMER_PARAM,
+        timestamp: Any = dofn_params.TIMESTAMP_PARAM,
+        window: Any = dofn_params.WINDOW_PARAM,
     ) -> Iterator[Any]:
         key, raw = element
         if raw != SEED:
@@ -273,6 +288,8 @@ class SeededAgentDoFn(AgentDoFn):
                 tool_cache_cell=tool_cache_cell,
                 inbox_cell=inbox_cell,
                 timer=timer,
+                timestamp=timestamp,
+                window=window,
             )
         seq, cells = self._seeds[key]
         seq_cell.write(seq)
@@ -304,15 +321,26 @@ def run_seeded(
     registry: ToolRegistry = SHOP_TOOLS,
 ) -> Collected:
     """Run ``SeededAgentDoFn`` over ``(key, bytes)`` steps (no routing step) and collect."""
-    out_dir = workdir / f"collected-{uuid.uuid4().hex[:8]}"
     config = config or AgentConfig(provider_factory=make_provider)
+    return run_dofn(runner, SeededAgentDoFn(agent, registry, config, seeds), steps, workdir)
+
+
+def run_dofn(
+    runner: str,
+    dofn: AgentDoFn,
+    steps: Iterable[Step],
+    workdir: Path,
+    *,
+    streaming_bundles: bool = False,
+) -> Collected:
+    """Run ``dofn`` (an ``AgentDoFn``) over ``(key, bytes)`` steps (no routing) and collect."""
+    out_dir = workdir / f"collected-{uuid.uuid4().hex[:8]}"
     keyed = [
         (s.entity_key, s.SerializeToString()) if isinstance(s, AgentEnvelope) else s for s in steps
     ]
     with new_pipeline(runner) as p:
-        results = source(p, runner, keyed) | beam.ParDo(
-            SeededAgentDoFn(agent, registry, config, seeds)
-        ).with_output_types(tuple[bytes, bytes]).with_outputs(
+        script = source(p, runner, keyed, streaming_bundles=streaming_bundles)
+        results = script | beam.ParDo(dofn).with_output_types(tuple[bytes, bytes]).with_outputs(
             AgentDoFn.TAG_INTENTS,
             AgentDoFn.TAG_APPROVALS,
             AgentDoFn.TAG_TRACE_BATCHES,

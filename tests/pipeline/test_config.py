@@ -26,6 +26,7 @@ def test_the_seed_page_config_is_accepted() -> None:
     assert config.hitl == HitlPolicy()
     assert config.cache == CachePolicy()
     assert config.inbox_limit == 100
+    assert config.max_in_flight == 1  # activations one after another unless asked
 
 
 def test_snapshots_have_no_default_destination() -> None:
@@ -82,6 +83,10 @@ def test_a_sink_option_no_configured_sink_takes_is_refused() -> None:
         ({"provider_factory": "make_client"}, "provider_factory"),
         ({"inbox_limit": 0}, "inbox_limit"),
         ({"inbox_limit": True}, "inbox_limit"),
+        ({"max_in_flight": 0}, "max_in_flight"),
+        ({"max_in_flight": 4097}, "max_in_flight"),
+        ({"max_in_flight": 2.0}, "max_in_flight"),
+        ({"max_in_flight": True}, "max_in_flight"),
         ({"hitl": {"hitl_timeout_ms": 5}}, "hitl"),
         ({"cache": None}, "cache"),
         ({"traces_to": b"file:///tmp"}, "traces_to"),

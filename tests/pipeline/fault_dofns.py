@@ -1,0 +1,81 @@
+"""AgentDoFn subclasses that watch or break activations (importable by Beam's workers).
+
+``OverlapTrackingDoFn`` records how many activations run at once, in all and per key.
+``CrashOnceDoFn`` fails its bundle once, right after one chosen activation ran (its model
+calls made, its commit not yet written), as a worker dying mid-bundle would.
+Both only work on in-process runners (the records are module globals or files).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from beam_agents._protos import AgentEnvelope
+from beam_agents.agent import Timeout
+from beam_agents.pipeline.agent_dofn import AgentDoFn
+
+_LOCK = threading.Lock()
+RUNNING: dict[bytes, int] = {}
+PEAK: dict[str, int] = {"all": 0, "per_key": 0}
+
+
+def reset_overlap() -> None:
+    with _LOCK:
+        RUNNING.clear()
+        PEAK.update(all=0, per_key=0)
+
+
+class OverlapTrackingDoFn(AgentDoFn):
+    """Records the peak number of activations in flight: in all, and of one key."""
+
+    def _activate(
+        self, key: bytes, run: Any, trigger: AgentEnvelope | Timeout, *, now_ms: int
+    ) -> None:
+        with _LOCK:
+            RUNNING[key] = RUNNING.get(key, 0) + 1
+            PEAK["all"] = max(PEAK["all"], sum(RUNNING.values()))
+            PEAK["per_key"] = max(PEAK["per_key"], RUNNING[key])
+        try:
+            super()._activate(key, run, trigger, now_ms=now_ms)
+        finally:
+            with _LOCK:
+                RUNNING[key] -= 1
+
+
+class SimulatedWorkerCrash(Exception):
+    """The bundle dies here; the runner retries it."""
+
+
+class CrashOnceDoFn(AgentDoFn):
+    """Fails the bundle once, after activation ``(crash_key, crash_seq)`` ran.
+
+    Every activation attempt is appended to ``attempts_file`` as ``key-hex:seq``; the
+    ``marker`` file makes the crash happen once across retries and DoFn instances.
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        crash_key: bytes,
+        crash_seq: int,
+        attempts_file: str,
+        marker: str,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self._crash_key = crash_key
+        self._crash_seq = crash_seq
+        self._attempts_file = attempts_file
+        self._marker = marker
+
+    def _activate(
+        self, key: bytes, run: Any, trigger: AgentEnvelope | Timeout, *, now_ms: int
+    ) -> None:
+        super()._activate(key, run, trigger, now_ms=now_ms)
+        with _LOCK, open(self._attempts_file, "a") as attempts:
+            attempts.write(f"{key.hex()}:{run.seq}\n")
+        if (key, run.seq) == (self._crash_key, self._crash_seq) and not Path(self._marker).exists():
+            Path(self._marker).write_text("crashed")
+            raise SimulatedWorkerCrash(f"worker lost while {key!r} seq {run.seq} was in flight")
