@@ -692,7 +692,9 @@ class _Lane:
         # Read on the bundle's thread: Beam state is only read or written there.
         self._seq = store.read_seq()
         self._cells = store.read_cells()
-        self._inbox = store.read_inbox()
+        # Only a suspended key queues, so a key that is not suspended has an empty inbox
+        # (the serial path relies on the same rule): one state read fewer per key.
+        self._inbox = store.read_inbox() if self._cells.continuation else []
         self._memory = _MemoryStore(self._seq, self._cells, self._inbox)
         self._timer_ops = _TimerOps()
         self._items: deque[_Item] = deque()
