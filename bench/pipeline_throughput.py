@@ -19,7 +19,11 @@ needs for these keys. ``keys / instant`` caps the rate whatever the limit; the l
 column compares the rate with ``min(limit, keys / instant)``. On the in-process
 FnApiRunner that cap is low: its state cache sizes every cached value with objsize,
 which walks every loaded module's globals (milliseconds per state access, a dozen
-accesses per new key), in the serial mode as much as in the concurrent one.
+accesses per new key), in the serial mode as much as in the concurrent one;
+``--fnapi-state-cache-mb 0`` turns that cache off (what the rate is without it).
+*span act/s* leaves the runner's start-up and shutdown out: keys / the time from the
+first model call's start to the last one's end (both runners run the provider in this
+process).
 
 ``max_in_flight=1`` would take keys x latency (200 s for the defaults): it runs
 ``--serial-keys`` keys and says so; its rate does not depend on the key count (one at a
@@ -46,10 +50,14 @@ from beam_agents.testing import ScriptedProvider, event_envelope
 
 LATENCY_S = 0.2
 """Set from ``--latency-ms`` before any pipeline is built (the provider reads it)."""
+CALLS: list[tuple[float, float]] = []
+"""(start, end) of every slow model call of the current run (list.append is thread-safe)."""
 
 
 def slow_answer(request: LlmRequest) -> str:
+    started = time.perf_counter()
     time.sleep(LATENCY_S)
+    CALLS.append((started, time.perf_counter()))
     return "All good."
 
 
@@ -96,13 +104,23 @@ def main() -> int:
     parser.add_argument("--limits", default="1,16,64,256")
     parser.add_argument("--serial-keys", type=int, default=20)
     parser.add_argument("--runners", default="streaming,fnapi")
+    parser.add_argument("--fnapi-state-cache-mb", type=int, default=None)
     args = parser.parse_args()
+    if args.fnapi_state_cache_mb is not None:
+        from apache_beam.runners.portability.fn_api_runner import worker_handlers
+
+        worker_handlers.STATE_CACHE_SIZE_MB = args.fnapi_state_cache_mb
     LATENCY_S = args.latency_ms / 1000
     limits = [int(x) for x in args.limits.split(",")]
     runners = args.runners.split(",")
     names = {
         "streaming": "BundleBasedDirectRunner, streaming",
-        "fnapi": "FnApiRunner, in process",
+        "fnapi": "FnApiRunner, in process"
+        + (
+            ""
+            if args.fnapi_state_cache_mb is None
+            else f", state cache {args.fnapi_state_cache_mb} MB"
+        ),
     }
     print(
         f"{args.keys} keys x 1 event, one model call each, model latency {args.latency_ms} ms;"
@@ -114,6 +132,7 @@ def main() -> int:
         print(
             f"  {'max_in_flight':>13} {'keys':>5} {'wall s':>7} {'act/s':>7} {'limit':>7}"
             f" {'of limit':>8} {'instant s':>9} {'of min(limit, keys/instant)':>28}"
+            f" {'span act/s':>10} {'of limit':>8}"
         )
         for limit in limits:
             keys = args.serial_keys if limit == 1 else args.keys
@@ -123,19 +142,26 @@ def main() -> int:
                 data,
                 AgentConfig(provider_factory=make_instant_provider, max_in_flight=limit),
             )
+            CALLS.clear()
             wall = run(
                 runner, data, AgentConfig(provider_factory=make_slow_provider, max_in_flight=limit)
             )
+            span = max(end for _, end in CALLS) - min(start for start, _ in CALLS)
             ceiling = min(limit, keys) / LATENCY_S
             rate = keys / wall
             bound = min(ceiling, keys / instant)
             print(
                 f"  {limit:>13} {keys:>5} {wall:>7.2f} {rate:>7.1f} {ceiling:>7.1f}"
                 f" {rate / ceiling:>8.2f} {instant:>9.2f} {rate / bound:>28.2f}"
+                f" {keys / span:>10.1f} {keys / span / ceiling:>8.2f}"
                 + ("   (fewer keys: one at a time)" if limit == 1 else "")
             )
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # Run main() from this file imported as a module: Beam then pickles the providers by
+    # reference, so their CALLS is this process's list, not a copy pickled by value.
+    import pipeline_throughput
+
+    raise SystemExit(pipeline_throughput.main())
