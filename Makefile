@@ -59,6 +59,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/pipeline_overhead.py
 	$(BIN)/python bench/replay_cli.py
 	$(BIN)/python bench/tui_open.py
+	$(BIN)/python bench/bulk_replay.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

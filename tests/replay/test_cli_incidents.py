@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from incident_history import AGENT, TOOLS, Incident
@@ -179,3 +180,20 @@ def test_tui_opens_a_bundle(
     monkeypatch.setattr(replay_tui.app, "run_tui", lambda options, **kw: seen.append(options) or 0)
     assert run(["tui", str(path)], capsys)[0] == 0
     assert seen[0].seq == 2 and seen[0].agent == AGENT and seen[0].events
+
+
+def test_tui_with_events_can_switch_between_the_traced_seqs(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import replay_tui.app
+
+    seen: list[tuple[Any, Any]] = []
+    monkeypatch.setattr(
+        replay_tui.app, "run_tui", lambda options, **kw: seen.append((options, kw)) or 0
+    )
+    base = ["tui", "--snapshot", str(files["snapshot"]), "--traces", str(files["traces"]),
+            "--agent", AGENT, "--registry", TOOLS]  # fmt: skip
+    assert run([*base, "--events", str(files["events"])], capsys)[0] == 0
+    assert seen[-1][1] == {"seqs": (1, 2, 3, 4)}
+    assert run([*base, "--event", str(files["events"])], capsys)[0] == 0
+    assert seen[-1][1] == {}  # one envelope: nothing to switch to

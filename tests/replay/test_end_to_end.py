@@ -9,6 +9,7 @@ the trace directory, ``--event`` the envelope's bytes.
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -452,3 +453,60 @@ def test_every_traced_activation_of_the_run_has_its_events_in_the_sink(batch: Ru
         if e.kind in (TraceEvent.ACTIVATION_END, TraceEvent.ACTIVATION_FAILED)
     }
     assert (K_RESUME, 3) in ends and (K_ASK, 2) in ends and (K_LATE, 1) in ends
+
+
+# --------------------------------------------------------------------------- incidents
+
+
+def test_the_incident_workflow_on_the_pipelines_files(
+    batch: Run, streaming: Run, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ls, --events, bundle --all per exported key, and check, on a real RunAgent run."""
+    from beam_agents.replay.events_lookup import write_envelope_stream
+
+    dump = tmp_path / "topic-dump.pb"
+    timeout_refund = ask(K_TIMEOUT, "refund please", T0, "refund")
+    with open(dump, "wb") as f:
+        write_envelope_stream(
+            f, [e.SerializeToString() for e in [*BATCH_SCRIPT, timeout_refund, PENDING_RESULT]]
+        )
+    code, out, _ = cli(["ls", "--traces", str(batch.traces), "--json"], capsys)
+    listing = json.loads(out)
+    assert code == 0 and listing["keys"] == 8
+    traced = {(bytes.fromhex(r["entity_key"]), r["seq"]) for r in listing["rows"]}
+    assert (K_LATE, 1) in traced and (K_RESUME, 3) in traced
+
+    bundles = tmp_path / "bundles"
+    bundles.mkdir()
+    runs = [
+        (batch, k, "e2e") for k in (K_ASK, K_BOOM, K_LATE, K_RESUME, K_PENDING, K_DECIDE, K_RATE)
+    ]
+    runs += [(batch, K_OLDER, "early"), (streaming, K_TIMEOUT, "e2e")]
+    for run, key, request_id in runs:
+        argv = ["bundle", "-o", str(bundles / f"{key.decode()}.bundle"), "--snapshot",
+                str(run.snapshot(key, request_id)), "--traces", str(run.traces), "--events",
+                str(dump), "--agent", "replay_agents:AGENT", "--registry", "replay_agents:TOOLS",
+                "--all"]  # fmt: skip
+        code, _, err = cli(argv, capsys)
+        assert code == 0, err
+    code, out, err = cli(["check", str(bundles), "--json", "--jobs", "2"], capsys)
+    report = json.loads(out)
+    rows = {
+        (r["path"].rsplit("/", 1)[-1], r["seq"]): r for g in report["groups"] for r in g["rows"]
+    }
+    assert rows[("customer-late.bundle", 1)]["verdict"] == "irreproducible"
+    assert rows[("customer-timeout.bundle", 2)]["verdict"] == "reproduced"  # a HITL timeout
+    assert rows[("customer-resume.bundle", 3)]["verdict"] == "reproduced"
+    assert rows[("customer-older.bundle", 1)]["verdict"] == "reproduced"
+    assert code == report["exit_code"] == 3  # the late failure's discarded response
+    # Each row is what the single replay of that activation, from the separate files, says.
+    for run, key, request_id in runs:
+        for (name, seq), row in rows.items():
+            if name != f"{key.decode()}.bundle":
+                continue
+            code, _, _ = cli(
+                replay(run, key, None, "--events", str(dump), "--seq", str(seq),
+                       snapshot=run.snapshot(key, request_id)),
+                capsys,
+            )  # fmt: skip
+            assert code == row["exit_code"], (name, seq, row)
