@@ -197,7 +197,7 @@ class EntryCache(Generic[EntryT]):
         Copy-on-write: the copy shares this cache's body until either of them
         changes, so copying costs nothing whatever the number of entries.
         """
-        twin = type(self)()
+        twin = object.__new__(type(self))  # no empty body built just to be replaced
         twin._body = self._body
         twin._entries = self._entries
         twin._sorted = self._sorted

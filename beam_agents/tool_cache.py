@@ -227,11 +227,18 @@ class ToolCache(EntryCache[ToolCacheEntry]):
             if same:
                 # Still the same answer: it has been the truth since the entry's first seq,
                 # unless that first activation itself saw two answers and this is a later one.
-                ambiguous = previous.ambiguous and previous.recorded_seq == seq
-                if not (previous.ambiguous and previous.recorded_seq != seq):
-                    inserted_seq = previous.inserted_seq
-            else:
-                ambiguous = previous.recorded_seq == seq
+                if previous.ambiguous and previous.recorded_seq != seq:
+                    previous.inserted_seq = seq
+                    previous.ambiguous = False
+                # Refreshed where it lies (the steady state of a key that keeps asking the
+                # same question): same result, same size, so no bound can be newly exceeded.
+                previous.inserted_ms = now_ms
+                previous.recorded_seq = seq
+                previous.last_used_ms = now_ms
+                previous.ttl_ms = policy.ttl_ms
+                previous.last_used_tick = self._next_tick()
+                return previous
+            ambiguous = previous.recorded_seq == seq
         entry = self._add(
             key,
             tool=tool,

@@ -16,8 +16,15 @@ output. Per activation it times what the DoFn calls for each element:
 
 It runs the whole set ``--repeat`` times and prints the fastest run (the machine
 is shared and noisy; the minimum is the least disturbed measurement), then a
-breakdown of the pieces of an activation timed on their own. Not a test:
-timings depend on the machine (see STYLE.md).
+breakdown of the pieces of an activation timed on their own.
+
+Then recorded tools: the same activations with one read-only tool call added
+(``read_order``, a ~200-byte JSON result, the same arguments per key), once as a
+plain ``@tool`` and once as ``@tool(recorded=True)`` (run, recorded in the key's
+tool cache, committed in the ``tool_cache`` cell), timed side by side in
+alternating runs, and the ratio of the two (target: recorded <= 1.3x plain). The
+tool reads a dict, not a service, so the ratio is the recording's own cost.
+Not a test: timings depend on the machine (see STYLE.md).
 """
 
 from __future__ import annotations
@@ -25,8 +32,9 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
+from typing import Any
 
-from beam_agents import Agent, Done, ToolRegistry
+from beam_agents import Agent, Done, ToolRegistry, tool
 from beam_agents._protos import AgentEnvelope, Event, TraceEvent
 from beam_agents.activation import ActivationCommit, run_activation
 from beam_agents.cache_key import cache_key_and_fingerprint
@@ -47,6 +55,33 @@ class CachedCallAgent(Agent):
         return Done(output=answer.text.encode())
 
 
+ORDER = {
+    "order_id": "A-1001",
+    "status": "in_transit",
+    "carrier": "UPS",
+    "tracking": "1Z999AA10123456784",
+    "items": [{"sku": "KT-220", "qty": 1, "price_cents": 4900}],
+    "eta": "2024-12-13",
+}
+
+
+def _read_order(order_id: str) -> dict[str, Any]:
+    return {**ORDER, "order_id": order_id}
+
+
+PLAIN_TOOLS = ToolRegistry([tool(name="read_order")(_read_order)])
+RECORDED_TOOLS = ToolRegistry([tool(name="read_order", recorded=True)(_read_order)])
+
+
+class ToolCallAgent(CachedCallAgent):
+    """The cached model call plus one read-only tool call (plain or recorded, by registry)."""
+
+    def start(self, ctx: AgentContext, event: Event) -> Done:
+        order = ctx.call("read_order", order_id=ctx.entity_key.decode())
+        answer = ctx.complete(REQUEST)
+        return Done(output=f"{answer.text} {order['status']}".encode())
+
+
 def make_provider() -> ScriptedProvider:
     return ScriptedProvider(lambda request: "All good.")
 
@@ -58,9 +93,13 @@ def envelopes(activations: int, keys: int) -> list[AgentEnvelope]:
     ]
 
 
-def time_core(data: list[AgentEnvelope]) -> tuple[float, float, float]:
+def time_core(
+    data: list[AgentEnvelope], agent: Agent | None = None, registry: ToolRegistry | None = None
+) -> tuple[float, float, float]:
     """Seconds in load_key_state, run_activation and trace serialization over ``data``."""
-    agent, registry, provider = CachedCallAgent(), ToolRegistry([]), make_provider()
+    agent = agent or CachedCallAgent()
+    registry = registry if registry is not None else ToolRegistry([])
+    provider = make_provider()
     cells: dict[bytes, tuple[int, StateCells]] = {}
     load = run = serialize = 0.0
     clock = time.perf_counter
@@ -84,14 +123,19 @@ def time_core(data: list[AgentEnvelope]) -> tuple[float, float, float]:
     return load, run, serialize
 
 
-def per_call_us(function: Callable[[], object], calls: int = 5_000, repeat: int = 5) -> float:
+def per_call_us(
+    function: Callable[[], object],
+    calls: int = 5_000,
+    repeat: int = 5,
+    clock: Callable[[], float] = time.perf_counter,
+) -> float:
     """The fastest of ``repeat`` runs of ``calls`` calls, in µs per call."""
     best = float("inf")
     for _ in range(repeat):
-        started = time.perf_counter()
+        started = clock()
         for _ in range(calls):
             function()
-        best = min(best, time.perf_counter() - started)
+        best = min(best, clock() - started)
     return best / calls * 1e6
 
 
@@ -158,8 +202,63 @@ def main() -> int:
     print("pieces, each timed alone (µs per call, fastest of 5):")
     for name, cost in pieces():
         print(f"  {name:36s} {cost:6.1f}")
+    print_recorded_tools(data, args.repeat)
     return 0
 
+
+def steady_activation(registry: ToolRegistry) -> Callable[[], object]:
+    """One steady-state activation of ``ToolCallAgent`` as the DoFn runs it (load, run, trace)."""
+    key = b"key-00001"
+    agent, provider = ToolCallAgent(), make_provider()
+    warm = run_activation(
+        agent, registry, provider, load_key_state(StateCells()),
+        event_envelope(key, "tick", time_ms=T0), now_ms=T0, seq=1, entity_key=key,
+    )  # fmt: skip
+    assert isinstance(warm, ActivationCommit)
+    cells = warm.cells
+    envelope = event_envelope(key, "tick", time_ms=T0 + 1)
+
+    def activation() -> object:
+        state = load_key_state(cells)
+        result = run_activation(
+            agent, registry, provider, state, envelope, now_ms=T0 + 1, seq=2, entity_key=key
+        )
+        return [serialize_trace_event(event) for event in result.trace]
+
+    return activation
+
+
+def print_recorded_tools(data: list[AgentEnvelope], repeat: int) -> None:
+    """One plain vs one recorded read-only call per activation, alternating runs, and the ratio."""
+    agent = ToolCallAgent()
+    rounds = max(repeat, 5) * 2
+    plain_one, recorded_one = steady_activation(PLAIN_TOOLS), steady_activation(RECORDED_TOOLS)
+    # CPU time of this process (the machine is shared: wall time measures the neighbours too),
+    # alternating sides so a noisy spell hits both.
+    cpu = time.process_time
+    steady_plain = steady_recorded = float("inf")
+    for _ in range(rounds):
+        steady_plain = min(steady_plain, per_call_us(plain_one, 1_000, 1, cpu))
+        steady_recorded = min(steady_recorded, per_call_us(recorded_one, 1_000, 1, cpu))
+    plain: list[float] = []
+    recorded: list[float] = []
+    for _ in range(repeat):
+        plain.append(sum(time_core(data, agent, PLAIN_TOOLS)))
+        recorded.append(sum(time_core(data, agent, RECORDED_TOOLS)))
+    us = 1e6 / len(data)
+    best_plain, best_recorded = min(plain) * us, min(recorded) * us
+    print("recorded tools: one read-only tool call per activation (plus the cached model call)")
+    print("  steady state, one key (load + run + trace), CPU time, fastest of alternating runs:")
+    print(f"    plain @tool:              {steady_plain:6.1f} µs per activation")
+    print(f"    @tool(recorded=True):     {steady_recorded:6.1f} µs per activation")
+    print(
+        f"    recorded / plain:         {steady_recorded / steady_plain:6.2f}x "
+        f"(+{steady_recorded - steady_plain:.1f} µs; target <= 1.3x)"
+    )
+    print(f"  the {len(data)} activations above, fastest of {repeat} alternating runs:")
+    print(f"    plain @tool:              {best_plain:6.1f} µs per activation")
+    print(f"    @tool(recorded=True):     {best_recorded:6.1f} µs per activation")
+    print(f"    recorded / plain:         {best_recorded / best_plain:6.2f}x")
 
 if __name__ == "__main__":
     raise SystemExit(main())
