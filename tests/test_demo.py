@@ -8,6 +8,7 @@ the files an operator replays from, and that a re-run starts clean.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -171,3 +172,55 @@ def test_the_demo_refuses_to_delete_a_directory_it_did_not_make(tmp_path: Path) 
     assert done.returncode != 0
     assert "was not made by the demo" in done.stdout + done.stderr
     assert precious.read_text() == "keep me"
+
+
+def _replay_refund_v2(out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    """The diverged incident (Bob's refund replayed with agent v2), as the demo prints it."""
+    snapshot = out / "snapshots" / f"{b'customer-bob'.hex()}-3-incident-refund-bob.pb"
+    flags = {
+        "--snapshot": str(snapshot),
+        "--traces": str(out / "traces"),
+        "--event": str(out / "events" / "msg-bob-1.pb"),
+        "--agent": "examples.support_desk.agent_v2:AGENT",
+        "--registry": "examples.support_desk.tools:TOOLS",
+        "--seq": "1",
+    }
+    argv = [str(Path(sys.executable).parent / "beam-agents-replay")]
+    for flag, value in flags.items():
+        argv += [flag, value]
+    return subprocess.run(
+        [*argv, *extra],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_the_diverged_incident_shows_the_replayed_order_id_marked_differing(
+    demo: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    out, _ = demo
+    headless = _replay_refund_v2(out)
+    assert headless.returncode == 1, headless.stderr
+    report = headless.stdout.split("  first divergence: ")[1].split("    detail:")[0]
+    assert report.startswith("event 2 TOOL_CALL 'lookup_order'")
+    args = next(line for line in report.splitlines() if line.strip().startswith("args: "))
+    assert '{"order_id": "B2001"}' in args and "[differs: traced sha256=" in args
+    result = next(line for line in report.splitlines() if line.strip().startswith("result: "))
+    assert result.endswith("[verified]")  # lookup_order answers both spellings alike
+
+    as_json = _replay_refund_v2(out, "--json")
+    assert as_json.returncode == 1
+    document = json.loads(as_json.stdout)
+    values = {(v["event_index"], v["path"]): v for v in document["values"]}
+    assert values[(2, "args")]["value"] == {"order_id": "B2001"}
+    assert values[(2, "args")]["mark"] == "differs"
+    assert values[(2, "result")]["mark"] == "verified"
+    # The steps before the divergence ran exactly as in production: their values are proven.
+    before = [v for v in document["values"] if v["event_index"] < 2]
+    assert before and {v["mark"] for v in before} == {"verified"}
+
+    redacted = _replay_refund_v2(out, "--redact")
+    assert redacted.returncode == 1 and "B2001" not in redacted.stdout

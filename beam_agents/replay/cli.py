@@ -20,6 +20,7 @@ DeepDiff only when there is a divergence to render.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import traceback
@@ -136,6 +137,12 @@ def _add_replay_flags(parser: _Parser, *, headless: bool) -> None:
         metavar="module:ATTR",
         help="the pipeline's HitlPolicy (default: HitlPolicy())",
     )
+    parser.add_argument(
+        "--what-if",
+        action="store_true",
+        help="allow replaying a pending resume, which was never traced: a what-if (exit 0 at "
+        "its end, 3 at an uncached model call); without it such a replay is refused (exit 2)",
+    )
     if headless:
         parser.add_argument(
             "--headless", action="store_true", help="print the report (the default; for scripts)"
@@ -143,6 +150,22 @@ def _add_replay_flags(parser: _Parser, *, headless: bool) -> None:
         parser.add_argument(
             "--json", action="store_true", help="print one JSON document instead of the report"
         )
+        _add_value_flags(parser)
+
+
+def _add_value_flags(parser: _Parser) -> None:
+    """How the re-run's values are printed (--full-values, --redact)."""
+    parser.add_argument(
+        "--full-values",
+        action="store_true",
+        help="print each value at the first divergence whole (default: cut to one line)",
+    )
+    parser.add_argument(
+        "--redact",
+        action="store_true",
+        help="replace every value (arguments, results, messages, outputs, memory) by its "
+        "sha256, for logs that must not hold plaintext; the verdict is the same",
+    )
 
 
 # --------------------------------------------------------------------------- subcommands
@@ -427,6 +450,7 @@ def _options(ns: argparse.Namespace, prog: str = PROG) -> ReplayOptions:
         registry=ns.registry,
         seq=ns.seq,
         hitl=ns.hitl,
+        what_if=ns.what_if,
     )
 
 
@@ -452,9 +476,13 @@ def _bundle_parser(prog: str, *, headless: bool) -> _Parser:
     parser.add_argument(
         "--registry", metavar="module:ATTR", help="and this registry instead of the recorded one"
     )
+    parser.add_argument(
+        "--what-if", action="store_true", help="allow a pending resume's what-if (see --help)"
+    )
     if headless:
         parser.add_argument("--headless", action="store_true", help="print the report (default)")
         parser.add_argument("--json", action="store_true", help="print one JSON document")
+        _add_value_flags(parser)
     return parser
 
 
@@ -465,7 +493,8 @@ def _bundle_replay_options(ns: argparse.Namespace) -> ReplayOptions | ReplayResu
 
     try:
         bundle = load_bundle(ns.bundle)
-        return bundle_options(bundle, seq=ns.seq, agent=ns.agent, registry=ns.registry)
+        options = bundle_options(bundle, seq=ns.seq, agent=ns.agent, registry=ns.registry)
+        return dataclasses.replace(options, what_if=ns.what_if)
     except ReplayRefused as refused:
         from beam_agents.replay.result import ReplayHeader
 
@@ -482,14 +511,14 @@ def _bundle_replay_options(ns: argparse.Namespace) -> ReplayOptions | ReplayResu
 def _run_bundle(ns: argparse.Namespace) -> int:
     loaded = _bundle_replay_options(ns)
     if isinstance(loaded, ReplayResult):
-        return _emit(loaded, as_json=ns.json)
+        return _emit(loaded, as_json=ns.json, ns=ns)
     _cwd_importable()
     from beam_agents.replay.engine import replay
 
     saved = sys.dont_write_bytecode
     sys.dont_write_bytecode = True
     try:
-        return _emit(replay(loaded), as_json=ns.json)
+        return _emit(replay(loaded), as_json=ns.json, ns=ns)
     finally:
         sys.dont_write_bytecode = saved
 
@@ -543,13 +572,21 @@ def _run_replay(ns: argparse.Namespace) -> int:
     sys.dont_write_bytecode = True
     try:
         result = replay(options)
-        return _emit(result, as_json=ns.json)
+        return _emit(result, as_json=ns.json, ns=ns)
     finally:
         sys.dont_write_bytecode = saved
 
 
-def _emit(result: ReplayResult, *, as_json: bool) -> int:
-    """Print ``result`` (report or JSON on stdout, a usage error on stderr); its exit code."""
+def _emit(result: ReplayResult, *, as_json: bool, ns: argparse.Namespace | None = None) -> int:
+    """Print ``result`` (report or JSON on stdout, a usage error on stderr); its exit code.
+
+    ``ns`` carries ``--redact`` and ``--full-values`` where the command has them.
+    """
+    if ns is not None and getattr(ns, "redact", False):
+        from beam_agents.replay.redact import redact
+
+        result = redact(result)
+    full_values = ns is not None and bool(getattr(ns, "full_values", False))
     try:
         if as_json:
             from beam_agents.replay.json_report import render_json
@@ -562,7 +599,7 @@ def _emit(result: ReplayResult, *, as_json: bool) -> int:
         elif not as_json:
             from beam_agents.replay.report import render_report
 
-            sys.stdout.write(render_report(result))
+            sys.stdout.write(render_report(result, full_values=full_values))
         sys.stdout.flush()
     except BrokenPipeError:
         # The reader went away (`| head`): the verdict stands, and is the exit code.

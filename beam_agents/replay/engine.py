@@ -36,6 +36,7 @@ from beam_agents.replay.reconstruct import plan_replay
 from beam_agents.replay.refusal import InputError, ReplayRefused
 from beam_agents.replay.result import Divergence, ReplayHeader, ReplayResult, Verdict
 from beam_agents.replay.traced import TracedKey, scan_traces
+from beam_agents.replay.values import collect_values
 from beam_agents.replay.views import intent_ledger, state_view
 from beam_agents.tools import ToolRegistry
 from beam_agents.trace_events import (
@@ -130,6 +131,16 @@ def _replay(
     if options.events:
         event = _event_from_dump(options, traced, snapshot.entity_key)
     plan = plan_replay(snapshot, state, traced, event, options.seq)
+    if plan.what_if and not options.what_if:
+        refused = InputError(
+            f"seq {plan.seq} (a pending {plan.trigger_name}) was never traced: replaying it is a "
+            "what-if, not a reproduction",
+            "pass --what-if to run it anyway (exit 0 when it runs to its end, 3 when it stops at "
+            "a model call the snapshot's cache cannot serve); without the flag a script can "
+            "never mistake a what-if for a reproduction",
+        )
+        refused.header.update(seq=plan.seq, kind=plan.kind, trigger=plan.trigger_name)
+        raise refused
     facts.update(
         seq=plan.seq,
         now_ms=plan.now_ms,
@@ -202,6 +213,16 @@ def _replay(
         memory=end.memory,
         end_digests_traced=end.traced,
         memory_not_judged=end.not_comparable,
+        values=collect_values(
+            plan.traced,
+            result.trace,
+            capture=capture,
+            trigger=plan.trigger,
+            provider=provider_name,
+            cache=plan.state.cache,
+            outputs=end.outputs,
+            memory=end.memory,
+        ),
         replayed_memory=committed,
         state=state_view(
             state,
@@ -237,6 +258,8 @@ def _event_from_dump(
         string_attr(start, ATTR_ENVELOPE_ID), string_attr(start, ATTR_ENVELOPE_SHA256), seq=seq
     )
     return load_event_source(raw)
+
+
 def _with_end_check(
     judgement: Judgement, end: EndCheck, before: Any, after: Any, snapshot_seq: int
 ) -> Judgement:

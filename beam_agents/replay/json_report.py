@@ -216,6 +216,20 @@ def result_to_dict(result: ReplayResult) -> dict[str, Any]:
         "outputs": [_blob(o) for o in result.outputs],
         "memory": _blob(result.memory),
         "end_digests_traced": result.end_digests_traced,
+        "values": [
+            {
+                "event_index": v.event_index,
+                "path": v.path,
+                "mark": v.mark.value,
+                "value": v.value,
+                "text": v.text,
+                "is_bytes": v.is_bytes,
+                "digest": v.digest,
+                "traced_digest": v.traced_digest,
+                "attribute": v.attribute,
+            }
+            for v in result.values
+        ],
         "memory_not_judged": result.memory_not_judged or None,
         "state": _state(result.state),
     }

@@ -38,3 +38,5 @@ class ReplayOptions:
     """The pipeline's ``HitlPolicy`` itself (a bundle records it); wins over ``hitl``."""
     hitl_label: str = ""
     """Where ``hitl_policy`` came from, for the report's header (e.g. ``bundle (default)``)."""
+    what_if: bool = False
+    """Allow a what-if: replaying a pending resume, which was never traced (``--what-if``)."""

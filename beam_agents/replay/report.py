@@ -20,11 +20,22 @@ from beam_agents.replay.result import (
     Mark,
     ReplayResult,
     ToolCacheMiss,
+    Value,
     Verdict,
 )
 from beam_agents.trace_events import ATTR_ARGS_SHA256, ATTR_RESULT_SHA256
 
-__all__ = ["digest_note", "older_trace", "render_error", "render_report", "safe_text"]
+__all__ = [
+    "VALUE_WIDTH",
+    "digest_note",
+    "mark_text",
+    "older_trace",
+    "render_error",
+    "render_report",
+    "safe_text",
+    "value_lines",
+    "value_text",
+]
 
 NOT_DIFFED = "(no traced counterpart — reported, not diffed)"
 NOT_TRACED = "(not traced: the trace predates output and memory digests — reported, not diffed)"
@@ -93,7 +104,41 @@ def _intent_line(row: IntentRow) -> str:
     )
 
 
-def _divergence_lines(div: Divergence) -> list[str]:
+VALUE_WIDTH = 160
+"""How many characters of a value the report prints before cutting it (``--full-values``: all)."""
+
+
+def mark_text(value: Value) -> str:
+    """``[verified]``, ``[differs: traced sha256=…]`` or ``[unverifiable]``."""
+    if value.mark is Mark.DIFFERS:
+        label = "sha256" if value.attribute != "error.type" else "value"
+        return f"[differs: traced {label}={value.traced_digest}]"
+    return f"[{value.mark.value}]"
+
+
+def value_text(value: Value, *, width: int | None = VALUE_WIDTH) -> str:
+    """The value on one line, escaped, cut to ``width`` characters (None: whole)."""
+    text = escape(value.text)
+    if width is not None and len(text) > width:
+        text = f"{text[:width]}… ({len(text) - width} more characters; --full-values prints all)"
+    return text
+
+
+def value_lines(
+    result: ReplayResult, index: int, *, width: int | None = VALUE_WIDTH, indent: str = "      "
+) -> list[str]:
+    """The replayed values of event ``index``, differing ones first, each with its mark."""
+    values = [v for v in result.values if v.event_index == index]
+    order = {Mark.DIFFERS: 0, Mark.VERIFIED: 1, Mark.UNVERIFIABLE: 2}
+    values.sort(key=lambda v: order[v.mark])
+    return [
+        f"{indent}{safe_text(v.path)}: {value_text(v, width=width)}  {mark_text(v)}" for v in values
+    ]
+
+
+def _divergence_lines(
+    div: Divergence, result: ReplayResult, *, width: int | None = VALUE_WIDTH
+) -> list[str]:
     lines = [
         f"  first divergence: event {div.index} {safe_text(div.kind)} {safe_text(repr(div.name))}"
     ]
@@ -106,6 +151,10 @@ def _divergence_lines(div: Divergence) -> list[str]:
             f"    {safe_text(row.path)}: traced {safe_text(row.traced)}  "
             f"replayed {safe_text(row.replayed)}"
         )
+    shown = value_lines(result, div.index, width=width)
+    if shown:
+        lines.append("    values (the re-run's, marked against the traced digests):")
+        lines.extend(shown)
     if div.detail:
         lines.append("    detail:")
         lines.extend(f"      {safe_text(line)}" for line in div.detail.splitlines())
@@ -173,8 +222,14 @@ def _served_tool_lines(result: ReplayResult) -> list[str]:
     return lines
 
 
-def render_report(result: ReplayResult) -> str:
-    """The headless report (stdout) for any verdict but a usage error."""
+def render_report(result: ReplayResult, *, full_values: bool = False) -> str:
+    """The headless report (stdout) for any verdict but a usage error.
+
+    Args:
+        result: What replay established.
+        full_values: Print every value whole instead of cutting it at ``VALUE_WIDTH``.
+    """
+    width = None if full_values else VALUE_WIDTH
     h = result.header
     lines = [
         f"beam-agents-replay {h.version}",
@@ -195,7 +250,7 @@ def render_report(result: ReplayResult) -> str:
     # A refusal (migration gap, continuation gone) carries its advice in ``error``.
     lines.append(f"  reason: {safe_text(result.error or result.reason)}")
     if result.first_divergence is not None:
-        lines.extend(_divergence_lines(result.first_divergence))
+        lines.extend(_divergence_lines(result.first_divergence, result, width=width))
     if result.cache_miss is not None:
         lines.extend(_miss_lines(result.cache_miss))
     if result.tool_miss is not None:

@@ -58,6 +58,32 @@ class Mark(enum.Enum):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Value:
+    """One value of one replayed event, decoded from the re-run, marked against the trace."""
+
+    event_index: int
+    """Index of the event (the same in the trace and the re-run)."""
+    path: str
+    """What it is: ``request.messages[1]``, ``response.text``, ``args``, ``result``,
+    ``error.message``, ``intent.args``, ``suspend.state``, ``outputs[0]``, ``memory``,
+    ``envelope``..."""
+    value: Any
+    """The value as JSON data (bytes decoded as UTF-8, bad bytes as ``\\xNN``)."""
+    text: str
+    """The value as one string (JSON for structures); renderers escape and cut it."""
+    mark: Mark
+    digest: str | None = None
+    """What was compared: the value's sha256 hex (a request's: its cache key or component
+    digest; an error type: the type name)."""
+    traced_digest: str | None = None
+    """The traced counterpart of ``digest``; None when nothing was traced."""
+    attribute: str | None = None
+    """The trace attribute ``traced_digest`` comes from."""
+    is_bytes: bool = False
+    """The value was bytes (an output, a bytes tool result, an event payload)."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class ReplayHeader:
     """What was replayed, with what: the seed's header lines and the context around them."""
 
@@ -314,6 +340,8 @@ class ReplayResult:
     """The traced ACTIVATION_END carries output and memory digests. False for a trace written
     before they existed (outputs and memory are then reported, not diffed), a failed
     activation, or a what-if."""
+    values: tuple[Value, ...] = ()
+    """Every replayed event's values, in event order, each marked (``replay.values``)."""
     memory_not_judged: str = ""
     """Why a memory that differs from the traced digest is not a divergence (replay started
     from a post-image, seed §4); empty when it matches, diverges, or was not traced."""

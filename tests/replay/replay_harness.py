@@ -117,6 +117,7 @@ def options(
     registry: str = "replay_agents:TOOLS",
     seq: int | None = None,
     hitl: str | None = None,
+    what_if: bool = False,
 ) -> ReplayOptions:
     """ReplayOptions over in-memory inputs (or paths)."""
     event_source: bytes | Path | None
@@ -129,4 +130,5 @@ def options(
         registry=registry,
         seq=seq,
         hitl=hitl,
+        what_if=what_if,
     )

@@ -408,7 +408,7 @@ def test_an_internal_error_is_a_short_report_and_exit_2(
 ) -> None:
     import beam_agents.replay.report as report
 
-    def broken(result: object) -> str:
+    def broken(result: object, **_: object) -> str:
         raise ZeroDivisionError("bug")
 
     monkeypatch.setattr(report, "render_report", broken)

@@ -279,8 +279,15 @@ def _traces_as_collected_at_export(batch: Run, key: bytes, through_seq: int) -> 
 
 def test_a_pending_resume_is_a_what_if(batch: Run, capsys: pytest.CaptureFixture[str]) -> None:
     collected = _traces_as_collected_at_export(batch, K_DECIDE, 1)
-    code, out, _ = cli(
+    code, out, err = cli(
         replay(batch, K_DECIDE, batch.event("decide", PENDING_REJECTION), traces=collected), capsys
+    )
+    assert code == 2 and "--what-if" in err and out == ""
+    code, out, _ = cli(
+        replay(
+            batch, K_DECIDE, batch.event("decide", PENDING_REJECTION), "--what-if", traces=collected
+        ),
+        capsys,
     )
     assert code == 0, out
     assert "\nwhat-if\n" in out and "no traced outcome to diff" in out
@@ -292,7 +299,10 @@ def test_a_pending_resume_needing_an_unminted_response_is_irreproducible(
 ) -> None:
     collected = _traces_as_collected_at_export(batch, K_PENDING, 2)
     code, out, _ = cli(
-        replay(batch, K_PENDING, batch.event("pending", PENDING_RESULT), traces=collected), capsys
+        replay(
+            batch, K_PENDING, batch.event("pending", PENDING_RESULT), "--what-if", traces=collected
+        ),
+        capsys,
     )
     assert code == 3, out
     assert "\nirreproducible\n" in out and "what-if" in out and "not minted yet" in out

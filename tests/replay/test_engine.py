@@ -151,13 +151,24 @@ def test_a_pending_resume_is_a_what_if(history: KeyHistory) -> None:
     _, intent = suspend_for_refund(history)
     snapshot, traces = history.export(), history.trace_bytes()
     rejection = approval_envelope(KEY, intent, approved=False, time_ms=T0 + 5000)
-    result = replay(options(snapshot, traces, event=rejection))
+    result = replay(options(snapshot, traces, event=rejection, what_if=True))
     assert result.verdict is Verdict.WHAT_IF and result.exit_code == 0, result.reason
     assert (result.header.seq, result.header.now_ms, result.header.kind) == (2, T0 + 5000, "resume")
     assert "no traced outcome to diff" in result.reason
     assert all(p.traced is None and p.replayed is not None for p in result.events)
     assert result.cache_miss is None and result.provider_calls == 0
     assert result.header.continuation_source == "snapshot.continuation"
+
+
+def test_a_pending_resume_without_what_if_is_refused_naming_the_flag(history: KeyHistory) -> None:
+    _, intent = suspend_for_refund(history)
+    snapshot, traces = history.export(), history.trace_bytes()
+    rejection = approval_envelope(KEY, intent, approved=False, time_ms=T0 + 5000)
+    result = replay(options(snapshot, traces, event=rejection))
+    assert_usage_error(result, "--what-if", "never traced", "seq 2")
+    assert result.values == () and result.events == ()
+    # The timeout of the same pending key, asked for with --seq, is refused the same way.
+    assert_usage_error(replay(options(snapshot, traces, seq=2)), "--what-if")
 
 
 def test_a_pending_resume_that_needs_an_unminted_response_is_irreproducible(
@@ -167,7 +178,7 @@ def test_a_pending_resume_that_needs_an_unminted_response_is_irreproducible(
     history.send(approval_envelope(KEY, intent, approved=True, time_ms=T0 + 1000))
     snapshot, traces = history.export(), history.trace_bytes()
     pending = tool_result_envelope(KEY, intent, time_ms=T0 + 5000, payload=b"{}")
-    result = replay(options(snapshot, traces, event=pending))
+    result = replay(options(snapshot, traces, event=pending, what_if=True))
     # A pending resume's responses are not minted yet: it runs up to its first model call,
     # and a what-if that could not run to its end is not reported as exit 0.
     assert result.verdict is Verdict.IRREPRODUCIBLE and result.exit_code == 3
@@ -178,7 +189,7 @@ def test_a_pending_resume_that_needs_an_unminted_response_is_irreproducible(
 def test_a_pending_timeout_is_a_what_if_run_with_seq(history: KeyHistory) -> None:
     suspend_for_refund(history)
     snapshot, traces = history.export(), history.trace_bytes()
-    result = replay(options(snapshot, traces, seq=2))
+    result = replay(options(snapshot, traces, seq=2, what_if=True))
     # The timeout's resume asks the model for a summary that was never minted.
     assert result.verdict is Verdict.IRREPRODUCIBLE, result.error
     assert result.reason.startswith("what-if:")

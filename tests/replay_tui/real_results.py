@@ -41,6 +41,7 @@ class Inputs:
     agent: str = "replay_agents:AGENT"
     registry: str = "replay_agents:TOOLS"
     seq: int | None = None
+    what_if: bool = False
 
     def options(self) -> ReplayOptions:
         return ReplayOptions(
@@ -50,6 +51,7 @@ class Inputs:
             agent=self.agent,
             registry=self.registry,
             seq=self.seq,
+            what_if=self.what_if,
         )
 
 
@@ -98,6 +100,7 @@ def what_if_inputs() -> Inputs:
         snapshot=history.export(),
         traces=history.trace_bytes(),
         event=answer.SerializeToString(),
+        what_if=True,
     )
 
 

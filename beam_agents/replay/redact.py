@@ -1,0 +1,87 @@
+"""``--redact``: a ``ReplayResult`` with every value replaced by its digest.
+
+For environments where plaintext must not reach a log. What a trace already
+carries (kinds, names, ids, digests, cache keys, counts, error types) stays;
+what only the re-run and the snapshot know (every decoded value, output bytes,
+memory, intent arguments, the continuation's state, the exception message,
+the DeepDiff detail, which quotes values) becomes a digest or goes. The
+verdict, the reason and every mark are untouched: redaction changes what is
+shown, never what was found.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+from typing import Any
+
+from beam_agents import canonical_json
+from beam_agents.replay.result import (
+    BlobDigest,
+    ContinuationView,
+    Divergence,
+    PendingIntentView,
+    ReplayResult,
+    StateView,
+    Value,
+)
+
+__all__ = ["REDACTED", "redact"]
+
+REDACTED = "(redacted)"
+
+
+def _digest_of(value: Any) -> str:
+    try:
+        data = canonical_json.dumps(value)
+    except (TypeError, ValueError):
+        data = repr(value).encode("utf-8", errors="backslashreplace")
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def _value(v: Value) -> Value:
+    shown = f"sha256:{v.digest}" if v.digest else _digest_of(v.value)
+    return replace(v, value=None, text=shown)
+
+
+def _blob(b: BlobDigest | None) -> BlobDigest | None:
+    return None if b is None else replace(b, payload=b"")
+
+
+def _continuation(c: ContinuationView | None) -> ContinuationView | None:
+    return None if c is None else replace(c, adapter_state=_digest_of(c.adapter_state))
+
+
+def _pending(p: PendingIntentView) -> PendingIntentView:
+    return replace(p, args=_digest_of(p.args))
+
+
+def _state(s: StateView | None) -> StateView | None:
+    if s is None:
+        return None
+    return replace(
+        s,
+        memory={REDACTED: _digest_of(s.memory)},
+        pending=tuple(_pending(p) for p in s.pending),
+        continuation=_continuation(s.continuation),
+        resumed_continuation=_continuation(s.resumed_continuation),
+    )
+
+
+def _divergence(d: Divergence | None) -> Divergence | None:
+    if d is None or not d.detail:
+        return d
+    return replace(d, detail=f"{REDACTED}: the detail quotes values; run without --redact")
+
+
+def redact(result: ReplayResult) -> ReplayResult:
+    """``result`` with every value replaced by its digest (see the module docstring)."""
+    return replace(
+        result,
+        values=tuple(_value(v) for v in result.values),
+        outputs=tuple(b for b in (_blob(o) for o in result.outputs) if b is not None),
+        memory=_blob(result.memory),
+        replayed_memory=None,
+        state=_state(result.state),
+        first_divergence=_divergence(result.first_divergence),
+    )

@@ -1,0 +1,415 @@
+"""Verified values: the plaintext behind every replayed digest, marked against the trace.
+
+A trace holds digests, never payloads. The re-run holds every value in plaintext
+(``ValueCapture``): the requests it built, the responses the snapshot's cache
+served, tool arguments and results, intent arguments, the Suspend state, the
+outputs and the committed memory. Each is decoded here and marked:
+
+- **verified**: its sha256 (or, for a model request, its cache key, a digest of
+  the complete request material) equals the digest the traced event at the same
+  index holds: this is the value production had;
+- **differs**: the traced event holds another value's digest;
+- **unverifiable**: nothing traced to check it with (a what-if, an event the
+  trace does not have, an exception's message, which no trace carries).
+
+A request's components (model, params, each message, each tool spec) are marked
+one by one when the request differs and the snapshot's cache still holds the
+traced request's entry: its fingerprint has one digest per component. Values
+come from the re-run and the snapshot only; nothing here changes a verdict.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import traceback
+from collections.abc import Sequence
+from typing import Any
+
+from beam_agents import canonical_json
+from beam_agents._protos import (
+    AgentEnvelope,
+    ChatMessage,
+    LlmRequest,
+    LlmResponse,
+    RequestFingerprint,
+    ToolCall,
+    ToolSpec,
+    TraceEvent,
+)
+from beam_agents.activation import envelope_digest
+from beam_agents.agent import Timeout
+from beam_agents.cache_key import request_digests
+from beam_agents.capture import CapturedValue, ValueCapture
+from beam_agents.llm_cache import ReplayCache, response_digest
+from beam_agents.replay.result import BlobDigest, Mark, Value
+from beam_agents.trace_events import (
+    ATTR_ARGS_SHA256,
+    ATTR_CACHE_KEY,
+    ATTR_ENVELOPE_SHA256,
+    ATTR_ERROR_TYPE,
+    ATTR_MEMORY_SHA256,
+    ATTR_OUTPUTS_SHA256,
+    ATTR_RESPONSE_SHA256,
+    ATTR_RESULT_SHA256,
+    ATTR_STATE_SHA256,
+    ATTR_TOOL_NAME,
+)
+
+__all__ = ["agent_frame", "collect_values"]
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _mark(digest: str | None, traced: str | None) -> Mark:
+    if traced is None or digest is None:
+        return Mark.UNVERIFIABLE
+    return Mark.VERIFIED if digest == traced else Mark.DIFFERS
+
+
+def _json_value(value: Any) -> tuple[Any, bool]:
+    """``(JSON-able value, is_bytes)``; bytes are decoded as UTF-8 (bad bytes as ``\\xNN``)."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8", errors="backslashreplace"), True
+    return value, False
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=repr)
+
+
+def _json_or_text(data: str) -> Any:
+    """A JSON-encoded string field (tool arguments, parameters) decoded, else as it is."""
+    try:
+        return json.loads(data)
+    except ValueError:
+        return data
+
+
+def _tool_call(call: ToolCall) -> dict[str, Any]:
+    return {"id": call.id, "name": call.name, "arguments": _json_or_text(call.arguments_json)}
+
+
+def _message(message: ChatMessage) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.tool_calls:
+        out["tool_calls"] = [_tool_call(c) for c in message.tool_calls]
+    if message.tool_call_id:
+        out["tool_call_id"] = message.tool_call_id
+    if message.name:
+        out["name"] = message.name
+    return out
+
+
+def _tool_spec(spec: ToolSpec) -> dict[str, Any]:
+    return {
+        "name": spec.name,
+        "description": spec.description,
+        "parameters": _json_or_text(spec.parameters_json),
+    }
+
+
+def _params(request: LlmRequest) -> dict[str, Any]:
+    p = request.params
+    out: dict[str, Any] = {}
+    for name in ("temperature", "top_p", "max_tokens", "seed"):
+        if p.HasField(name):
+            out[name] = getattr(p, name)
+    if p.stop:
+        out["stop"] = list(p.stop)
+    if p.extra:
+        out["extra"] = dict(sorted(p.extra.items()))
+    return out
+
+
+def agent_frame(error: BaseException) -> str:
+    """Where agent code raised ``error`` (or called what raised it): ``file:line in fn: code``."""
+    frames = traceback.extract_tb(error.__traceback__)
+    outside = [f for f in frames if not os.path.abspath(f.filename).startswith(_PACKAGE_DIR)]
+    if not frames:
+        return ""
+    frame = (outside or frames)[-1]
+    code = f": {frame.line.strip()}" if frame.line else ""
+    return f"{frame.filename}:{frame.lineno} in {frame.name}{code}"
+
+
+class _Builder:
+    """Collects the values of one replayed event against its traced counterpart."""
+
+    def __init__(self, traced: TraceEvent | None, replayed: TraceEvent) -> None:
+        # A traced event of another kind holds another step's digests: nothing to verify with.
+        self.traced = traced if traced is not None and traced.kind == replayed.kind else None
+        self.index = replayed.index
+        self.values: list[Value] = []
+
+    def traced_attr(self, name: str) -> str | None:
+        if self.traced is None or name not in self.traced.attributes:
+            return None
+        which = self.traced.attributes[name].WhichOneof("value")
+        return None if which is None else str(getattr(self.traced.attributes[name], which))
+
+    def add(
+        self,
+        path: str,
+        value: Any,
+        *,
+        digest: str | None = None,
+        attribute: str | None = None,
+        mark: Mark | None = None,
+        traced: str | None = None,
+    ) -> None:
+        shown, is_bytes = _json_value(value)
+        if traced is None and attribute is not None:
+            traced = self.traced_attr(attribute)
+        self.values.append(
+            Value(
+                event_index=self.index,
+                path=path,
+                value=shown,
+                text=_text(shown),
+                is_bytes=is_bytes,
+                mark=mark if mark is not None else _mark(digest, traced),
+                digest=digest,
+                traced_digest=traced,
+                attribute=attribute,
+            )
+        )
+
+
+def _request_values(b: _Builder, request: LlmRequest, provider: str, cache: ReplayCache) -> None:
+    digests = request_digests(request, provider=provider)
+    key = digests.cache_key()
+    traced_key = b.traced_attr(ATTR_CACHE_KEY)
+    whole = _mark(key, traced_key)
+    # The traced request's fingerprint, when its entry is still cached: marks per component.
+    fingerprint: RequestFingerprint | None = None
+    if whole is Mark.DIFFERS and traced_key is not None:
+        entry = cache.get(traced_key)
+        if entry is not None and entry.fingerprint.key_format:
+            fingerprint = entry.fingerprint
+
+    def component(path: str, value: Any, mine: bytes, theirs: bytes | None) -> None:
+        mark: Mark
+        if whole is not Mark.DIFFERS:
+            mark = whole
+        elif theirs is None:
+            mark = Mark.UNVERIFIABLE
+        else:
+            mark = Mark.VERIFIED if mine == theirs else Mark.DIFFERS
+        b.add(
+            path,
+            value,
+            digest=mine.hex(),
+            attribute=ATTR_CACHE_KEY,
+            mark=mark,
+            traced=theirs.hex() if theirs is not None else traced_key,
+        )
+
+    def nth(items: Sequence[bytes] | None, i: int) -> bytes | None:
+        if items is None:
+            return None
+        return items[i] if i < len(items) else b""
+
+    fp = fingerprint
+    b.add("request", {"cache_key": key}, digest=key, attribute=ATTR_CACHE_KEY)
+    component("request.model", request.model, digests.model, fp.model if fp else None)
+    component("request.params", _params(request), digests.params, fp.params if fp else None)
+    for i, message in enumerate(request.messages):
+        theirs = nth(fp.messages if fp else None, i)
+        component(f"request.messages[{i}]", _message(message), digests.messages[i], theirs)
+    for i, spec in enumerate(request.tools):
+        theirs = nth(fp.tools if fp else None, i)
+        component(f"request.tools[{i}]", _tool_spec(spec), digests.tools[i], theirs)
+
+
+def _response_values(b: _Builder, response: LlmResponse) -> None:
+    digest = response_digest(response).hex()
+    traced = b.traced_attr(ATTR_RESPONSE_SHA256)
+    mark = _mark(digest, traced)
+
+    def add(path: str, value: Any) -> None:
+        b.add(path, value, digest=digest, attribute=ATTR_RESPONSE_SHA256, mark=mark, traced=traced)
+
+    add("response.text", response.text)
+    if response.tool_calls:
+        add("response.tool_calls", [_tool_call(c) for c in response.tool_calls])
+    add(
+        "response.usage",
+        {
+            "input_tokens": response.usage.input_tokens,
+            "output_tokens": response.usage.output_tokens,
+        },
+    )
+    add("response.stop_reason", response.stop_reason)
+    add("response.model", response.model)
+
+
+def _tool_digest(value: Any) -> str | None:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return _sha(bytes(value))
+    if canonical_json.check_json_value(value) is not None:
+        return None
+    return _sha(canonical_json.dumps(value))
+
+
+def _error_values(b: _Builder, error: BaseException, *, frame: bool) -> None:
+    from beam_agents.context import _error_type
+
+    kind = _error_type(error)
+    traced = b.traced_attr(ATTR_ERROR_TYPE)
+    b.add(
+        "error.type",
+        kind,
+        attribute=ATTR_ERROR_TYPE,
+        mark=_mark(kind, traced),
+        traced=traced,
+        digest=kind,
+    )
+    b.add("error.message", str(error), mark=Mark.UNVERIFIABLE)
+    if frame:
+        where = agent_frame(error)
+        if where:
+            b.add("error.raised_at", where, mark=Mark.UNVERIFIABLE)
+
+
+def _envelope_value(trigger: AgentEnvelope | Timeout) -> Any:
+    if isinstance(trigger, Timeout):
+        return {
+            "timeout": {
+                "deadline_ms": trigger.deadline_ms,
+                "awaiting_intent_ids": list(trigger.awaiting_intent_ids),
+            }
+        }
+    body = trigger.WhichOneof("body")
+    out: dict[str, Any] = {"envelope_id": trigger.envelope_id}
+    if body == "event":
+        payload, _ = _json_value(trigger.event.payload)
+        out["event"] = {"type": trigger.event.type, "payload": payload}
+        if trigger.event.attributes:
+            out["event"]["attributes"] = dict(sorted(trigger.event.attributes.items()))
+    elif body is not None:
+        from google.protobuf.json_format import MessageToDict
+
+        out[body] = MessageToDict(getattr(trigger, body), preserving_proto_field_name=True)
+    return out
+
+
+def _by_event(capture: ValueCapture) -> dict[int, list[CapturedValue]]:
+    out: dict[int, list[CapturedValue]] = {}
+    for captured in capture.values:
+        out.setdefault(captured.event_index, []).append(captured)
+    return out
+
+
+def collect_values(
+    traced: Sequence[TraceEvent] | None,
+    replayed: Sequence[TraceEvent],
+    *,
+    capture: ValueCapture,
+    trigger: AgentEnvelope | Timeout,
+    provider: str,
+    cache: ReplayCache,
+    outputs: Sequence[BlobDigest],
+    memory: BlobDigest | None,
+) -> tuple[Value, ...]:
+    """Every replayed event's values, in event order, each marked (see the module docstring).
+
+    Args:
+        traced: The traced events (None for a what-if: every value is unverifiable).
+        replayed: The re-run's events.
+        capture: What the re-run computed its digests from.
+        trigger: The re-run's trigger (its envelope is ACTIVATION_START's value).
+        provider: The provider name the cache keys were computed with.
+        cache: The pre-state's replay cache (fingerprints of traced requests).
+        outputs: The re-run's outputs, already marked (``end_check``).
+        memory: The re-run's committed memory, already marked.
+    """
+    captured = _by_event(capture)
+    values: list[Value] = []
+    for event in replayed:
+        counterpart = (
+            traced[event.index] if traced is not None and event.index < len(traced) else None
+        )
+        b = _Builder(counterpart, event)
+        _event_values(b, event, captured.get(event.index, ()), trigger, provider, cache)
+        if event.kind == TraceEvent.ACTIVATION_END:
+            for i, out in enumerate(outputs):
+                b.add(
+                    f"outputs[{i}]",
+                    out.payload,
+                    digest=out.sha256,
+                    attribute=ATTR_OUTPUTS_SHA256,
+                    mark=out.mark,
+                    traced=out.traced_sha256,
+                )
+            if memory is not None:
+                b.add(
+                    "memory",
+                    _json_or_text(memory.payload.decode("utf-8", errors="backslashreplace")),
+                    digest=memory.sha256,
+                    attribute=ATTR_MEMORY_SHA256,
+                    mark=memory.mark,
+                    traced=memory.traced_sha256,
+                )
+        values.extend(b.values)
+    return tuple(values)
+
+
+def _event_values(
+    b: _Builder,
+    event: TraceEvent,
+    captured: Sequence[CapturedValue],
+    trigger: AgentEnvelope | Timeout,
+    provider: str,
+    cache: ReplayCache,
+) -> None:
+    """Add the values of ``event`` to ``b``, from what the re-run captured for it."""
+    kind = event.kind
+    if kind == TraceEvent.ACTIVATION_START:
+        digest = envelope_digest(trigger) if isinstance(trigger, AgentEnvelope) else None
+        b.add(
+            "envelope",
+            _envelope_value(trigger),
+            digest=digest,
+            attribute=ATTR_ENVELOPE_SHA256 if digest is not None else None,
+        )
+    for item in captured:
+        if item.what == "request":
+            _request_values(b, item.value, provider, cache)
+        elif item.what == "response":
+            _response_values(b, item.value)
+        elif item.what == "args":
+            b.add("args", item.value, digest=_tool_digest(item.value), attribute=ATTR_ARGS_SHA256)
+        elif item.what == "result":
+            b.add(
+                "result", item.value, digest=_tool_digest(item.value), attribute=ATTR_RESULT_SHA256
+            )
+        elif item.what == "error":
+            _error_values(b, item.value, frame=kind == TraceEvent.ACTIVATION_FAILED)
+        elif item.what == "intent_args":
+            tool = (
+                event.attributes[ATTR_TOOL_NAME].string_value
+                if ATTR_TOOL_NAME in event.attributes
+                else event.name
+            )
+            b.add("intent.tool", tool, digest=tool, attribute=ATTR_TOOL_NAME)
+            b.add(
+                "intent.args",
+                _json_or_text(item.value.decode("utf-8", errors="backslashreplace")),
+                digest=_sha(item.value),
+                attribute=ATTR_ARGS_SHA256,
+            )
+        elif item.what == "suspend_state":
+            b.add(
+                "suspend.state",
+                _json_or_text(item.value.decode("utf-8", errors="backslashreplace")),
+                digest=_sha(item.value),
+                attribute=ATTR_STATE_SHA256,
+            )
