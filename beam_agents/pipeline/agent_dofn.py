@@ -216,6 +216,13 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
         if lanes is not None:
             yield from lanes.commit_all()
 
+    def teardown(self) -> None:
+        # A provider holding connections (beam_agents.providers) offers close().
+        close = getattr(self._provider, "close", None)
+        self._provider = None
+        if callable(close):
+            close()
+
     # -- Beam entry points ----------------------------------------------------------------
 
     def process(

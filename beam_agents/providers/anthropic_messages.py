@@ -99,6 +99,16 @@ class AnthropicMessagesProvider:
                 raise ConfigError(f"AnthropicMessagesProvider: {exc}") from exc
         self._client = client
 
+    def close(self) -> None:
+        """Close the SDK client's connections (RunAgent's DoFn calls it in ``teardown``)."""
+        self._client.close()
+
+    def __enter__(self) -> AnthropicMessagesProvider:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     def __repr__(self) -> str:
         return (
             f"AnthropicMessagesProvider(name={self.name!r}, "

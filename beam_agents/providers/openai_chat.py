@@ -101,6 +101,16 @@ class OpenAIChatProvider:
                 raise ConfigError(f"OpenAIChatProvider: {exc}") from exc
         self._client = client
 
+    def close(self) -> None:
+        """Close the SDK client's connections (RunAgent's DoFn calls it in ``teardown``)."""
+        self._client.close()
+
+    def __enter__(self) -> OpenAIChatProvider:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     def __repr__(self) -> str:
         return f"OpenAIChatProvider(name={self.name!r}, base_url={str(self._client.base_url)!r})"
 

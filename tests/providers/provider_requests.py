@@ -1,8 +1,21 @@
-"""The LlmRequests the provider tests send: one with every field set, one with none."""
+"""The LlmRequests the provider tests send (one with every field set, one with none), and ``made``."""
 
 from __future__ import annotations
 
+from typing import Any, TypeVar
+
 from beam_agents._protos import ChatMessage, LlmRequest, SamplingParams, ToolCall, ToolSpec
+
+P = TypeVar("P")
+MADE: list[Any] = []
+"""Providers built by the running test; conftest closes them when it ends."""
+
+
+def made(provider: P) -> P:
+    """Register ``provider`` to be closed at the end of the test."""
+    MADE.append(provider)
+    return provider
+
 
 LOOKUP_SCHEMA = (
     '{"type":"object","properties":{"order_id":{"type":"string"}},"required":["order_id"]}'

@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("anthropic")
 
-from provider_requests import full_request, minimal_request
+from provider_requests import full_request, made, minimal_request
 from wire_server import Reply, WireServer
 
 from beam_agents._protos import ChatMessage, LlmResponse, ToolCall, Usage
@@ -45,7 +45,7 @@ TEXT = message([{"type": "text", "text": "It shipped "}, {"type": "text", "text"
 
 def provider(server: WireServer, **options: Any) -> AnthropicMessagesProvider:
     options.setdefault("max_retries", 0)
-    return AnthropicMessagesProvider(api_key="test-key", base_url=server.url, **options)
+    return made(AnthropicMessagesProvider(api_key="test-key", base_url=server.url, **options))
 
 
 def test_the_request_body_is_the_llm_request_field_by_field(server: WireServer) -> None:

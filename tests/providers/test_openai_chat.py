@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("openai")
 
-from provider_requests import LOOKUP_SCHEMA, full_request, minimal_request
+from provider_requests import LOOKUP_SCHEMA, full_request, made, minimal_request
 from wire_server import Reply, WireServer
 
 from beam_agents._protos import LlmResponse, ToolCall, Usage
@@ -52,7 +52,7 @@ TEXT = completion({"content": "It shipped yesterday."})
 
 def provider(server: WireServer, **options: Any) -> OpenAIChatProvider:
     options.setdefault("max_retries", 0)
-    return OpenAIChatProvider(api_key="test-key", base_url=f"{server.url}/v1", **options)
+    return made(OpenAIChatProvider(api_key="test-key", base_url=f"{server.url}/v1", **options))
 
 
 def test_the_request_body_is_the_llm_request_field_by_field(server: WireServer) -> None:
@@ -227,10 +227,12 @@ def test_an_unreachable_server_is_unavailable() -> None:
     with socket.socket() as s:  # a port nobody listens on: bound, never listening
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-        p = OpenAIChatProvider(
-            api_key="k", base_url=f"http://127.0.0.1:{port}/v1", max_retries=0, timeout_s=5
-        )
-        with pytest.raises(ProviderUnavailableError, match="could not connect"):
+        with (
+            OpenAIChatProvider(
+                api_key="k", base_url=f"http://127.0.0.1:{port}/v1", max_retries=0, timeout_s=5
+            ) as p,
+            pytest.raises(ProviderUnavailableError, match="could not connect"),
+        ):
             p.complete(minimal_request(MODEL))
 
 

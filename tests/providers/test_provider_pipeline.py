@@ -125,3 +125,29 @@ def test_a_pipeline_on_a_real_provider_replays_reproduced(
     assert (code, err) == (0, ""), out
     assert "\nreproduced\n" in out
     assert "  provider calls: 0" in out
+
+
+class _Closable:
+    name = "closable"
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def complete(self, request: Any) -> Any:  # pragma: no cover - never asked here
+        raise AssertionError
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_the_dofn_closes_its_provider_in_teardown() -> None:
+    from beam_agents.pipeline.agent_dofn import AgentDoFn
+
+    built: list[_Closable] = []
+    config = AgentConfig(provider_factory=lambda: built.append(_Closable()) or built[-1])
+    dofn = AgentDoFn(provider_agents.AGENT, provider_agents.TOOLS, config)
+    dofn.setup()
+    assert built and not built[0].closed
+    dofn.teardown()
+    assert built[0].closed
+    dofn.teardown()  # twice (Beam may): nothing left to close
