@@ -692,8 +692,11 @@ class _TimerOps:
 class _Lane:
     """One key's work in one bundle: its items, run in order, one at a time."""
 
-    def __init__(self, key: bytes, store: _CellStore, timer: Any) -> None:
+    def __init__(
+        self, key: bytes, store: _CellStore, timer: Any, bundle_failed: threading.Event
+    ) -> None:
         self.key = key
+        self._bundle_failed = bundle_failed
         self._store = store
         self._timer = timer
         # Read on the bundle's thread: Beam state is only read or written there.
@@ -731,7 +734,9 @@ class _Lane:
         try:
             while True:
                 with self._lock:
-                    if not self._items or self._abandoned:
+                    # Once any lane of the bundle failed, nothing of it will be committed:
+                    # start no more work (the retried bundle runs it all again).
+                    if not self._items or self._abandoned or self._bundle_failed.is_set():
                         self._running = False
                         return
                     item = self._items.popleft()
@@ -747,6 +752,7 @@ class _Lane:
             with self._lock:
                 self.error = exc
                 self._running = False
+            self._bundle_failed.set()
         finally:
             _LANE_THREAD.tally = None
 
@@ -778,11 +784,12 @@ class _Lanes:
         self._dofn = dofn
         self._pool = pool
         self._by_key: dict[bytes, _Lane] = {}
+        self._failed = threading.Event()
 
     def add(self, key: bytes, store: _CellStore, timer: Any, item: _Item) -> None:
         lane = self._by_key.get(key)
         if lane is None:
-            lane = self._by_key[key] = _Lane(key, store, timer)
+            lane = self._by_key[key] = _Lane(key, store, timer, self._failed)
         lane.add(item, self._pool, self._dofn)
 
     def abandon(self) -> None:

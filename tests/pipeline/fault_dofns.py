@@ -9,6 +9,7 @@ Both only work on in-process runners (the records are module globals or files).
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,8 @@ from beam_agents.pipeline.agent_dofn import AgentDoFn
 
 _LOCK = threading.Lock()
 RUNNING: dict[bytes, int] = {}
+IN_FLIGHT: set[tuple[bytes, int]] = set()
+"""``(key, seq)`` of the activations ``CrashOnceDoFn`` is running now."""
 PEAK: dict[str, int] = {"all": 0, "per_key": 0}
 
 
@@ -51,8 +54,11 @@ class SimulatedWorkerCrash(Exception):
 class CrashOnceDoFn(AgentDoFn):
     """Fails the bundle once, after activation ``(crash_key, crash_seq)`` ran.
 
-    Every activation attempt is appended to ``attempts_file`` as ``key-hex:seq``; the
-    ``marker`` file makes the crash happen once across retries and DoFn instances.
+    Every activation attempt is appended to ``attempts_file`` as ``key-hex:seq`` when it
+    has run. With ``max_in_flight > 1`` the crash waits (up to 10 s) until another key's
+    activation is in flight and writes those to ``in_flight_file``: the crash kills them
+    mid-activation. The ``marker`` file makes the crash happen once across retries and
+    DoFn instances.
     """
 
     def __init__(
@@ -61,6 +67,7 @@ class CrashOnceDoFn(AgentDoFn):
         crash_key: bytes,
         crash_seq: int,
         attempts_file: str,
+        in_flight_file: str,
         marker: str,
         **kwargs: Any,
     ) -> None:
@@ -68,14 +75,34 @@ class CrashOnceDoFn(AgentDoFn):
         self._crash_key = crash_key
         self._crash_seq = crash_seq
         self._attempts_file = attempts_file
+        self._in_flight_file = in_flight_file
         self._marker = marker
 
     def _activate(
         self, key: bytes, run: Any, trigger: AgentEnvelope | Timeout, *, now_ms: int
     ) -> None:
-        super()._activate(key, run, trigger, now_ms=now_ms)
+        seq = run.seq + 1
+        with _LOCK:
+            IN_FLIGHT.add((key, seq))
+        try:
+            super()._activate(key, run, trigger, now_ms=now_ms)
+        finally:
+            with _LOCK:
+                IN_FLIGHT.discard((key, seq))
         with _LOCK, open(self._attempts_file, "a") as attempts:
-            attempts.write(f"{key.hex()}:{run.seq}\n")
-        if (key, run.seq) == (self._crash_key, self._crash_seq) and not Path(self._marker).exists():
-            Path(self._marker).write_text("crashed")
-            raise SimulatedWorkerCrash(f"worker lost while {key!r} seq {run.seq} was in flight")
+            attempts.write(f"{key.hex()}:{seq}\n")
+        if (key, seq) != (self._crash_key, self._crash_seq) or Path(self._marker).exists():
+            return
+        Path(self._marker).write_text("crashed")
+        if self._config.max_in_flight > 1:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                with _LOCK:
+                    others = sorted(IN_FLIGHT)
+                if others:
+                    Path(self._in_flight_file).write_text(
+                        "\n".join(f"{k.hex()}:{n}" for k, n in others)
+                    )
+                    break
+                time.sleep(0.001)
+        raise SimulatedWorkerCrash(f"worker lost while {key!r} seq {seq} was in flight")
