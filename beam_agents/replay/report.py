@@ -203,9 +203,13 @@ def _tool_miss_lines(miss: ToolCacheMiss) -> list[str]:
     return lines
 
 
-def _served_tool_lines(result: ReplayResult) -> list[str]:
-    """One line per recorded tool call the tool cache served (a cache hit: never run)."""
-    lines = []
+def _served_tool_lines(result: ReplayResult, *, width: int | None = VALUE_WIDTH) -> list[str]:
+    """Each recorded tool call the tool cache served (a cache hit: never run), with its values.
+
+    The served result is marked like every value: ``[verified]`` when its sha256 is the
+    traced ``result_sha256``, i.e. provably what the tool returned in production.
+    """
+    lines: list[str] = []
     for index in result.served_tool_events:
         if index >= len(result.events):
             continue
@@ -218,6 +222,11 @@ def _served_tool_lines(result: ReplayResult) -> list[str]:
         lines.append(
             f"    event {index} TOOL_CALL {safe_text(repr(event.name))}  cache hit  "
             f"args sha256={args}  result sha256={value}"
+        )
+        lines.extend(
+            line
+            for line in value_lines(result, index, width=width)
+            if line.lstrip().startswith("result:")
         )
     return lines
 
@@ -255,10 +264,11 @@ def render_report(result: ReplayResult, *, full_values: bool = False) -> str:
         lines.extend(_miss_lines(result.cache_miss))
     if result.tool_miss is not None:
         lines.extend(_tool_miss_lines(result.tool_miss))
-    served = _served_tool_lines(result)
+    served = _served_tool_lines(result, width=width)
     if served:
         lines.append(
-            f"  recorded tools: {len(served)} call(s) served from the tool cache (never run):"
+            f"  recorded tools: {len(result.served_tool_events)} call(s) served from the tool "
+            "cache (never run):"
         )
         lines.extend(served)
     for attempt in result.network_attempts:

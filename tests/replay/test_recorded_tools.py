@@ -3,17 +3,26 @@ activation and served from the snapshot's tool cache, never executed, with the s
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
 import recorded_agents as rec
 from replay_harness import KEY, T0, KeyHistory, options
 
-from beam_agents._protos import AgentEnvelope, StateSnapshot, TraceEvent, VersionedBlob
+from beam_agents._protos import (
+    AgentEnvelope,
+    StateSnapshot,
+    ToolCacheBody,
+    TraceEvent,
+    VersionedBlob,
+)
 from beam_agents.activation import ActivationCommit, ActivationFailure
 from beam_agents.key_state import StateCells
 from beam_agents.replay.engine import replay
-from beam_agents.replay.result import ReplayResult, Verdict
+from beam_agents.replay.json_report import render_json
+from beam_agents.replay.report import render_report
+from beam_agents.replay.result import Mark, ReplayResult, Verdict
 from beam_agents.testing import event_envelope
 from beam_agents.tool_cache import ToolCachePolicy
 from beam_agents.trace_events import (
@@ -104,6 +113,45 @@ def test_reproduces_with_the_service_stopped(
         True,
     )
     assert replayed.state.blob_versions["tool_cache"] == 1
+    (value,) = [v for v in replayed.values if v.event_index == served and v.path == "result"]
+    assert value.mark is Mark.VERIFIED and value.value == service.orders["A1"]
+    report = render_report(replayed)
+    assert "1 call(s) served from the tool cache" in report
+    assert f"event {served} TOOL_CALL 'read_order'  cache hit" in report
+    assert "[verified]" in report.split("recorded tools:")[1].split("registry:")[0]
+    document = json.loads(render_json(replayed))
+    assert document["served_tool_events"] == [served]
+    assert document["state"]["tool_cache_entries"][0]["status"] == "servable"
+
+
+def test_a_tampered_recorded_result_diverges_and_is_never_verified(
+    history: KeyHistory, service: rec.OrderService
+) -> None:
+    event = ask()
+    history.send(event)
+    snapshot = StateSnapshot.FromString(history.export())
+    blob = VersionedBlob.FromString(snapshot.tool_cache)
+    body = ToolCacheBody.FromString(blob.body)
+    body.entries[0].result = b'{"order_id":"A1","status":"refunded"}'  # its digest kept as recorded
+    blob.body = body.SerializeToString(deterministic=True)
+    snapshot.tool_cache = blob.SerializeToString(deterministic=True)
+    result = replay(
+        options(
+            snapshot.SerializeToString(deterministic=True),
+            history.trace_bytes(),
+            event=event,
+            agent=AGENT,
+            registry=REGISTRY,
+        )
+    )
+    assert result.verdict is Verdict.DIVERGED, result.reason
+    divergence = result.first_divergence
+    assert divergence is not None and divergence.kind == "TOOL_CALL"
+    assert [row.path for row in divergence.fields] == [f"attributes[{ATTR_RESULT_SHA256!r}]"]
+    (value,) = [
+        v for v in result.values if v.event_index == divergence.index and v.path == "result"
+    ]
+    assert value.mark is Mark.DIFFERS
 
 
 def test_the_same_tool_not_recorded_is_blocked_by_the_network_guard(
