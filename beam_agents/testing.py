@@ -5,6 +5,9 @@
     REPLAY_TOOLS = fixture_registry(TOOLS, read_room=lambda room: {"room": room, "free": 3})
 
 These are the helpers beam-agents' own tests use; they are deterministic and offline.
+``run_activation`` (what the DoFn and replay both call) and ``KeyState`` (a key's
+state; ``KeyState()`` is a new key's) are re-exported, for tests of one activation.
+docs/agent-api.md lists every helper with its signature.
 """
 
 from __future__ import annotations
@@ -24,8 +27,22 @@ from beam_agents._protos import (
     ToolResult,
     Usage,
 )
+from beam_agents.activation import run_activation
 from beam_agents.errors import AgentDefinitionError
+from beam_agents.key_state import KeyState
 from beam_agents.tools import ToolRegistry
+
+__all__ = [
+    "KeyState",
+    "ScriptedProvider",
+    "approval_envelope",
+    "chat_request",
+    "event_envelope",
+    "export_request_envelope",
+    "fixture_registry",
+    "run_activation",
+    "tool_result_envelope",
+]
 
 Respond = Callable[[LlmRequest], LlmResponse | str]
 
