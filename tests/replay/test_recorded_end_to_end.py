@@ -37,9 +37,8 @@ FIRST = ask("A1", T0)
 SECOND = ask("B7", T0 + 1_000)
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
-    root = tmp_path_factory.mktemp("recorded-e2e")
+def run_pipeline(root: Path, max_in_flight: int = 1) -> int:
+    """Run the script on Beam against a fresh order service; returns the requests it answered."""
     service = rec.OrderService()
     service.orders["A1"] = {"order_id": "A1", "status": "shipped"}
     service.orders["B7"] = {"order_id": "B7", "status": "packed"}
@@ -48,6 +47,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
         provider_factory=rec.make_provider,
         traces_to=f"file://{root / 'traces'}",
         snapshots_to=f"file://{root / 'snapshots'}",
+        max_in_flight=max_in_flight,
     )
     script = [FIRST, SECOND, export_request_envelope(KEY, "e2e", time_ms=T0 + 2_000)]
     try:
@@ -62,9 +62,16 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
     finally:
         service.stop()  # stopped before any replay runs
         rec.SERVICE_URL = "http://127.0.0.1:9"  # and nothing would answer there either
+    return service.requests
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
+    root = tmp_path_factory.mktemp("recorded-e2e")
+    requests = run_pipeline(root)
     (root / "first.pb").write_bytes(FIRST.SerializeToString())
     (root / "second.pb").write_bytes(SECOND.SerializeToString())
-    return root, service.requests
+    return root, requests
 
 
 def argv(root: Path, event: str, *extra: str, agent: str = "recorded_agents:AGENT") -> list[str]:
@@ -115,3 +122,14 @@ def test_a_changed_argument_is_irreproducible_naming_it(run: tuple[Path, int]) -
     assert done.returncode == 3, done.stdout + done.stderr
     assert "irreproducible" in done.stdout
     assert "read_order" in done.stdout and "argument 'order_id' differs" in done.stdout
+
+
+def test_concurrent_lanes_record_the_same_bytes(
+    run: tuple[Path, int], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    root, _ = run
+    lanes = tmp_path_factory.mktemp("recorded-e2e-lanes")
+    assert run_pipeline(lanes, max_in_flight=4) == 2
+    (serial,) = (root / "snapshots").glob("*.pb")
+    (concurrent,) = (lanes / "snapshots").glob("*.pb")
+    assert concurrent.read_bytes() == serial.read_bytes()
