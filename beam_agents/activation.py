@@ -26,7 +26,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from beam_agents import canonical_json
+from beam_agents import _running, canonical_json
 from beam_agents import trace_events as te
 from beam_agents._protos import (
     AgentEnvelope,
@@ -232,6 +232,9 @@ def run_activation(
         serve_recorded_tools=serve_recorded_tools,
         capture=capture,
     )
+    # Agent code runs "inside an activation": side_effect=True tools refuse, and replay's
+    # guard finds this context (and ctx.call's tool) through these ContextVars.
+    running = _running.ACTIVATION.set(ctx)
     try:
         return _run(agent, ctx, state, work, trigger, kind, hitl, capture)
     except Exception as exc:
@@ -250,6 +253,8 @@ def run_activation(
             tool_misses=tuple(ctx.tool_misses),
             served_tool_events=tuple(ctx.served_tool_events),
         )
+    finally:
+        _running.ACTIVATION.reset(running)
 
 
 def _copy_state(state: KeyState) -> KeyState:

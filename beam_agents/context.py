@@ -14,7 +14,7 @@ from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from beam_agents import canonical_json
+from beam_agents import _running, canonical_json
 from beam_agents import trace_events as te
 from beam_agents._protos import LlmRequest, LlmResponse, RequestFingerprint, ToolIntent, TraceEvent
 from beam_agents.cache_key import request_digests
@@ -307,7 +307,11 @@ class AgentContext:
             if declared.side_effect:
                 raise SideEffectRefusedError(tool)
             attrs[te.ATTR_ARGS_SHA256] = digest_value(args, f"arguments of tool {tool!r}")
-            result = declared.fn(**args)
+            token = _running.TOOL.set(tool)  # replay's guard names the tool from this
+            try:
+                result = declared.fn(**args)
+            finally:
+                _running.TOOL.reset(token)
             attrs[te.ATTR_RESULT_SHA256] = digest_value(result, f"result of tool {tool!r}")
         except Exception as exc:
             attrs[te.ATTR_ERROR_TYPE] = _error_type(exc)
@@ -355,6 +359,7 @@ class AgentContext:
                 attrs[te.ATTR_RESULT_SHA256] = hashlib.sha256(data).hexdigest()
                 self.served_tool_events.append(len(self._events))
             else:
+                token = _running.TOOL.set(tool)
                 try:
                     data, is_bytes = encode_result(
                         tool, declared.fn(**args), self._tool_cache_policy
@@ -362,6 +367,8 @@ class AgentContext:
                 except RecordedResultError as exc:
                     self.fatal_error = exc
                     raise
+                finally:
+                    _running.TOOL.reset(token)
                 entry = self._tool_cache.record(
                     tool=tool,
                     args_sha256=args_sha256,

@@ -53,12 +53,18 @@ class AgentCodeError(BeamAgentsError):
 
 
 class SideEffectRefusedError(AgentCodeError):
-    """``ctx.call`` was used on a ``side_effect=True`` tool; such tools go through ``ctx.act``."""
+    """A ``side_effect=True`` tool was run by agent code (``ctx.call``, a direct call, ``.fn``)
+    inside an activation or a replay; such tools go through ``ctx.act`` and an executor."""
 
-    def __init__(self, tool: str) -> None:
+    def __init__(self, tool: str, *, direct: bool = False) -> None:
         self.tool = tool
+        how = (
+            "it refuses to run inside an activation or a replay, however it is called"
+            if direct
+            else "ctx.call refuses to run it"
+        )
         super().__init__(
-            f"tool {tool!r} is declared side_effect=True, so ctx.call refuses to run it; "
+            f"tool {tool!r} is declared side_effect=True, so {how}; "
             f"stage it with ctx.act({tool!r}, ...) and an executor will perform it"
         )
 

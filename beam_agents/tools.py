@@ -6,7 +6,8 @@ service: the network, a database, anything whose answer changes with time) runs
 in the pipeline and its result is kept in the key's tool cache; replay serves it
 from the snapshot and never runs it. A ``side_effect=True`` tool is never run by
 the pipeline: ``ctx.act`` stages a ``ToolIntent`` for an executor, and
-``ctx.call`` refuses it before it runs.
+``ctx.call`` refuses it before it runs; so does the tool itself (called
+directly, through ``registry.get`` or ``.fn``) inside an activation or a replay.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, overload
 
-from beam_agents.errors import AgentDefinitionError, UnknownToolError
+from beam_agents._running import side_effects_refused
+from beam_agents.errors import AgentDefinitionError, SideEffectRefusedError, UnknownToolError
 
 
 @dataclass(frozen=True)
@@ -74,9 +76,10 @@ def tool(
     def wrap(f: Callable[..., Any]) -> Tool:
         if not callable(f):
             raise AgentDefinitionError(f"@tool expects a function, got {f!r}")
+        tool_name = name or f.__name__
         return Tool(
-            name=name or f.__name__,
-            fn=f,
+            name=tool_name,
+            fn=_refusing_in_activations(f, tool_name) if side_effect else f,
             side_effect=side_effect,
             requires_approval=requires_approval,
             description=inspect.getdoc(f) or "",
@@ -84,6 +87,26 @@ def tool(
         )
 
     return wrap(fn) if fn is not None else wrap
+
+
+def _refusing_in_activations(f: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """``f``, refusing to run inside an activation (pipeline or replay) or a replay.
+
+    The tool object, ``registry.get(name)`` and ``.fn`` all hand out this wrapper,
+    so agent code cannot perform the effect by calling around ``ctx.act``; an
+    executor (outside any activation) calls it as the plain function.
+    """
+
+    def side_effect_tool(*args: Any, **kwargs: Any) -> Any:
+        if side_effects_refused():
+            raise SideEffectRefusedError(name, direct=True)
+        return f(*args, **kwargs)
+
+    side_effect_tool.__name__ = getattr(f, "__name__", name)
+    side_effect_tool.__qualname__ = getattr(f, "__qualname__", name)
+    side_effect_tool.__doc__ = f.__doc__
+    side_effect_tool.__module__ = getattr(f, "__module__", __name__)
+    return side_effect_tool
 
 
 class ToolRegistry:

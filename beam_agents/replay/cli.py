@@ -513,6 +513,7 @@ def _run_bundle(ns: argparse.Namespace) -> int:
     if isinstance(loaded, ReplayResult):
         return _emit(loaded, as_json=ns.json, ns=ns)
     _cwd_importable()
+    _isolate()
     from beam_agents.replay.engine import replay
 
     saved = sys.dont_write_bytecode
@@ -562,9 +563,41 @@ def _cwd_importable() -> None:
         sys.path.insert(0, cwd)
 
 
+_PROCESS_LIFE = {"isolate": False}
+"""Set by ``main()`` run as the console script (``argv`` None): isolate the whole process."""
+
+
+def _isolate() -> None:
+    """Before agent code is imported: refuse network, processes, native code and side
+    effects for the rest of this process (threads, ``atexit``), as the console script.
+
+    In-process callers of ``main([...])`` (tests, tools) keep the guard to the re-run.
+    """
+    if not _PROCESS_LIFE["isolate"]:
+        return
+    import atexit
+
+    from beam_agents.replay.network_guard import isolate_process, late_attempts
+
+    isolate_process()
+
+    def report_late() -> None:
+        late = late_attempts()
+        if late:
+            shown = "; ".join(escape(a.describe()) for a in late[:5])
+            more = f" (and {len(late) - 5} more)" if len(late) > 5 else ""
+            sys.stderr.write(
+                f"{PROG}: after the re-run, agent code (a thread or an atexit hook) also tried, "
+                f"and was refused: {shown}{more}\n"
+            )
+
+    atexit.register(report_late)
+
+
 def _run_replay(ns: argparse.Namespace) -> int:
     options = _options(ns)
     _cwd_importable()
+    _isolate()
     from beam_agents.replay.engine import replay
 
     # Replay reads; it writes nothing, not even bytecode caches of what it imports.
@@ -661,6 +694,7 @@ def _open_tui(options: ReplayOptions, *, seqs: Sequence[int] | None = None) -> i
             "works without it (drop the 'tui' subcommand)\n"
         )
         return 2
+    _isolate()  # after Textual is imported, before the agent is
     saved = sys.dont_write_bytecode
     sys.dont_write_bytecode = True  # as headless: replay writes nothing
     try:
@@ -839,6 +873,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv: The arguments after the program name; ``sys.argv[1:]`` if None.
     """
     args = list(sys.argv[1:] if argv is None else argv)
+    _PROCESS_LIFE["isolate"] = argv is None
     try:
         ns = _parse(args)
         run: Callable[[argparse.Namespace], int] = ns.run

@@ -14,6 +14,7 @@ message. A bug of ours is a ``USAGE_ERROR`` result too, marked as internal
 
 from __future__ import annotations
 
+import sys
 import traceback
 from dataclasses import replace
 from typing import Any
@@ -69,6 +70,10 @@ def replay(options: ReplayOptions) -> ReplayResult:
         "registry_path": options.registry,
         "hitl_source": options.hitl or "default",
     }
+    # Importing agent code must not write bytecode: the guard reports file writes in
+    # the activation's context, and replay writes nothing.
+    saved_bytecode = sys.dont_write_bytecode
+    sys.dont_write_bytecode = True
     try:
         with block_network() as attempts:
             return _replay(options, facts, attempts)
@@ -82,6 +87,8 @@ def replay(options: ReplayOptions) -> ReplayResult:
         )
     except Exception as exc:  # a bug of ours: say so, exit 2, never 0, never a traceback
         return _internal_error(exc, facts)
+    finally:
+        sys.dont_write_bytecode = saved_bytecode
 
 
 def _internal_error(exc: Exception, facts: dict[str, Any]) -> ReplayResult:

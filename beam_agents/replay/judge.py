@@ -33,6 +33,12 @@ from beam_agents.activation import ActivationFailure, ActivationResult
 from beam_agents.context import ProviderFailure, ToolMiss
 from beam_agents.llm_cache import LookupStatus, ReplayCache
 from beam_agents.replay.compare import EventComparison, compare_events, describe_divergence
+from beam_agents.replay.network_guard import (
+    NETWORK_OPERATIONS as _NETWORK_OPERATIONS,
+)
+from beam_agents.replay.network_guard import (
+    PROCESS_OPERATIONS as _PROCESS_OPERATIONS,
+)
 from beam_agents.replay.network_guard import NetworkAttempt
 from beam_agents.replay.reconstruct import Plan
 from beam_agents.replay.result import CacheMiss, Divergence, NearestEntry, ToolCacheMiss, Verdict
@@ -382,9 +388,23 @@ def _outcome(result: ActivationResult) -> str:
 def _network_reason(attempt: NetworkAttempt, count: int) -> str:
     more = f" ({count - 1} more attempt(s) after it)" if count > 1 else ""
     who = f"read-only tool {attempt.tool!r}" if attempt.tool else "agent code (outside any tool)"
+    if attempt.operation in _NETWORK_OPERATIONS:
+        return (
+            f"network blocked: {who} tried to reach {attempt.address} ({attempt.operation}){more}; "
+            "replay runs offline, so what that call returned originally cannot be re-obtained"
+        )
+    if attempt.operation == "open" or (attempt.operation.startswith(("os.", "shutil.")) and (
+        attempt.operation not in _PROCESS_OPERATIONS
+    )):
+        what = f"write the file {attempt.address}"
+    elif attempt.operation.startswith("ctypes."):
+        what = f"load native code {attempt.address}"
+    else:
+        what = f"start the process {attempt.address}"
     return (
-        f"network blocked: {who} tried to reach {attempt.address} ({attempt.operation}){more}; "
-        "replay runs offline, so what that call returned originally cannot be re-obtained"
+        f"blocked: {who} tried to {what} ({attempt.operation}){more}; replay runs agent code "
+        "isolated (no network, processes, native code or file writes), so what that did "
+        "originally cannot be re-done or seen"
     )
 
 

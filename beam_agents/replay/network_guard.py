@@ -1,38 +1,65 @@
-"""The network guard replay runs under: every Python-level connection attempt is refused.
+"""The guard replay runs under: network, processes, native code and file writes refused.
 
 A replay runs the operator's read-only tools for real. A tool that reaches the
 network would make the replay depend on the world as it is now, not as it was
-when the activation ran, and could hang an operator's terminal on a dead host.
-So while ``block_network()`` is active, a ``sys.addaudithook`` hook refuses
-every audited operation that resolves a name or opens a connection
-(``socket.connect``, ``socket.getaddrinfo``, ``socket.sendto``, ...) by raising
-``NetworkBlockedError`` from inside that operation, before any packet leaves.
-Each attempt is also recorded (address, and the ``ctx.call`` tool running at
-that moment), because agent or tool code may catch the error and carry on: a
-replay that tried the network is irreproducible whatever the code did next.
+when the activation ran, and could hang an operator's terminal on a dead host;
+one that starts a process, loads native code through ``ctypes`` or writes a
+file does something replay cannot see or undo. So while ``block_network()`` is
+active, a ``sys.addaudithook`` hook refuses, by raising from inside the audited
+operation before it happens:
+
+- every operation that resolves a name or opens a connection (``socket.connect``,
+  ``socket.getaddrinfo``, ``socket.sendto``, ``http.client.connect``, ...):
+  ``NetworkBlockedError``;
+- starting a process (``subprocess.Popen``, ``os.system``, ``os.exec*``,
+  ``os.posix_spawn``, ``os.spawn*``, ``os.fork``) and loading native code or
+  resolving a native symbol through ``ctypes`` (``ctypes.dlopen``,
+  ``ctypes.dlsym``): ``PermissionError``;
+- in the activation's own context (agent code, tools it calls), opening a file
+  for writing or changing the file system (``os.remove``, ``os.rename``,
+  ``os.mkdir``, ``shutil.rmtree``, ...): ``PermissionError``.
+
+Each attempt is recorded with the ``ctx.call`` tool running at that moment
+(read from the ``ContextVar`` ``ctx.call`` sets, not from stack frames),
+because agent code may catch the error and carry on: a replay that tried any of
+these is irreproducible (exit 3) whatever the code did next.
 
 Audit hooks cannot be removed, so the hook is installed once per process and is
-inert (one attribute test) outside ``block_network()``. The guard is
-process-wide while active: a tool's worker threads are blocked too.
+inert (one attribute test) outside ``block_network()``. Network, process and
+native-code blocks are process-wide while active: a tool's worker threads are
+blocked too. ``isolate_process()`` (the CLI calls it before it imports agent
+code) keeps those blocks for the life of the process, so a thread a tool
+started, or an ``atexit`` hook registered at import, cannot reach out after the
+re-run either.
 
-What it cannot see: native libraries that open sockets without going through
-Python's ``socket`` module, and child processes. Replay does not vouch for a
-tool that shells out or embeds its own network stack.
+What it cannot see: native code that makes system calls directly (a C
+extension opening its own sockets or files, already-loaded native libraries);
+file writes from threads agent code started (they run outside the
+activation's context; their network and process attempts are still refused).
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from types import FrameType
 from typing import Any
 
+from beam_agents import _running
 from beam_agents.errors import NetworkBlockedError
 
-__all__ = ["NetworkAttempt", "block_network"]
+__all__ = [
+    "NETWORK_OPERATIONS",
+    "PROCESS_OPERATIONS",
+    "NetworkAttempt",
+    "block_network",
+    "isolate_process",
+    "late_attempts",
+]
 
 
 @dataclass(frozen=True)
@@ -49,9 +76,10 @@ class NetworkAttempt:
     """The index the next trace event of the activation would take (where it happened)."""
 
     def describe(self) -> str:
-        """One line naming the address and, if known, the tool."""
+        """One line naming the address (or process, library, path) and, if known, the tool."""
         where = f"tool {self.tool!r}" if self.tool else "agent code (outside any tool)"
-        return f"{self.address} ({self.operation}, by {where})"
+        what = _WHAT.get(self.operation, "")
+        return f"{what}{self.address} ({self.operation}, by {where})"
 
 
 def _host_port(host: object, port: object) -> str:
@@ -88,6 +116,96 @@ _BLOCKED: dict[str, Callable[[tuple[Any, ...]], str]] = {
     "nntplib.connect": lambda args: _host_port(args[1], args[2]),
 }
 
+# Processes and native code: refused process-wide while the guard is active.
+_PROCESS: dict[str, Callable[[tuple[Any, ...]], str]] = {
+    "subprocess.Popen": lambda args: _command(args[1] if args[1] is not None else args[0]),
+    "os.system": lambda args: _command(args[0]),
+    "os.exec": lambda args: _command(args[1] if len(args) > 1 and args[1] else args[0]),
+    "os.posix_spawn": lambda args: _command(args[1] if len(args) > 1 and args[1] else args[0]),
+    "os.spawn": lambda args: _command(args[2] if len(args) > 2 and args[2] else args[1]),
+    "os.fork": lambda args: "fork()",
+    "os.forkpty": lambda args: "forkpty()",
+    "os.startfile": lambda args: _command(args[0]),
+    "_winapi.CreateProcess": lambda args: _command(args[1] or args[0]),
+    "ctypes.dlopen": lambda args: str(args[0]),
+    "ctypes.dlsym": lambda args: f"{args[1]}" if len(args) > 1 else str(args[0]),
+}
+
+# File-system changes: refused only in the activation's own context (agent code).
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+_FILE_CHANGES = frozenset(
+    {
+        "os.remove",
+        "os.rename",
+        "os.replace",
+        "os.rmdir",
+        "os.mkdir",
+        "os.symlink",
+        "os.link",
+        "os.truncate",
+        "os.chmod",
+        "os.chown",
+        "os.utime",
+        "os.chflags",
+        "os.mkfifo",
+        "os.mknod",
+        "os.removexattr",
+        "os.setxattr",
+        "shutil.copyfile",
+        "shutil.copymode",
+        "shutil.copystat",
+        "shutil.copytree",
+        "shutil.make_archive",
+        "shutil.move",
+        "shutil.rmtree",
+        "shutil.unpack_archive",
+    }
+)
+_HARMLESS_PATHS = frozenset({os.devnull})
+
+NETWORK_OPERATIONS = frozenset(_BLOCKED)
+"""Audit events the guard refuses as network access."""
+PROCESS_OPERATIONS = frozenset(_PROCESS)
+"""Audit events the guard refuses as starting a process or loading native code."""
+
+_WHAT = {
+    **{event: "process " for event in _PROCESS if not event.startswith("ctypes.")},
+    "ctypes.dlopen": "native library ",
+    "ctypes.dlsym": "native symbol ",
+    "open": "file write ",
+    **{event: "file change " for event in _FILE_CHANGES},
+}
+
+
+def _command(value: object) -> str:
+    if isinstance(value, (list, tuple)):
+        parts = [os.fsdecode(p) if isinstance(p, (str, bytes, os.PathLike)) else str(p) for p in value]
+        text = " ".join(parts)
+    elif isinstance(value, (str, bytes, os.PathLike)):
+        text = os.fsdecode(value)
+    else:
+        text = str(value)
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
+def _file_write(event: str, args: tuple[Any, ...]) -> str | None:
+    """The path a file-system change or a write-mode open touches, else None."""
+    if event == "open":
+        path, mode, flags = (*args, None, None, None)[:3]
+        if isinstance(path, int) or path is None:
+            return None  # an already open descriptor
+        writes = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+            isinstance(flags, int) and flags & _WRITE_FLAGS
+        )
+        if not writes:
+            return None
+    elif event not in _FILE_CHANGES:
+        return None
+    else:
+        path = args[0] if args else None
+    text = os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else str(path)
+    return None if text in _HARMLESS_PATHS else text
+
 
 class _Guard:
     """Process-wide guard state: the network is blocked while ``collectors`` is not empty."""
@@ -97,53 +215,55 @@ class _Guard:
         self.installed = False
         # One list per active block_network(); a tuple so the hook reads it without the lock.
         self.collectors: tuple[list[NetworkAttempt], ...] = ()
+        # isolate_process(): network, processes and native code stay refused after the re-run.
+        self.forever = False
+        self.late: list[NetworkAttempt] = []
 
 
 _GUARD = _Guard()
 
 
-def _where(frame: FrameType | None) -> tuple[str | None, int | None]:
-    """The tool ``ctx.call`` is running and the next event index, from the calling frames."""
-    # Imported here: the guard module must stay importable before the core is.
-    from beam_agents.context import AgentContext
-
-    call_code = AgentContext.call.__code__
-    tool: str | None = None
-    index: int | None = None
-    while frame is not None:
-        if tool is None and frame.f_code is call_code:
-            name = frame.f_locals.get("tool")
-            tool = name if isinstance(name, str) else None
-        if index is None:
-            for local in ("self", "ctx"):
-                candidate = frame.f_locals.get(local)
-                if isinstance(candidate, AgentContext):
-                    index = len(candidate.events)
-                    break
-        if tool is not None and index is not None:
-            break
-        frame = frame.f_back
-    return tool, index
+def _where() -> tuple[str | None, int | None]:
+    """The tool ``ctx.call`` is running and the next event index, from the ContextVars."""
+    ctx = _running.ACTIVATION.get()
+    index = len(ctx.events) if ctx is not None else None
+    return _running.TOOL.get(), index
 
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:
     collectors = _GUARD.collectors
-    if not collectors:
+    if not collectors and not _GUARD.forever:
         return
-    describe = _BLOCKED.get(event)
+    describe = _BLOCKED.get(event) or _PROCESS.get(event)
+    if event == "ctypes.dlopen" and args and args[0] is None:
+        # ``import ctypes`` opens the process itself (``pythonapi``); resolving any symbol
+        # in it (``ctypes.dlsym``) is what is refused.
+        return
     if describe is None:
-        return
-    try:
-        address = describe(args)
-    except (IndexError, TypeError, ValueError):
-        address = "<unknown address>"
-    tool, index = _where(sys._getframe(1))
+        if not collectors or _running.ACTIVATION.get() is None:
+            return
+        path = _file_write(event, args)
+        if path is None:
+            return
+        address = path
+    else:
+        try:
+            address = describe(args)
+        except (IndexError, TypeError, ValueError):
+            address = "<unknown>"
+    tool, index = _where()
     attempt = NetworkAttempt(event, address, tool, index)
     # Concurrent replays (two TUI workers) each see every attempt: both are then
     # irreproducible, never one wrongly clean.
-    for attempts in collectors:
+    for attempts in collectors or (_GUARD.late,):
         attempts.append(attempt)
-    raise NetworkBlockedError(address)
+    if event in _BLOCKED:
+        raise NetworkBlockedError(address)
+    raise PermissionError(
+        errno.EACCES,
+        f"{_WHAT.get(event, '')}blocked: replay runs agent code isolated ({event})",
+        address,
+    )
 
 
 def _install() -> None:
@@ -167,8 +287,29 @@ def block_network() -> Iterator[list[NetworkAttempt]]:
     attempts: list[NetworkAttempt] = []
     with _GUARD.lock:
         _GUARD.collectors = (*_GUARD.collectors, attempts)
+    _running.refuse_side_effects()
     try:
         yield attempts
     finally:
+        _running.allow_side_effects()
         with _GUARD.lock:
             _GUARD.collectors = tuple(c for c in _GUARD.collectors if c is not attempts)
+
+
+def isolate_process() -> None:
+    """From now until the process exits: no network, no process, no native code, no side effect.
+
+    For the replay CLI, called before it imports agent code: threads a tool
+    starts and ``atexit`` hooks agent modules register run under the same
+    refusals after the re-run. What they tried after the verdict is in
+    ``late_attempts()`` (the CLI prints it when it exits). Irreversible.
+    """
+    _install()
+    with _GUARD.lock:
+        _GUARD.forever = True
+    _running.refuse_side_effects(forever=True)
+
+
+def late_attempts() -> list[NetworkAttempt]:
+    """What was refused outside any ``block_network()`` under ``isolate_process()``."""
+    return list(_GUARD.late)
