@@ -5,8 +5,9 @@ Prints, measured side by side in one run:
   1. the in-process cost of replaying one demo bundle (``load_bundle`` + ``engine.replay``,
      a loop in one process: the floor any bulk runner can reach per bundle);
   2. ``beam-agents-replay check DIR --jobs 2`` over N demo-sized bundles (the console script,
-     start-up and worker processes included): bundles/s, and its worker-seconds per
-     bundle against (1) (target: >= 200 bundles/s on 2 cores, <= 1.2x the in-process cost);
+     start-up and worker processes included): bundles/s, and its CPU per bundle against
+     (1), with start-up and without it (the marginal cost of N more bundles) (target:
+     >= 200 bundles/s on 2 cores, <= 1.2x the in-process cost);
   3. ``check --jobs 1`` over the same bundles (one process, no pool);
   4. the peak RSS of the ``check --jobs 2`` run (its largest process);
   5. ``ReplayBundles`` on the FnApiRunner with two worker processes over the same bundles,
@@ -122,11 +123,16 @@ started = time.perf_counter()
 with beam.Pipeline(runner=FnApiRunner(), options=options) as p:
     out = p | ReadBundleFiles({pattern!r}) | ReplayBundles()
     out.counts | beam.ParDo(Count({counts!r}))
-print(time.perf_counter() - started)
+import resource
+children = resource.getrusage(resource.RUSAGE_CHILDREN)
+own = resource.getrusage(resource.RUSAGE_SELF)
+cpu = children.ru_utime + children.ru_stime + own.ru_utime + own.ru_stime
+print(time.perf_counter() - started, cpu)
 """
 
 
-def run_beam(folder: Path, out: Path) -> tuple[float, float, dict[str, int]]:
+def run_beam(folder: Path, out: Path) -> tuple[float, float, float, dict[str, int]]:
+    """(wall s, s in the pipeline, CPU s of every process, verdict counts) of ReplayBundles."""
     counts_dir = out / "beam-counts"
     counts_dir.mkdir()
     code = _BEAM.format(
@@ -139,12 +145,13 @@ def run_beam(folder: Path, out: Path) -> tuple[float, float, dict[str, int]]:
     wall = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"the Beam run failed:\n{done.stderr[-3000:]}")
-    pipeline_s = float(done.stdout.strip().splitlines()[-1])
+    pipeline_text, cpu_text = done.stdout.strip().splitlines()[-1].split()
+    pipeline_s, cpu = float(pipeline_text), float(cpu_text)
     counts: dict[str, int] = {}
     for path in counts_dir.iterdir():
         (verdict, _cause), n = eval(path.read_text())  # our own repr output
         counts[verdict] = counts.get(verdict, 0) + n
-    return wall, pipeline_s, counts
+    return wall, pipeline_s, cpu, counts
 
 
 def main() -> int:
@@ -170,6 +177,11 @@ def main() -> int:
         f"{floor_wall * 1000:.2f} ms/bundle wall ({1 / floor_wall:.0f}/s), "
         f"{floor_cpu * 1000:.2f} ms CPU"
     )
+    double = out / "bundles-2x"
+    double.mkdir()
+    for i, path in enumerate(sorted(folder.glob("*.bundle")) * 2):
+        os.link(path, double / f"incident-{i:05d}.bundle")
+    wall2x, cpu2x, _, _ = run_check(double, 2)
     wall2, cpu2, rss2, counts2 = run_check(folder, 2)
     wall1, cpu1, rss1, counts1 = run_check(folder, 1)
     assert counts1 == counts2, (counts1, counts2)
@@ -178,6 +190,12 @@ def main() -> int:
         f"     CPU per bundle, every process and start-up included: {cpu2 / n * 1000:.2f} ms = "
         f"{cpu2 / n / floor_cpu:.2f}x the in-process CPU   (target <= 1.2x)"
     )
+    marginal = (cpu2x - cpu2) / n
+    print(
+        f"     marginal CPU per bundle ({n} more bundles, start-up excluded): "
+        f"{marginal * 1000:.2f} ms = {marginal / floor_cpu:.2f}x the in-process CPU; marginal "
+        f"wall rate {n / max(wall2x - wall2, 1e-9):.0f} bundles/s"
+    )
     print(
         f"  3. check --jobs 1: {wall1:.2f} s wall, {n / wall1:.0f} bundles/s, CPU "
         f"{cpu1 / n * 1000:.2f} ms/bundle; --jobs 2 is {wall1 / wall2:.2f}x faster in wall time"
@@ -185,12 +203,16 @@ def main() -> int:
     print(f"  4. peak RSS (largest process): --jobs 2 {rss2:.0f} MB, --jobs 1 {rss1:.0f} MB")
     print(f"     verdicts: {counts2}")
     if not args.skip_beam:
-        wall_b, pipeline_b, counts_b = run_beam(folder, out)
+        wall_b, pipeline_b, cpu_b, counts_b = run_beam(folder, out)
         assert counts_b == counts2, (counts_b, counts2)
         print(
             f"  5. ReplayBundles, FnApiRunner, 2 worker processes: {wall_b:.2f} s wall "
             f"({pipeline_b:.2f} s in the pipeline), {n / wall_b:.0f} bundles/s = "
             f"{wall_b / wall2:.2f}x check --jobs 2's wall time   (target <= 2x)"
+        )
+        print(
+            f"     CPU, every process and start-up included: {cpu_b:.2f} s = "
+            f"{cpu_b / n * 1000:.2f} ms/bundle = {cpu_b / cpu2:.2f}x check --jobs 2's CPU"
         )
     print(f"  load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     if args.out is None:
