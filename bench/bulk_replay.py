@@ -134,7 +134,7 @@ print(time.perf_counter() - started, cpu)
 def run_beam(folder: Path, out: Path) -> tuple[float, float, float, dict[str, int]]:
     """(wall s, s in the pipeline, CPU s of every process, verdict counts) of ReplayBundles."""
     counts_dir = out / "beam-counts"
-    counts_dir.mkdir()
+    counts_dir.mkdir(parents=True)
     code = _BEAM.format(
         tests=str(ROOT / "tests"), pattern=str(folder / "*.bundle"), counts=str(counts_dir)
     )
@@ -203,7 +203,8 @@ def main() -> int:
     print(f"  4. peak RSS (largest process): --jobs 2 {rss2:.0f} MB, --jobs 1 {rss1:.0f} MB")
     print(f"     verdicts: {counts2}")
     if not args.skip_beam:
-        wall_b, pipeline_b, cpu_b, counts_b = run_beam(folder, out)
+        wall_b, pipeline_b, cpu_b, counts_b = run_beam(folder, out / "beam-1x")
+        wall_b2, _, cpu_b2, _ = run_beam(double, out / "beam-2x")
         assert counts_b == counts2, (counts_b, counts2)
         print(
             f"  5. ReplayBundles, FnApiRunner, 2 worker processes: {wall_b:.2f} s wall "
@@ -213,6 +214,12 @@ def main() -> int:
         print(
             f"     CPU, every process and start-up included: {cpu_b:.2f} s = "
             f"{cpu_b / n * 1000:.2f} ms/bundle = {cpu_b / cpu2:.2f}x check --jobs 2's CPU"
+        )
+        print(
+            f"     marginal ({n} more bundles): {(cpu_b2 - cpu_b) / n * 1000:.2f} ms CPU/bundle = "
+            f"{(cpu_b2 - cpu_b) / (cpu2x - cpu2):.2f}x check's marginal CPU; wall "
+            f"{n / max(wall_b2 - wall_b, 1e-9):.0f} bundles/s = "
+            f"{(wall_b2 - wall_b) / max(wall2x - wall2, 1e-9):.2f}x check's marginal wall time"
         )
     print(f"  load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     if args.out is None:
