@@ -43,14 +43,8 @@ from beam_agents.replay.network_guard import NetworkAttempt
 from beam_agents.replay.reconstruct import Plan
 from beam_agents.replay.result import CacheMiss, Divergence, NearestEntry, ToolCacheMiss, Verdict
 from beam_agents.tool_cache import ToolCache, tool_cache_key
-from beam_agents.trace_events import (
-    ATTR_ARGS_SHA256,
-    ATTR_BILLED,
-    ATTR_CACHE_HIT,
-    ATTR_CACHE_KEY,
-    ATTR_ERROR_TYPE,
-    kind_name,
-)
+from beam_agents.trace_events import kind_name
+from beam_agents.trace_view import LlmCall, TraceView, decode
 
 __all__ = ["Judgement", "judge"]
 
@@ -96,12 +90,8 @@ def _cache_miss(
 ) -> CacheMiss:
     nearest = cache.nearest(failure.fingerprint)
     traced_key: str | None = None
-    if (
-        traced is not None
-        and traced.kind == TraceEvent.LLM_CALL
-        and ATTR_CACHE_KEY in traced.attributes
-    ):
-        traced_key = traced.attributes[ATTR_CACHE_KEY].string_value
+    if traced is not None and traced.kind == TraceEvent.LLM_CALL:
+        traced_key = LlmCall.of(traced).cache_key
     return CacheMiss(
         event_index=failure.event_index,
         cache_key=failure.cache_key,
@@ -149,11 +139,10 @@ def _miss_reason(
             f"{nearest}"
         )
     if traced is not None and miss.traced_cache_key == miss.cache_key:
-        event = traced[miss.event_index]
-        attrs = event.attributes
-        billed = ATTR_BILLED in attrs and attrs[ATTR_BILLED].bool_value
-        hit = ATTR_CACHE_HIT in attrs and attrs[ATTR_CACHE_HIT].bool_value
-        error = attrs[ATTR_ERROR_TYPE].string_value if ATTR_ERROR_TYPE in attrs else ""
+        call = LlmCall.of(traced[miss.event_index])
+        billed = bool(call.billed)
+        hit = bool(call.cache_hit)
+        error = call.error_type or ""
         failed = traced[-1].kind == TraceEvent.ACTIVATION_FAILED
         if error:
             return (
@@ -302,10 +291,14 @@ def judge(
     )
 
 
+def _view(event: TraceEvent | None) -> TraceView | None:
+    return None if event is None else decode(event)
+
+
 def _tool_miss(miss: ToolMiss, traced: TraceEvent | None, tools: ToolCache) -> ToolCacheMiss:
-    traced_args: str | None = None
-    if traced is not None and ATTR_ARGS_SHA256 in traced.attributes:
-        traced_args = traced.attributes[ATTR_ARGS_SHA256].string_value
+    # The traced event at the miss is a TOOL_CALL unless the run diverged there; any kind
+    # that carries an arguments digest (an INTENT_STAGED) is still worth naming.
+    traced_args: str | None = getattr(_view(traced), "args_sha256", None)
     nearest = tools.nearest(miss.tool, miss.arg_digests)
     return ToolCacheMiss(
         event_index=miss.event_index,
@@ -351,9 +344,7 @@ def _tool_miss_reason(miss: ToolCacheMiss, tools: ToolCache, traced: TraceEvent 
             f"{head}: the activation{at} got two different results for this same call, so "
             "replay cannot tell which result each call received"
         )
-    error = ""
-    if traced is not None and ATTR_ERROR_TYPE in traced.attributes:
-        error = traced.attributes[ATTR_ERROR_TYPE].string_value
+    error: str = getattr(_view(traced), "error_type", None) or ""
     if error:
         return (
             f"{head}: the original call raised {error}, so no result was recorded; the "

@@ -32,32 +32,26 @@ from what the inputs do hold (issue #17):
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from beam_agents._protos import (
-    AttributeValue,
     Continuation,
     ResumeRecord,
     ToolIntent,
-    TraceEvent,
 )
 from beam_agents.activation import MAX_RESUME_HISTORY
 from beam_agents.context import derive_intent_id
 from beam_agents.replay.refusal import CannotReproduce, InputError
 from beam_agents.replay.traced import TracedKey, TracedSeq, seq_ranges
-from beam_agents.trace_events import (
-    ATTR_ACTIVATION_KIND,
-    ATTR_APPROVAL_CHANNEL,
-    ATTR_ARGS_SHA256,
-    ATTR_AWAITING,
-    ATTR_EXPIRES_AT_MS,
-    ATTR_INBOUND_INTENT_ID,
-    ATTR_INBOUND_STATUS,
-    ATTR_OUTCOME,
-    ATTR_REQUIRES_APPROVAL,
-    ATTR_TOOL_NAME,
-    ATTR_TRIGGER,
+from beam_agents.trace_view import (
+    ActivationStart,
+    InboundStatus,
+    IntentStaged,
+    Outcome,
+    Suspended,
+    Trigger,
+    decode,
 )
 
 __all__ = ["pending_before", "verify_intents"]
@@ -179,13 +173,12 @@ def _check_rolled_over(
         )
     lost: list[tuple[str, int]] = []
     for m in gap:
-        start = traced.starts[m]
-        if not _history(traced, m).committed or _attr(start, ATTR_ACTIVATION_KIND) != "resume":
+        start = ActivationStart.of(traced.starts[m])
+        if not _history(traced, m).committed or not start.is_resume:
             continue
-        trigger = _attr(start, ATTR_TRIGGER)
-        if trigger == "approval":
-            resolved = [_attr(start, ATTR_INBOUND_INTENT_ID)]
-        elif trigger == "timeout":
+        if start.trigger == Trigger.APPROVAL:
+            resolved = [start.inbound_intent_id or ""]
+        elif start.trigger == Trigger.TIMEOUT:
             resolved = _awaited_at(m, seq, traced, continuation)
         else:
             continue  # a tool_result resolves no pending intent (those await approval)
@@ -209,10 +202,6 @@ def _history(traced: TracedKey, seq: int) -> TracedSeq:
     return traced.history.get(seq) or TracedSeq()
 
 
-def _attr(event: TraceEvent, name: str) -> str:
-    return event.attributes[name].string_value if name in event.attributes else ""
-
-
 def _awaited_at(
     timeout_seq: int, seq: int, traced: TracedKey, continuation: Continuation | None
 ) -> list[str]:
@@ -224,8 +213,8 @@ def _awaited_at(
         if not history.committed or history.terminal is None:
             continue
         if history.suspended is not None:
-            return [i for i in _attr(history.suspended, ATTR_AWAITING).split(",") if i]
-        if _attr(history.terminal, ATTR_OUTCOME) == "done":
+            return [i for i in Suspended.of(history.suspended).awaiting or () if i]
+        if getattr(decode(history.terminal), "outcome", None) == Outcome.DONE:
             break  # it ended a suspension: the traces contradict themselves
     else:
         if continuation is not None:
@@ -242,13 +231,14 @@ def _awaited_at(
 
 def _not_pending_at(intent_id: str, seq: int, traced: TracedKey) -> bool:
     """True if the traces prove ``intent_id`` was not pending before activation ``seq``."""
-    for m, start in traced.starts.items():
+    for m, start_event in traced.starts.items():
+        start = ActivationStart.of(start_event)
         if (
             m < seq
             and _history(traced, m).committed
-            and _attr(start, ATTR_TRIGGER) == "approval"
-            and _attr(start, ATTR_INBOUND_INTENT_ID) == intent_id
-            and _attr(start, ATTR_INBOUND_STATUS) in ("approved", "rejected")
+            and start.trigger == Trigger.APPROVAL
+            and start.inbound_intent_id == intent_id
+            and start.inbound_status in (InboundStatus.APPROVED, InboundStatus.REJECTED)
         ):
             return True  # a human decided on it before the target
     for m, history in traced.history.items():
@@ -257,8 +247,8 @@ def _not_pending_at(intent_id: str, seq: int, traced: TracedKey) -> bool:
             continue
         if m >= seq or history.committed is False:
             return True  # staged by the target or later, or by an activation that failed
-        requires = staged.attributes.get(ATTR_REQUIRES_APPROVAL)
-        return requires is not None and not requires.bool_value  # released at once
+        requires = IntentStaged.of(staged).requires_approval
+        return requires is not None and not requires  # released at once
     return False
 
 
@@ -282,25 +272,13 @@ def verify_intents(
             )
         else:
             start = traced.starts.get(intent.seq)
-            attrs = staged.attributes
+            view = IntentStaged.of(staged)
             expected: list[tuple[str, object, object]] = [
-                ("tool", intent.tool, _traced(attrs, ATTR_TOOL_NAME)),
-                (
-                    "args_sha256",
-                    hashlib.sha256(intent.args).hexdigest(),
-                    _traced(attrs, ATTR_ARGS_SHA256),
-                ),
-                (
-                    "requires_approval",
-                    intent.requires_approval,
-                    _traced(attrs, ATTR_REQUIRES_APPROVAL),
-                ),
-                (
-                    "approval_channel",
-                    intent.approval_channel,
-                    _traced(attrs, ATTR_APPROVAL_CHANNEL),
-                ),
-                ("expires_at_ms", intent.expires_at_ms, _traced(attrs, ATTR_EXPIRES_AT_MS)),
+                ("tool", intent.tool, view.tool_name),
+                ("args_sha256", hashlib.sha256(intent.args).hexdigest(), view.args_sha256),
+                ("requires_approval", intent.requires_approval, view.requires_approval),
+                ("approval_channel", intent.approval_channel, view.approval_channel),
+                ("expires_at_ms", intent.expires_at_ms, view.expires_at_ms),
                 ("created_ms", intent.created_ms, start.start_ms if start is not None else None),
             ]
             for name, copy_value, traced_value in expected:
@@ -314,12 +292,3 @@ def verify_intents(
                 "the snapshot and the traces do not describe the same history; pass the "
                 "snapshot and the traces of one pipeline",
             )
-
-
-def _traced(attrs: Mapping[str, AttributeValue], name: str) -> object:
-    """The attribute's value, or None where the trace does not carry it."""
-    if name not in attrs:
-        return None
-    value = attrs[name]
-    which = value.WhichOneof("value")
-    return getattr(value, which) if which else None

@@ -55,12 +55,7 @@ from beam_agents.key_state import KeyState
 from beam_agents.replay.pending import pending_before, verify_intents
 from beam_agents.replay.refusal import CannotReproduce, InputError
 from beam_agents.replay.traced import TracedKey, check_complete, seq_ranges
-from beam_agents.trace_events import (
-    ATTR_ACTIVATION_KIND,
-    ATTR_ENVELOPE_ID,
-    ATTR_ENVELOPE_SHA256,
-    ATTR_TRIGGER,
-)
+from beam_agents.trace_view import ActivationStart
 
 __all__ = ["Plan", "plan_replay"]
 
@@ -92,19 +87,12 @@ class Plan:
         return self.traced is None
 
 
-def _string_attr(event: TraceEvent, name: str) -> str:
-    return event.attributes[name].string_value if name in event.attributes else ""
-
-
 def _traced_seq_of(traced: TracedKey, envelope: AgentEnvelope) -> int | None:
     """The traced activation this envelope triggered (same id and digest), if any."""
     digest = envelope_digest(envelope)
     for seq in sorted(traced.starts):
-        start = traced.starts[seq]
-        if (
-            _string_attr(start, ATTR_ENVELOPE_ID) == envelope.envelope_id
-            and _string_attr(start, ATTR_ENVELOPE_SHA256) == digest
-        ):
+        start = ActivationStart.of(traced.starts[seq])
+        if start.envelope_id == envelope.envelope_id and start.envelope_sha256 == digest:
             return seq
     return None
 
@@ -220,8 +208,9 @@ def _plan_traced(
     events = traced.activation()
     check_complete(events, key, seq)
     start = events[0]
-    kind = _string_attr(start, ATTR_ACTIVATION_KIND)
-    trigger = _string_attr(start, ATTR_TRIGGER)
+    start_view = ActivationStart.of(start)
+    kind = start_view.activation_kind or ""
+    trigger = start_view.trigger or ""
     if trigger not in _TRIGGERS or kind != ("start" if trigger == "event" else "resume"):
         raise InputError(
             f"the traced ACTIVATION_START of key {key.hex()} seq {seq} says kind {kind!r}, "
@@ -234,7 +223,7 @@ def _plan_traced(
             f"(seq {seq}): it cannot hold that activation's state or its cached responses",
             f"export the key again after seq {seq}, or pass --seq {snapshot.seq} or lower",
         )
-    envelope_id = _string_attr(start, ATTR_ENVELOPE_ID)
+    envelope_id = start_view.envelope_id or ""
     if trigger == "timeout":
         if event is not None:
             raise InputError(
@@ -243,9 +232,7 @@ def _plan_traced(
                 "leave --event out to replay a timeout",
             )
     else:
-        _check_event(
-            event, key, seq, trigger, envelope_id, _string_attr(start, ATTR_ENVELOPE_SHA256)
-        )
+        _check_event(event, key, seq, trigger, envelope_id, start_view.envelope_sha256 or "")
     try:
         failed = events[-1].kind == TraceEvent.ACTIVATION_FAILED
         pre, source = _pre_state(snapshot, state, traced, seq, kind, failed=failed)

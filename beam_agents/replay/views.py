@@ -28,16 +28,13 @@ from beam_agents.replay.result import (
     ToolCacheEntryView,
 )
 from beam_agents.tool_cache import ToolCache
-from beam_agents.trace_events import (
-    ATTR_ARGS_SHA256,
-    ATTR_CACHE_HIT,
-    ATTR_CACHE_KEY,
-    ATTR_EXPIRES_AT_MS,
-    ATTR_INTENT_ID,
-    ATTR_MEMORY_SHA256,
-    ATTR_OUTPUTS_SHA256,
-    ATTR_REQUIRES_APPROVAL,
-    ATTR_TOOL_NAME,
+from beam_agents.trace_view import (
+    ActivationEnd,
+    IntentReleased,
+    IntentStaged,
+    LlmCall,
+    ToolCall,
+    decode,
 )
 
 __all__ = [
@@ -68,17 +65,14 @@ class EndDigests:
     __slots__ = ("memory", "outputs", "traced")
 
     def __init__(self, end: TraceEvent | None) -> None:
-        attrs = end.attributes if end is not None else {}
-        self.traced = end is not None and (
-            ATTR_OUTPUTS_SHA256 in attrs or ATTR_MEMORY_SHA256 in attrs
-        )
+        view = ActivationEnd.of(end) if end is not None else None
+        self.traced = view is not None and view.digests_traced
         self.outputs: list[str] | None = None
         self.memory: str | None = None
-        if end is not None and ATTR_OUTPUTS_SHA256 in attrs:
-            text = attrs[ATTR_OUTPUTS_SHA256].string_value
-            self.outputs = text.split(",") if text else []
-        if end is not None and ATTR_MEMORY_SHA256 in attrs:
-            self.memory = attrs[ATTR_MEMORY_SHA256].string_value
+        if view is not None and view.outputs_sha256 is not None:
+            self.outputs = list(view.outputs_sha256)
+        if view is not None:
+            self.memory = view.memory_sha256
 
     def output(self, index: int) -> str | None:
         """The traced digest of output ``index``, None if not traced (or not that many)."""
@@ -135,14 +129,8 @@ def _pending_view(intent: ToolIntent) -> PendingIntentView:
 
 
 def _hit_keys(replayed: Iterable[TraceEvent]) -> set[str]:
-    return {
-        e.attributes[ATTR_CACHE_KEY].string_value
-        for e in replayed
-        if e.kind == TraceEvent.LLM_CALL
-        and ATTR_CACHE_KEY in e.attributes
-        and ATTR_CACHE_HIT in e.attributes
-        and e.attributes[ATTR_CACHE_HIT].bool_value
-    }
+    calls = (LlmCall.of(e) for e in replayed if e.kind == TraceEvent.LLM_CALL)
+    return {c.cache_key for c in calls if c.cache_key is not None and c.cache_hit}
 
 
 def _served_calls(
@@ -152,7 +140,7 @@ def _served_calls(
     for index in served_tool_events:
         if index < len(replayed):
             event = replayed[index]
-            served.add((event.name, _attr_str(event, ATTR_ARGS_SHA256)))
+            served.add((event.name, ToolCall.of(event).args_sha256 or ""))
     return served
 
 
@@ -247,10 +235,6 @@ def state_view(
     )
 
 
-def _attr_str(event: TraceEvent, name: str) -> str:
-    return event.attributes[name].string_value if name in event.attributes else ""
-
-
 class _Row:
     __slots__ = (
         "expires_at_ms",
@@ -285,18 +269,20 @@ def intent_ledger(
         for event in events:
             if event.kind not in (TraceEvent.INTENT_STAGED, TraceEvent.INTENT_RELEASED):
                 continue
-            intent_id = _attr_str(event, ATTR_INTENT_ID)
+            view = decode(event)
+            assert isinstance(view, IntentStaged | IntentReleased)
+            intent_id = view.intent_id or ""
             row = rows.get(intent_id)
             if row is None:
-                tool = _attr_str(event, ATTR_TOOL_NAME) or event.name
+                tool = (isinstance(view, IntentStaged) and view.tool_name) or event.name
                 row = rows[intent_id] = _Row(intent_id, tool)
-            if event.kind == TraceEvent.INTENT_STAGED:
+            if isinstance(view, IntentStaged):
                 setattr(row, f"{side}_staged", True)
                 if side == "replayed" or not row.replayed_staged:
-                    if ATTR_REQUIRES_APPROVAL in event.attributes:
-                        row.requires_approval = event.attributes[ATTR_REQUIRES_APPROVAL].bool_value
-                    if ATTR_EXPIRES_AT_MS in event.attributes:
-                        row.expires_at_ms = event.attributes[ATTR_EXPIRES_AT_MS].int_value
+                    if view.requires_approval is not None:
+                        row.requires_approval = view.requires_approval
+                    if view.expires_at_ms is not None:
+                        row.expires_at_ms = view.expires_at_ms
             else:
                 setattr(row, f"{side}_released", True)
     return tuple(
