@@ -15,7 +15,8 @@ How a document is run (the conventions every doc author follows):
   ``\\`` continues it on the next line), run with bash, ``.venv/bin`` first on
   PATH. The lines after a command, up to the next ``$ ``, are its shown output:
   each non-blank shown line must appear in the real output (stdout, then
-  stderr), in order, white space collapsed; ``...`` in a shown line matches
+  stderr), in order, with its spacing (only trailing white space is ignored:
+  a reader copies the layout they see); ``...`` in a shown line matches
   anything. A command must exit 0 unless the block is preceded by
   ``<!-- expect-exit: N -->``. A console block with no ``$ `` line is an
   error: prefix the commands, or mark the block not-run.
@@ -202,8 +203,9 @@ def parse_commands(block: Block) -> list[Command]:
     return commands
 
 
-def _collapse(text: str) -> str:
-    return " ".join(text.split())
+def _line(text: str) -> str:
+    """A line as compared: its spacing kept, trailing white space dropped."""
+    return text.rstrip()
 
 
 def shown_output_mismatch(shown: tuple[str, ...], actual: str) -> str | None:
@@ -212,9 +214,9 @@ def shown_output_mismatch(shown: tuple[str, ...], actual: str) -> str | None:
     Each non-blank shown line must match a later real line than the previous one
     matched; ``...`` matches any text within a line.
     """
-    real = [_collapse(line) for line in actual.splitlines()]
+    real = [_line(line) for line in actual.splitlines()]
     position = 0
-    for wanted in (_collapse(line) for line in shown):
+    for wanted in (_line(line) for line in shown):
         if not wanted:
             continue
         pattern = re.compile(".*".join(re.escape(part) for part in wanted.split("...")))
@@ -409,7 +411,10 @@ def test_a_console_block_without_commands_is_refused() -> None:
 def test_shown_output_must_appear_in_order_with_ellipses() -> None:
     actual = "beam-agents-replay 1.0.0a1\n  key:   6b  seq: 7\nreproduced\n"
     assert shown_output_mismatch(("beam-agents-replay ...", "reproduced"), actual) is None
-    assert shown_output_mismatch(("key: 6b seq: ...",), actual) is None
+    assert shown_output_mismatch(("  key:   6b  seq: ...",), actual) is None
+    # The spacing shown is the spacing printed: a doc cannot tidy the real layout.
+    assert shown_output_mismatch(("key: 6b seq: ...",), actual) is not None
+    assert shown_output_mismatch(("  key: ...  seq: 7   ",), actual) is None
     assert shown_output_mismatch(("reproduced", "key: ..."), actual) is not None
     assert shown_output_mismatch(("diverged",), actual) is not None
 
