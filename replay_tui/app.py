@@ -53,6 +53,10 @@ class ReplayApp(App[int]):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit"),
+        # Ctrl+C / Ctrl+Q quit with the verdict's code, as q does (Textual's own Ctrl+C only
+        # told the operator, in markup this app shows literally, to press Ctrl+Q).
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
+        Binding("ctrl+q", "quit", "Quit", show=False, priority=True),
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("s", "show('state')", "State"),
         Binding("i", "show('intents')", "Intents"),
@@ -282,18 +286,22 @@ class ReplayApp(App[int]):
         yield SystemCommand("Help", "Every key (?)", self.action_help)
 
 
-def run_tui(options: ReplayOptions, *, seqs: Sequence[int] = ()) -> int:
+def run_tui(
+    options: ReplayOptions, *, seqs: Sequence[int] = (), export_dir: Path | None = None
+) -> int:
     """Replay ``options`` in the TUI; return the verdict's exit code once the operator quits.
 
     Args:
         options: The ``ReplayOptions`` the CLI parsed from ``beam-agents-replay tui <flags>``.
         seqs: Other activations the same inputs replay (``[`` / ``]`` switch).
+        export_dir: Where ``e`` writes the reports (``--export-dir``; default: the
+            working directory).
 
     Returns:
         0 reproduced or what-if, 1 diverged, 2 usage error (or the engine crashed),
         3 irreproducible — as headless — or 130 if quit before the replay finished.
     """
-    app = ReplayApp(options=options, seqs=seqs)
+    app = ReplayApp(options=options, seqs=seqs, export_dir=export_dir)
     app.run()
     if app.exit_code is not None:
         return app.exit_code

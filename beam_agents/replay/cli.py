@@ -25,7 +25,8 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from pathlib import Path
+from typing import Any, NoReturn
 
 from beam_agents._version import __version__
 from beam_agents.replay.escape import escape
@@ -151,6 +152,17 @@ def _add_replay_flags(parser: _Parser, *, headless: bool) -> None:
             "--json", action="store_true", help="print one JSON document instead of the report"
         )
         _add_value_flags(parser)
+    else:
+        _add_export_dir_flag(parser)
+
+
+def _add_export_dir_flag(parser: _Parser) -> None:
+    parser.add_argument(
+        "--export-dir",
+        metavar="DIR",
+        help="where 'e' writes the Markdown and JSON reports (default: the current directory); "
+        "existing files are never overwritten",
+    )
 
 
 def _add_value_flags(parser: _Parser) -> None:
@@ -483,6 +495,8 @@ def _bundle_parser(prog: str, *, headless: bool) -> _Parser:
         parser.add_argument("--headless", action="store_true", help="print the report (default)")
         parser.add_argument("--json", action="store_true", help="print one JSON document")
         _add_value_flags(parser)
+    else:
+        _add_export_dir_flag(parser)
     return parser
 
 
@@ -530,7 +544,9 @@ def _run_bundle_tui(ns: argparse.Namespace) -> int:
         return _emit(loaded, as_json=False)
     from beam_agents.replay.bundle import load_bundle
 
-    return _open_tui(loaded, seqs=load_bundle(ns.bundle).seqs)
+    return _open_tui(
+        loaded, seqs=load_bundle(ns.bundle).seqs, export_dir=getattr(ns, "export_dir", None)
+    )
 
 
 def _replayable_seqs(options: ReplayOptions) -> tuple[int, ...]:
@@ -647,7 +663,7 @@ def _silence_stdout() -> None:
 
 
 def _run_tui(ns: argparse.Namespace) -> int:
-    return _open_tui(_options(ns, f"{PROG} tui"))
+    return _open_tui(_options(ns, f"{PROG} tui"), export_dir=getattr(ns, "export_dir", None))
 
 
 def _has_terminal() -> bool:
@@ -658,7 +674,9 @@ def _has_terminal() -> bool:
         return False
 
 
-def _open_tui(options: ReplayOptions, *, seqs: Sequence[int] | None = None) -> int:
+def _open_tui(
+    options: ReplayOptions, *, seqs: Sequence[int] | None = None, export_dir: str | None = None
+) -> int:
     """Open the TUI on ``options``; ``seqs`` for [ and ] (None: the traced ones, with --events)."""
     stdin_flags = [
         flag
@@ -698,7 +716,12 @@ def _open_tui(options: ReplayOptions, *, seqs: Sequence[int] | None = None) -> i
     saved = sys.dont_write_bytecode
     sys.dont_write_bytecode = True  # as headless: replay writes nothing
     try:
-        return int(run_tui(options, seqs=seqs) if seqs else run_tui(options))
+        extra: dict[str, Any] = {}
+        if seqs:
+            extra["seqs"] = seqs
+        if export_dir is not None:
+            extra["export_dir"] = Path(export_dir)
+        return int(run_tui(options, **extra))
     finally:
         sys.dont_write_bytecode = saved
 

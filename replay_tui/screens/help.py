@@ -17,7 +17,7 @@ HELP: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         "everywhere",
         (
             (
-                "q ctrl+q",
+                "q ctrl+q ctrl+c",
                 "quit; the exit code is the verdict's (0 reproduced/what-if, 1 diverged, 2 error, 3 irreproducible)",
             ),
             ("?", "this help"),

@@ -11,10 +11,28 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from rich.console import Console
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
+
+
+def text_strip(text: Text, console: Console, width: int | None = None) -> Strip:
+    """One line of ``text`` as a ``Strip`` whose every segment has a style.
+
+    ``Text.render`` ends with an unstyled newline segment; Textual's monochrome
+    filter (``NO_COLOR``) reads ``segment.style.color`` and crashed on it.
+    """
+    null = Style.null()
+    segments = [
+        Segment(seg.text, seg.style or null, seg.control)
+        for seg in text.render(console, end="")
+        if seg.text
+    ]
+    return Strip(segments, width) if width is not None else Strip(segments)
 
 LinesBuilder = Callable[[int], list[Text]]
 """Given a width in cells, the lines to show (each at most that wide)."""
@@ -97,6 +115,6 @@ class LinesPane(ScrollView, can_focus=True):
                 return Strip.blank(width, base)
             text = self._lines[index].copy()
             text.stylize_before(base)
-            strip = Strip(text.render(self.app.console)).crop_extend(0, width, base)
+            strip = text_strip(text, self.app.console).crop_extend(0, width, base)
             self._strips[index] = strip
         return strip

@@ -21,6 +21,7 @@ from textual.strip import Strip
 
 from replay_tui.messages import EventHighlighted
 from replay_tui.render.timeline import TimelineModel, index_width, render_heading, render_row
+from replay_tui.widgets.lines_pane import text_strip
 
 
 class Timeline(ScrollView, can_focus=True):
@@ -210,7 +211,7 @@ class Timeline(ScrollView, can_focus=True):
         if y == 0:
             text = render_heading(width, idx_width=self._idx_width)
             text.stylize_before(self.get_component_rich_style("timeline--heading"))
-            return Strip(text.render(self.app.console), width)
+            return text_strip(text, self.app.console, width)
         index = int(self.scroll_offset.y) + y - 1
         if index >= len(self._positions):
             return Strip.blank(width, base)
@@ -226,7 +227,7 @@ class Timeline(ScrollView, can_focus=True):
             style = base + self.get_component_rich_style("timeline--future")
         text.stylize_before(style)
         self.first_paint_done = True
-        return Strip(text.render(self.app.console), width)
+        return text_strip(text, self.app.console, width)
 
 
 def _nearest_index(positions: Sequence[int], position: int) -> int:
