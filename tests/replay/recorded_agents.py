@@ -12,6 +12,8 @@ Event types (``AGENT``):
     other    read_order(payload + "-X"): the variant ``AGENT_OTHER_ARGS`` does this for "ask"
     bad      read_order_raw(...) returns a set (not JSON): the activation fails
     catch    like bad, but agent code catches the error (the activation still fails)
+    hold     stages an approval-gated ``escalate`` and suspends; its resume reads
+             read_order(payload + "-R"), a call never recorded (a what-if stops there)
 
 ``TOOLS_PLAIN`` declares the same function without ``recorded=True`` (replay then
 re-runs it and the network guard blocks it).
@@ -26,7 +28,7 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from beam_agents import Agent, Done, ToolRegistry, tool
+from beam_agents import Agent, Done, Suspend, ToolRegistry, tool
 from beam_agents._protos import Event
 from beam_agents.agent import Inbound, Outcome
 from beam_agents.context import AgentContext
@@ -98,8 +100,14 @@ def read_order_raw(order_id: str) -> Any:
     return {order_id}
 
 
-TOOLS = ToolRegistry([read_order, read_order_raw])
-TOOLS_PLAIN = ToolRegistry([read_order_plain, read_order_raw])
+@tool(side_effect=True, requires_approval=True)
+def escalate(order_id: str) -> dict[str, Any]:  # pragma: no cover - never run by the pipeline
+    """A side effect, performed by an executor after approval."""
+    raise AssertionError("a side-effect tool must never run")
+
+
+TOOLS = ToolRegistry([read_order, read_order_raw, escalate])
+TOOLS_PLAIN = ToolRegistry([read_order_plain, read_order_raw, escalate])
 
 
 class OrderAgent(Agent):
@@ -122,13 +130,17 @@ class OrderAgent(Agent):
         if event.type == "catch":
             with contextlib.suppress(RecordedResultError):
                 ctx.call("read_order_raw", order_id=order_id)
+        if event.type == "hold":
+            intent = ctx.act("escalate", order_id=order_id)
+            return Suspend(state={"order_id": order_id}, awaiting=[intent])
         answer = self._ask(ctx, order_id)
         if event.type == "twice":
             answer += "|" + self._ask(ctx, order_id)
         return Done(output=f"{ctx.seq}:{answer}".encode())
 
     def resume(self, ctx: AgentContext, state: Any, step_index: int, inbound: Inbound) -> Outcome:
-        return Done(output=b"resumed")
+        order = ctx.call("read_order", order_id=str(state["order_id"]) + "-R")
+        return Done(output=f"resumed: {order['status']}".encode())
 
 
 class OtherArgsAgent(OrderAgent):

@@ -18,12 +18,13 @@ from beam_agents._protos import (
     VersionedBlob,
 )
 from beam_agents.activation import ActivationCommit, ActivationFailure
+from beam_agents.context import derive_intent_id
 from beam_agents.key_state import StateCells
 from beam_agents.replay.engine import replay
 from beam_agents.replay.json_report import render_json
 from beam_agents.replay.report import render_report
 from beam_agents.replay.result import Mark, ReplayResult, Verdict
-from beam_agents.testing import event_envelope
+from beam_agents.testing import approval_envelope, event_envelope
 from beam_agents.tool_cache import ToolCachePolicy
 from beam_agents.trace_events import (
     ATTR_ARGS_SHA256,
@@ -334,3 +335,27 @@ def test_newer_gapped_or_corrupt_tool_cache_blobs(
     )
     assert result.verdict is verdict, result.reason
     assert needle in (result.error or result.reason), result.error or result.reason
+
+
+def test_a_what_if_stops_at_a_recorded_call_that_was_never_recorded(
+    history: KeyHistory, service: rec.OrderService
+) -> None:
+    history.send(ask(type="hold"))
+    intent = derive_intent_id(KEY, 1, 0)
+    approval = approval_envelope(KEY, intent, approved=False, time_ms=T0 + 5_000)
+    result = replay(
+        options(
+            history.export(),
+            history.trace_bytes(),
+            event=approval,
+            agent=AGENT,
+            registry=REGISTRY,
+            what_if=True,
+        )
+    )
+    assert result.verdict is Verdict.IRREPRODUCIBLE, result.reason
+    assert result.exit_code == 3
+    assert result.reason.startswith("what-if: seq 2")
+    assert result.tool_miss is not None and result.tool_miss.status == "absent"
+    assert "recorded tool 'read_order'" in result.reason
+    assert service.requests == 0, "neither the hold nor its what-if read the service"
