@@ -69,7 +69,13 @@ from beam_agents.testing import (
     export_request_envelope,
     tool_result_envelope,
 )
-from beam_agents.trace_events import ATTR_ENVELOPE_ID, ATTR_TRIGGER
+from beam_agents.trace_events import (
+    ATTR_ACTIVATION_KIND,
+    ATTR_AWAITING,
+    ATTR_ENVELOPE_ID,
+    ATTR_INTENT_ID,
+    ATTR_TRIGGER,
+)
 from beam_agents.trace_stream import read_trace_stream, trace_stream_files
 
 pytestmark = pytest.mark.slow
@@ -78,7 +84,7 @@ T0 = 1_734_000_000_000
 FUZZ_EXAMPLES = int(os.environ.get("BEAM_AGENTS_FUZZ_EXAMPLES", "0") or 0)
 """``make fuzz`` sets it: run that many examples instead of the few of ``make test``."""
 EXAMPLES = FUZZ_EXAMPLES or 4
-MAX_STEPS = 40 if FUZZ_EXAMPLES else 22
+MAX_STEPS = 60 if FUZZ_EXAMPLES else 22
 GONE = {"absent", "expired", "minted_later", "digest_only"}
 
 
@@ -348,14 +354,41 @@ def retention_reason(result: ReplayResult, snapshot: StateSnapshot) -> str | Non
     return None
 
 
+def shape(events: dict[int, TraceEvent], snapshot: StateSnapshot) -> str:
+    """What kind of activation a replay was (for the campaign's counts)."""
+    start = events[0]
+    kind = f"{_string(start, ATTR_ACTIVATION_KIND)}/{_string(start, ATTR_TRIGGER)}"
+    last = events[max(events)]
+    if last.kind == TraceEvent.ACTIVATION_FAILED:
+        return f"{kind} failed"
+    suspended = [e for e in events.values() if e.kind == TraceEvent.SUSPENDED]
+    if kind == "start/event" and suspended:
+        staged = {
+            _string(e, ATTR_INTENT_ID)
+            for e in events.values()
+            if e.kind == TraceEvent.INTENT_STAGED
+        }
+        awaiting = [i for i in _string(suspended[0], ATTR_AWAITING).split(",") if i]
+        earlier = [i for i in awaiting if i not in staged]
+        still = {i.intent_id for i in snapshot.pending}
+        if any(i not in still for i in earlier):
+            return "start suspended on an earlier intent resolved after it (issue #17)"
+        if earlier:
+            return "start suspended on an earlier intent"
+    return f"{kind} {'suspended' if suspended else 'ended'}"
+
+
 def check_replays(scenario: Scenario, root: Path) -> list[str]:
     """Replay every traced activation; return what broke the property."""
     envelopes = {s.envelope_id: s for s in scenario.steps if isinstance(s, AgentEnvelope)}
-    starts: dict[bytes, dict[int, TraceEvent]] = {}
+    traced: dict[tuple[bytes, int], dict[int, TraceEvent]] = {}
     for path in trace_stream_files(root / "traces"):
         for event in read_trace_stream(path):
-            if event.index == 0:
-                starts.setdefault(event.entity_key, {})[event.seq] = event
+            traced.setdefault((event.entity_key, event.seq), {})[event.index] = event
+    starts: dict[bytes, dict[int, TraceEvent]] = {}
+    for (key, seq), events in traced.items():
+        if 0 in events:
+            starts.setdefault(key, {})[seq] = events[0]
     snapshots: dict[bytes, list[tuple[StateSnapshot, Path]]] = {}
     for path in sorted((root / "snapshots").glob("*.pb")):
         snapshot = StateSnapshot.FromString(path.read_bytes())
@@ -400,6 +433,7 @@ def check_replays(scenario: Scenario, root: Path) -> list[str]:
                 )
             )
             STATS["replays"] += 1
+            STATS[f"shape: {shape(traced[(key, seq)], snapshot)}"] += 1
             if result.verdict is Verdict.REPRODUCED:
                 STATS["reproduced"] += 1
                 continue
@@ -445,5 +479,7 @@ def test_zz_report_what_the_property_replayed(capsys: pytest.CaptureFixture[str]
     if not STATS:
         pytest.skip("the property test did not run in this session")
     with capsys.disabled():
-        print("\nreplay property:", ", ".join(f"{k}={v}" for k, v in sorted(STATS.items())))
+        print("\nreplay property:")
+        for name, count in sorted(STATS.items()):
+            print(f"  {name}: {count}")
     assert STATS["replays"] > 0 and STATS["reproduced"] > 0
