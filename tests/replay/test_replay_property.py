@@ -182,6 +182,8 @@ class _Sim:
 # --------------------------------------------------------------------------- the generator
 
 TEXTS = ["hello", "status?", "summarize", "again"]
+ACTIONS = ["event"] * 3 + ["approve"] * 3 + ["result"] * 2 + ["timeout", "export"]
+"""Weights of the next step (an approval or result with nothing to answer is an event)."""
 
 OPS = st.one_of(
     st.tuples(st.just("llm"), st.sampled_from(TEXTS)),
@@ -256,9 +258,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         pending = [i.intent_id for i in state.pending]
         cont = state.continuation
         released = [i for i in (cont.awaiting_intent_ids if cont else []) if i not in pending]
-        action = draw(
-            st.sampled_from(["event", "event", "event", "approve", "result", "timeout", "export"])
-        )
+        action = draw(st.sampled_from(ACTIONS))
         if action == "approve" and pending:
             add(
                 approval_envelope(
