@@ -52,6 +52,7 @@ __all__ = [
     "attribute",
     "attribute_text",
     "decode",
+    "error_type_of",
 ]
 
 
@@ -106,6 +107,11 @@ def attribute_text(event: TraceEvent | None, name: str) -> str | None:
         return None
     value = attribute(event, name)
     return None if value is None else str(value)
+
+
+def error_type_of(event: TraceEvent) -> str | None:
+    """The ``error.type`` of any kind that carries one (a failed call, a failed activation)."""
+    return _str(event, te.ATTR_ERROR_TYPE)
 
 
 def _str(event: TraceEvent, name: str) -> str | None:
@@ -210,6 +216,11 @@ class ActivationStart(_View):
     @property
     def is_timeout(self) -> bool:
         return self.trigger == Trigger.TIMEOUT
+
+    @property
+    def envelope(self) -> tuple[str, str]:
+        """(id, sha256) of the triggering envelope; empty strings where not traced (a timeout)."""
+        return self.envelope_id or "", self.envelope_sha256 or ""
 
 
 @dataclass(frozen=True, slots=True)

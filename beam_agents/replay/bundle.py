@@ -37,22 +37,14 @@ from beam_agents._version import __version__
 from beam_agents.activation import envelope_digest
 from beam_agents.errors import ConfigError, TraceStreamError
 from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
-from beam_agents.replay.events_lookup import (
-    load_envelopes,
-    string_attr,
-    write_envelope_stream,
-)
+from beam_agents.replay.events_lookup import load_envelopes, write_envelope_stream
 from beam_agents.replay.inputs import describe_source, import_object, open_regular, read_source
 from beam_agents.replay.options import ReplayOptions, Source
 from beam_agents.replay.refusal import InputError
 from beam_agents.replay.traced import check_complete, seq_ranges
-from beam_agents.trace_events import (
-    ATTR_ENVELOPE_ID,
-    ATTR_ENVELOPE_SHA256,
-    ATTR_TRIGGER,
-    serialize_trace_event,
-)
+from beam_agents.trace_events import serialize_trace_event
 from beam_agents.trace_stream import read_trace_stream
+from beam_agents.trace_view import ActivationStart
 
 __all__ = [
     "BUNDLE_FORMAT",
@@ -213,17 +205,13 @@ def make_bundle(
             )
         seqs = [target]
     trace_bytes: list[bytes] = []
-    starts: dict[int, TraceEvent] = {}
+    starts: dict[int, ActivationStart] = {}
     for s in seqs:
         events_of = [TraceEvent.FromString(by_seq[s][i]) for i in sorted(by_seq[s])]
         check_complete(events_of, key, s)
-        starts[s] = events_of[0]
+        starts[s] = ActivationStart.of(events_of[0])
         trace_bytes.extend(by_seq[s][i] for i in sorted(by_seq[s]))
-    needed = [
-        (s, string_attr(starts[s], ATTR_ENVELOPE_ID), string_attr(starts[s], ATTR_ENVELOPE_SHA256))
-        for s in seqs
-        if string_attr(starts[s], ATTR_TRIGGER) != "timeout"
-    ]
+    needed = [(s, *starts[s].envelope) for s in seqs if not starts[s].is_timeout]
     envelopes: list[bytes] = []
     if needed:
         sources = [*events, *([event] if event is not None else [])]
@@ -388,10 +376,10 @@ def _check_parts(name: str, message: IncidentBundle) -> HitlPolicy:
             check_complete(events, key, seq)
         except InputError as exc:
             raise _refuse(name, f"holds an incomplete trace: {exc.reason}") from None
-        start = events[0]
-        if string_attr(start, ATTR_TRIGGER) == "timeout":
+        start = ActivationStart.of(events[0])
+        if start.is_timeout:
             continue
-        wanted = (string_attr(start, ATTR_ENVELOPE_ID), string_attr(start, ATTR_ENVELOPE_SHA256))
+        wanted = start.envelope
         if wanted not in envelopes:
             ids = [i for i, _ in envelopes if i == wanted[0]]
             what = (

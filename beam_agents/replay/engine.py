@@ -40,13 +40,8 @@ from beam_agents.replay.traced import TracedKey, scan_traces
 from beam_agents.replay.values import collect_values
 from beam_agents.replay.views import intent_ledger, state_view
 from beam_agents.tools import ToolRegistry
-from beam_agents.trace_events import (
-    ATTR_ENVELOPE_ID,
-    ATTR_ENVELOPE_SHA256,
-    ATTR_OUTPUTS_SHA256,
-    ATTR_TRIGGER,
-    kind_name,
-)
+from beam_agents.trace_events import ATTR_OUTPUTS_SHA256, kind_name
+from beam_agents.trace_view import ActivationStart
 
 __all__ = ["UNKNOWN_PROVIDER", "replay"]
 
@@ -249,7 +244,7 @@ def _event_from_dump(
     options: ReplayOptions, traced: TracedKey, entity_key: bytes
 ) -> AgentEnvelope | None:
     """``--events``: the traced triggering envelope of the target, picked by id and sha256."""
-    from beam_agents.replay.events_lookup import load_envelopes, string_attr
+    from beam_agents.replay.events_lookup import load_envelopes
 
     if options.event is not None:
         raise InputError(
@@ -257,13 +252,14 @@ def _event_from_dump(
             "pass the triggering envelope with --event, or a dump to pick it from with --events",
         )
     seq = options.seq if options.seq is not None else traced.highest_seq
-    start = traced.starts.get(seq) if seq is not None else None
-    if seq is None or start is None or string_attr(start, ATTR_TRIGGER) == "timeout":
-        return None  # nothing traced to pick by (plan_replay says why), or no envelope at all
+    start_event = traced.starts.get(seq) if seq is not None else None
+    if seq is None or start_event is None:
+        return None  # nothing traced to pick by (plan_replay says why)
+    start = ActivationStart.of(start_event)
+    if start.is_timeout:
+        return None  # a HITL timeout has no envelope
     index = load_envelopes(options.events, entity_key)
-    raw = index.find(
-        string_attr(start, ATTR_ENVELOPE_ID), string_attr(start, ATTR_ENVELOPE_SHA256), seq=seq
-    )
+    raw = index.find(*start.envelope, seq=seq)
     return load_event_source(raw)
 
 

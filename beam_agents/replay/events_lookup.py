@@ -26,7 +26,7 @@ from pathlib import Path
 
 from google.protobuf.message import DecodeError
 
-from beam_agents._protos import AgentEnvelope, TraceEvent
+from beam_agents._protos import AgentEnvelope
 from beam_agents.activation import envelope_digest
 from beam_agents.errors import TraceStreamError
 from beam_agents.replay.inputs import describe_source
@@ -38,7 +38,6 @@ __all__ = [
     "EnvelopeIndex",
     "load_envelopes",
     "read_envelope_file",
-    "string_attr",
     "write_envelope_stream",
 ]
 
@@ -47,11 +46,6 @@ _ADVICE = (
     "events, results or approvals topic), or a directory of *.pb files each holding such a "
     "stream or one serialized envelope"
 )
-
-
-def string_attr(event: TraceEvent, name: str) -> str:
-    """A string attribute of a trace event, or ``""`` when it has none by that name."""
-    return event.attributes[name].string_value if name in event.attributes else ""
 
 
 @dataclass

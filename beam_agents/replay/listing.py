@@ -24,23 +24,11 @@ from beam_agents._protos import StateSnapshot, TraceEvent
 from beam_agents.errors import TraceStreamError
 from beam_agents.key_state import KeyState
 from beam_agents.llm_cache import LookupStatus
-from beam_agents.replay.events_lookup import string_attr
 from beam_agents.replay.options import Source
 from beam_agents.replay.refusal import CannotReproduce, InputError
 from beam_agents.tool_cache import tool_cache_key
-from beam_agents.trace_events import (
-    ATTR_ACTIVATION_KIND,
-    ATTR_ARGS_SHA256,
-    ATTR_CACHE_HIT,
-    ATTR_CACHE_KEY,
-    ATTR_ENVELOPE_ID,
-    ATTR_ENVELOPE_SHA256,
-    ATTR_ERROR_TYPE,
-    ATTR_TOOL_NAME,
-    ATTR_TOOL_RECORDED,
-    ATTR_TRIGGER,
-)
 from beam_agents.trace_stream import read_trace_stream
+from beam_agents.trace_view import ActivationFailed, ActivationStart, LlmCall, ToolCall
 
 __all__ = ["ActivationRow", "Listing", "list_activations", "parse_key", "render_listing"]
 
@@ -171,19 +159,15 @@ def _scan(sources: Sequence[Source], key: bytes | None) -> dict[bytes, dict[int,
                 if event.kind == TraceEvent.ACTIVATION_START and event.index == 0:
                     summary.start = event
                 elif event.kind == TraceEvent.LLM_CALL:
-                    hit = (
-                        ATTR_CACHE_HIT in event.attributes
-                        and event.attributes[ATTR_CACHE_HIT].bool_value
-                    )
-                    summary.calls[event.index] = (string_attr(event, ATTR_CACHE_KEY), hit)
-                elif event.kind == TraceEvent.TOOL_CALL and (
-                    ATTR_TOOL_RECORDED in event.attributes
-                    and event.attributes[ATTR_TOOL_RECORDED].bool_value
-                ):
-                    summary.recorded[event.index] = (
-                        string_attr(event, ATTR_TOOL_NAME),
-                        string_attr(event, ATTR_ARGS_SHA256),
-                    )
+                    call = LlmCall.of(event)
+                    summary.calls[event.index] = (call.cache_key or "", bool(call.cache_hit))
+                elif event.kind == TraceEvent.TOOL_CALL:
+                    tool = ToolCall.of(event)
+                    if tool.recorded:
+                        summary.recorded[event.index] = (
+                            tool.tool_name or "",
+                            tool.args_sha256 or "",
+                        )
                 elif event.kind in (TraceEvent.ACTIVATION_END, TraceEvent.ACTIVATION_FAILED):
                     summary.terminal = event
     except TraceStreamError as exc:
@@ -198,7 +182,7 @@ def _outcome(summary: _Summary) -> tuple[str, str]:
     if terminal is None:
         return "incomplete", ""
     if terminal.kind == TraceEvent.ACTIVATION_FAILED:
-        return "failed", string_attr(terminal, ATTR_ERROR_TYPE) or terminal.name
+        return "failed", ActivationFailed.of(terminal).error_type or terminal.name
     return terminal.name or "done", ""
 
 
@@ -222,7 +206,7 @@ def _replayability(
     if not _complete(summary):
         return INCOMPLETE, "not every trace event of it is in the traces"
     assert summary.start is not None
-    if string_attr(summary.start, ATTR_ACTIVATION_KIND) == "resume":
+    if ActivationStart.of(summary.start).is_resume:
         try:
             _resumed_continuation(snapshot, state, seq, failed=outcome == "failed")
         except CannotReproduce as gone:
@@ -260,16 +244,21 @@ def _replayability(
 
 
 def _row(key: bytes, seq: int, summary: _Summary) -> ActivationRow:
-    start = summary.start
+    # An activation whose ACTIVATION_START is not in the traces reads as one with no attributes.
+    start = (
+        ActivationStart.of(summary.start)
+        if summary.start is not None
+        else ActivationStart(seq=seq, index=0, name="")
+    )
     outcome, error_type = _outcome(summary)
     return ActivationRow(
         entity_key=key,
         seq=seq,
-        kind=string_attr(start, ATTR_ACTIVATION_KIND) if start is not None else "",
-        trigger=string_attr(start, ATTR_TRIGGER) if start is not None else "",
-        envelope_id=string_attr(start, ATTR_ENVELOPE_ID) if start is not None else "",
-        envelope_sha256=string_attr(start, ATTR_ENVELOPE_SHA256) if start is not None else "",
-        now_ms=start.start_ms if start is not None else None,
+        kind=start.activation_kind or "",
+        trigger=start.trigger or "",
+        envelope_id=start.envelope_id or "",
+        envelope_sha256=start.envelope_sha256 or "",
+        now_ms=summary.start.start_ms if summary.start is not None else None,
         outcome=outcome,
         model_calls=len(summary.calls),
         staged_intents=sum(1 for k in summary.kinds.values() if k == TraceEvent.INTENT_STAGED),

@@ -23,7 +23,7 @@ from beam_agents.replay.result import (
     Value,
     Verdict,
 )
-from beam_agents.trace_events import ATTR_ARGS_SHA256, ATTR_RESULT_SHA256
+from beam_agents.trace_view import ToolCall
 
 __all__ = [
     "VALUE_WIDTH",
@@ -216,9 +216,9 @@ def _served_tool_lines(result: ReplayResult, *, width: int | None = VALUE_WIDTH)
         event = result.events[index].replayed
         if event is None:
             continue
-        attrs = event.attributes
-        args = attrs[ATTR_ARGS_SHA256].string_value if ATTR_ARGS_SHA256 in attrs else "-"
-        value = attrs[ATTR_RESULT_SHA256].string_value if ATTR_RESULT_SHA256 in attrs else "-"
+        call = ToolCall.of(event)
+        args = call.args_sha256 if call.args_sha256 is not None else "-"
+        value = call.result_sha256 if call.result_sha256 is not None else "-"
         lines.append(
             f"    event {index} TOOL_CALL {safe_text(repr(event.name))}  cache hit  "
             f"args sha256={args}  result sha256={value}"

@@ -28,13 +28,9 @@ from beam_agents.errors import TraceStreamError
 from beam_agents.replay.inputs import STDIN, CappedReader, describe_source, open_regular
 from beam_agents.replay.options import Source
 from beam_agents.replay.refusal import InputError
-from beam_agents.trace_events import (
-    ATTR_INTENT_ID,
-    ATTR_PROVIDER,
-    kind_name,
-    serialize_trace_event,
-)
+from beam_agents.trace_events import kind_name, serialize_trace_event
 from beam_agents.trace_stream import StreamSource, read_trace_stream, trace_stream_files
+from beam_agents.trace_view import IntentStaged, LlmCall
 
 __all__ = ["TracedKey", "TracedSeq", "scan_traces", "seq_ranges"]
 
@@ -65,10 +61,7 @@ class TracedSeq:
         """Its ``INTENT_STAGED`` event for ``intent_id``, if traced."""
         for index in sorted(self.staged):
             event = self.staged[index]
-            if (
-                ATTR_INTENT_ID in event.attributes
-                and event.attributes[ATTR_INTENT_ID].string_value == intent_id
-            ):
+            if IntentStaged.of(event).intent_id == intent_id:
                 return event
         return None
 
@@ -112,8 +105,10 @@ class TracedKey:
     def provider_of_kept(self) -> str:
         """The provider named by the kept activation's first LLM_CALL, else by any traced one."""
         for event in self.activation():
-            if event.kind == TraceEvent.LLM_CALL and ATTR_PROVIDER in event.attributes:
-                return event.attributes[ATTR_PROVIDER].string_value
+            if event.kind == TraceEvent.LLM_CALL:
+                provider = LlmCall.of(event).provider
+                if provider is not None:
+                    return provider
         return self.provider
 
 
@@ -193,12 +188,8 @@ def scan_traces(sources: Sequence[Source], entity_key: bytes, *, seq: int | None
 def _take(found: TracedKey, event: TraceEvent, name: str, wanted: int | None) -> None:
     seq, index = event.seq, event.index
     found.seqs.add(seq)
-    if (
-        not found.provider
-        and event.kind == TraceEvent.LLM_CALL
-        and ATTR_PROVIDER in event.attributes
-    ):
-        found.provider = event.attributes[ATTR_PROVIDER].string_value
+    if not found.provider and event.kind == TraceEvent.LLM_CALL:
+        found.provider = LlmCall.of(event).provider or ""
     if index == 0:
         known = found.starts.get(seq)
         if known is None:

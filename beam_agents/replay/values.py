@@ -56,6 +56,7 @@ from beam_agents.trace_events import (
     ATTR_STATE_SHA256,
     ATTR_TOOL_NAME,
 )
+from beam_agents.trace_view import IntentStaged, attribute_text
 
 __all__ = ["agent_frame", "collect_values"]
 
@@ -150,10 +151,7 @@ class _Builder:
         self.values: list[Value] = []
 
     def traced_attr(self, name: str) -> str | None:
-        if self.traced is None or name not in self.traced.attributes:
-            return None
-        which = self.traced.attributes[name].WhichOneof("value")
-        return None if which is None else str(getattr(self.traced.attributes[name], which))
+        return attribute_text(self.traced, name)
 
     def add(
         self,
@@ -394,11 +392,8 @@ def _event_values(
         elif item.what == "error":
             _error_values(b, item.value, frame=kind == TraceEvent.ACTIVATION_FAILED)
         elif item.what == "intent_args":
-            tool = (
-                event.attributes[ATTR_TOOL_NAME].string_value
-                if ATTR_TOOL_NAME in event.attributes
-                else event.name
-            )
+            staged = IntentStaged.of(event)
+            tool = staged.tool_name if staged.tool_name is not None else event.name
             b.add("intent.tool", tool, digest=tool, attribute=ATTR_TOOL_NAME)
             b.add(
                 "intent.args",

@@ -32,7 +32,8 @@ from beam_agents._version import __version__
 from beam_agents.errors import ConfigError, SinkError
 from beam_agents.sinks.base import describe_records, describe_trace, map_client_errors
 from beam_agents.sinks.uri import Role, SinkUri
-from beam_agents.trace_events import ATTR_ERROR_TYPE, ATTR_REQUEST_MODEL, ATTR_TOOL_NAME, kind_name
+from beam_agents.trace_events import kind_name
+from beam_agents.trace_view import LlmCall, ToolCall, error_type_of
 
 __all__ = ["DEFAULT_TIMEOUT_S", "MAX_SPANS_PER_REQUEST", "OtlpSinkWriter", "span_name"]
 
@@ -67,18 +68,10 @@ def span_name(event: TraceEvent) -> str:
     if event.kind == TraceEvent.ACTIVATION_START:
         return "invoke_agent"
     if event.kind == TraceEvent.LLM_CALL:
-        return f"chat {_string_attr(event, ATTR_REQUEST_MODEL) or event.name}".strip()
+        return f"chat {LlmCall.of(event).request_model or event.name}".strip()
     if event.kind == TraceEvent.TOOL_CALL:
-        return f"execute_tool {_string_attr(event, ATTR_TOOL_NAME) or event.name}".strip()
+        return f"execute_tool {ToolCall.of(event).tool_name or event.name}".strip()
     return f"{kind_name(event.kind).lower()} {event.name}".strip()
-
-
-def _string_attr(event: TraceEvent, name: str) -> str:
-    if name in event.attributes:
-        value = event.attributes[name]
-        if value.WhichOneof("value") == "string_value":
-            return value.string_value
-    return ""
 
 
 def _nanos(ms: int) -> int:
@@ -245,7 +238,7 @@ def _fill_span(span: Any, event: TraceEvent) -> None:
     for key, value in extra:
         if key not in names:
             _put(span.attributes.add(), key, value)
-    error_type = _string_attr(event, ATTR_ERROR_TYPE)
+    error_type = error_type_of(event)
     if event.kind == TraceEvent.ACTIVATION_FAILED or error_type:
         span.status.code = Status.STATUS_CODE_ERROR
         span.status.message = error_type or event.name
