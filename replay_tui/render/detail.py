@@ -8,13 +8,22 @@ nearest cached entry and the request components that differ.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rich.text import Text
 
 from beam_agents import trace_events as te
 from beam_agents._protos import TraceEvent
-from beam_agents.replay.result import CacheMiss, Divergence, EventPair, ReplayResult, Verdict
+from beam_agents.replay.result import (
+    CacheMiss,
+    Divergence,
+    EventPair,
+    Mark,
+    ReplayResult,
+    Value,
+    Verdict,
+)
 from replay_tui.render.layout import columns, fold, wrap
 from replay_tui.render.literal import literal, literal_text
 
@@ -293,10 +302,82 @@ def miss_lines(miss: CacheMiss, width: int) -> list[Text]:
     return lines
 
 
-def detail_lines(result: ReplayResult, pair: EventPair, width: int) -> list[Text]:
-    """Everything the detail pane shows for ``pair``, laid out in ``width`` cells."""
+MARKS: dict[Mark, tuple[str, str]] = {
+    Mark.VERIFIED: ("✓ verified", "bold green"),
+    Mark.DIFFERS: ("≠ differs", "bold white on red"),
+    Mark.UNVERIFIABLE: ("? unverifiable", "dim"),
+}
+"""The label and style of each value mark (the engine decides the mark; the pane shows it)."""
+
+VALUE_CHARS = 400
+"""Characters of one value the pane shows; ``v`` opens the event's values whole."""
+
+_MARK_ORDER = {Mark.DIFFERS: 0, Mark.VERIFIED: 1, Mark.UNVERIFIABLE: 2}
+
+
+def values_by_event(result: ReplayResult) -> dict[int, list[Value]]:
+    """The result's values grouped by event index, differing ones first (built once per result)."""
+    grouped: dict[int, list[Value]] = {}
+    for value in result.values:
+        grouped.setdefault(value.event_index, []).append(value)
+    for values in grouped.values():
+        values.sort(key=lambda v: _MARK_ORDER[v.mark])
+    return grouped
+
+
+def value_line(value: Value, *, limit: int | None = VALUE_CHARS) -> Text:
+    """One value: its mark, its path, the value (literal, cut to ``limit``), the traced digest."""
+    label, style = MARKS[value.mark]
+    line = Text()
+    line.append(label.ljust(14), style=style)
+    line.append(" ")
+    line.append(literal(value.path), style="bold")
+    line.append(" ")
+    shown = value.text
+    if limit is not None and len(shown) > limit:
+        line.append(literal(shown[:limit]))
+        line.append(f"… {len(shown) - limit} more (v: whole)", style="dim")
+    else:
+        line.append(literal(shown))
+    if value.mark is Mark.DIFFERS and value.traced_digest:
+        line.append(f"   traced {literal(value.traced_digest)}", style="dim")
+    return line
+
+
+def values_lines(values: Sequence[Value], width: int, *, what_if: bool = False) -> list[Text]:
+    """The replayed event's values, each with its mark; empty when it has none."""
+    if not values:
+        return []
+    head = Text("Values", style="bold underline")
+    head.append(
+        "  the re-run's; a what-if has nothing to check them against"
+        if what_if
+        else "  the re-run's, checked against the traced digests",
+        style="dim",
+    )
+    lines = wrap(head, width)
+    for value in values:
+        lines += wrap(value_line(value), width)
+    lines.append(Text())
+    return lines
+
+
+def detail_lines(
+    result: ReplayResult,
+    pair: EventPair,
+    width: int,
+    values: Sequence[Value] | None = None,
+) -> list[Text]:
+    """Everything the detail pane shows for ``pair``, laid out in ``width`` cells.
+
+    ``values`` are the pair's values (``values_by_event``); None looks them up.
+    """
     what_if = result.verdict is Verdict.WHAT_IF
+    if values is None:
+        values = [v for v in result.values if v.event_index == pair.index]
     lines = wrap(_title(pair, what_if=what_if), width)
+    # The values first: they say what changed; the digests and the diff below say where.
+    lines += values_lines(values, width, what_if=what_if)
     div = result.first_divergence
     miss = result.cache_miss
     if div is not None and div.index == pair.index:

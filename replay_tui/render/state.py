@@ -46,6 +46,96 @@ def json_preview(value: Any, width: int = JSON_PREVIEW_CHARS) -> str:
     return clip(literal(text), width)
 
 
+# -- memory: which image, and the replayed activation's own delta -----------------------------
+
+_DELTA_VALUE_CHARS = 120
+_DELTA_MAX_ROWS = 200
+
+
+def memory_image_text(result: ReplayResult) -> Text:
+    """Which memory the tree shows: the snapshot's post-image, not the target's pre-image."""
+    h = result.header
+    text = Text("snapshot post-image", style="bold")
+    text.append(f" at seq {h.snapshot_seq}" if h.snapshot_seq is not None else "")
+    text.append(
+        f": the key's memory when it was exported, after seq {h.snapshot_seq}; the re-run of "
+        f"seq {h.seq} started from it (replay has no pre-image: seed §4)",
+        style="dim",
+    )
+    return text
+
+
+def _short(value: Any) -> str:
+    shown = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    if len(shown) > _DELTA_VALUE_CHARS:
+        shown = shown[:_DELTA_VALUE_CHARS] + "…"
+    return literal(shown)
+
+
+def memory_delta(before: Any, after: Any, path: str = "") -> list[tuple[str, str, str]]:
+    """``(path, before, after)`` for each leaf that differs (``"—"`` where absent), in order.
+
+    A hand-written walk (no DeepDiff): objects key by key, lists index by index; anything
+    else that differs is one row. Cut at a few hundred rows.
+    """
+    rows: list[tuple[str, str, str]] = []
+    stack: list[tuple[str, Any, Any]] = [(path, before, after)]
+    while stack and len(rows) < _DELTA_MAX_ROWS:
+        where, old, new = stack.pop()
+        if old == new:
+            continue
+        if isinstance(old, dict) and isinstance(new, dict):
+            for key in sorted(set(old) | set(new), reverse=True):
+                stack.append(
+                    (f"{where}[{json.dumps(key)}]", old.get(key, _ABSENT), new.get(key, _ABSENT))
+                )
+            continue
+        if isinstance(old, list) and isinstance(new, list):
+            for i in reversed(range(max(len(old), len(new)))):
+                stack.append(
+                    (
+                        f"{where}[{i}]",
+                        old[i] if i < len(old) else _ABSENT,
+                        new[i] if i < len(new) else _ABSENT,
+                    )
+                )
+            continue
+        rows.append(
+            (
+                where or "memory",
+                "—" if old is _ABSENT else _short(old),
+                "—" if new is _ABSENT else _short(new),
+            )
+        )
+    return rows
+
+
+_ABSENT = object()
+
+
+def memory_delta_text(result: ReplayResult) -> Text:
+    """The replayed activation's own writes: snapshot memory → the re-run's committed memory."""
+    text = Text("this activation's memory delta (replayed)", style="bold underline")
+    if result.replayed_memory is None or result.state is None:
+        text.append(
+            "\n  none: the re-run committed nothing (a failure commits nothing)", style="dim"
+        )
+        return text
+    rows = memory_delta(result.state.memory, result.replayed_memory)
+    if result.memory is not None:
+        text.append(
+            f"   {digest_note(result, result.memory)}", style=_NOTE_STYLES[result.memory.mark]
+        )
+    if not rows:
+        text.append("\n  no change: the re-run wrote back what the snapshot holds", style="dim")
+    for where, old, new in rows:
+        text.append(f"\n  {literal(where)}: ", style="bold")
+        text.append(old, style="red")
+        text.append(" → ")
+        text.append(new, style="green")
+    return text
+
+
 # -- memory tree ------------------------------------------------------------------------------
 
 

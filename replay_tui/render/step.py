@@ -291,17 +291,24 @@ class StepIndex:
 # -- rendering --------------------------------------------------------------------------------
 
 
-def _calls_text(side: SidePicture) -> Text:
+def _calls_text(side: SidePicture, *, traced: bool = False) -> Text:
+    """The model calls of one side. A traced call the cache did not serve went to the
+    provider ("live"); only on the replayed side is it a miss."""
     text = Text()
     text.append(f"{side.model_calls} call{'' if side.model_calls == 1 else 's'}", style="bold")
     text.append(f" hit {side.hits}", style="green")
-    text.append(f" miss {side.misses}", style="bold yellow" if side.misses else "")
+    if traced:
+        text.append(f" live {side.misses}")
+    else:
+        text.append(f" miss {side.misses}", style="bold yellow" if side.misses else "")
     text.append(f" ${side.billed}", style="yellow" if side.billed else "")
     for call in side.recent_calls:
         text.append(f"\n#{call.position} ", style="dim")
         text.append(literal(call.model))
-        cache = "hit" if call.hit is True else "MISS" if call.hit is False else "?"
-        text.append(f" {cache}", style="green" if call.hit else "bold yellow")
+        missed = "live" if traced else "MISS"
+        cache = "hit" if call.hit is True else missed if call.hit is False else "?"
+        style = "green" if call.hit else "" if cache == "live" else "bold yellow"
+        text.append(f" {cache}", style=style)
         if call.billed:
             text.append(" $", style="yellow")
         text.append(f" {literal(call.cache_key[:KEY_CHARS])}", style="dim")
@@ -392,6 +399,11 @@ def step_lines(picture: StepPicture, width: int) -> list[Text]:
         ("state", _state_text),
     ]
     for label, render in rows:
-        cells = [render(side) if side.present else absent.copy() for side in sides]
+        cells = [
+            (_calls_text(side, traced=True) if render is _calls_text and i == 0 else render(side))
+            if side.present
+            else absent.copy()
+            for i, side in enumerate(sides)
+        ]
         lines += columns([Text(label, style="bold"), *cells], widths, words=True)
     return lines

@@ -82,7 +82,8 @@ class SideCells:
     kind_code: int
     name: str
     cache: str
-    """``hit``, ``MISS`` or empty (not a model call)."""
+    """``hit``, ``MISS`` (replayed), ``live`` (traced: it went to the provider), ``rec``, or
+    empty (not a model call)."""
     billed: str
     """``$`` when the call was billed, else empty."""
     extra: str
@@ -121,6 +122,14 @@ def _str(attrs: dict[str, te.AttrValue | None], name: str) -> str:
     if isinstance(value, bytes):
         return value.hex()
     return str(value)
+
+
+def _live(cells: SideCells) -> SideCells:
+    """The traced side: a model call the cache did not serve went to the provider — "live",
+    not a miss (only a replayed call that is not served is one)."""
+    if cells.cache == "MISS":
+        return replace(cells, cache="live")
+    return cells
 
 
 def side_cells(event: TraceEvent) -> SideCells:
@@ -231,7 +240,7 @@ def build_row(
     return TimelineRow(
         index=pair.index,
         mark=mark,
-        traced=None if pair.traced is None else side_cells(pair.traced),
+        traced=None if pair.traced is None else _live(side_cells(pair.traced)),
         replayed=replayed,
         differing_fields=pair.differing_fields,
         miss_key=miss_key if pair.index == miss_index else "",
@@ -372,7 +381,15 @@ def _render_side(
     text.append(" ")
     text.append(clip(cells.name, name_w - 1).ljust(name_w - 1), style=name_style)
     cache_style = (
-        "green" if cells.cache == "hit" else "cyan" if cells.cache == "rec" else "bold yellow" if cells.cache else ""
+        "green"
+        if cells.cache == "hit"
+        else "cyan"
+        if cells.cache == "rec"
+        else ""
+        if cells.cache == "live"
+        else "bold yellow"
+        if cells.cache
+        else ""
     )
     text.append(" ")
     text.append(cells.cache.ljust(CACHE_WIDTH), style=cache_style)

@@ -17,7 +17,9 @@ from beam_agents.replay.result import ReplayResult
 from replay_tui.messages import EventHighlighted, FilterFinished
 from replay_tui.render.literal import literal_text
 from replay_tui.render.report import pair_data
+from replay_tui.render.search import search_position
 from replay_tui.render.timeline import TimelineModel, filter_positions
+from replay_tui.screens.values import ValuesScreen
 from replay_tui.widgets.detail import DetailPane
 from replay_tui.widgets.header import ReplayHeaderPanel, VerdictBanner
 from replay_tui.widgets.step import StepPane
@@ -33,7 +35,9 @@ class MainScreen(Screen[None]):
         Binding("n", "next_notable", "Next ≠"),
         Binding("N", "previous_notable", "Prev ≠", show=False),
         Binding("d", "first_divergence", "1st diverge"),
-        Binding("slash", "filter", "Filter", key_display="/"),
+        Binding("slash", "search", "Search", key_display="/"),
+        Binding("f", "filter", "Filter"),
+        Binding("v", "values", "Values"),
         Binding("escape", "clear", "Clear", show=False),
         Binding("c", "copy_event", "Copy"),
     ]
@@ -45,6 +49,9 @@ class MainScreen(Screen[None]):
         self.filter_query = ""
         self.filtering = False
         """A filter scan is running in a worker."""
+        self.search_query = ""
+        self.search_note: tuple[int, str] | None = None
+        """The last search's match: shown in the status line while it is selected."""
 
     def compose(self) -> ComposeResult:
         yield ReplayHeaderPanel(self.result, id="header")
@@ -58,6 +65,10 @@ class MainScreen(Screen[None]):
                 yield StepPane(self.result, id="step")
         yield Input(
             placeholder="filter: text, or kind:LLM   (enter apply · esc clear)", id="filter"
+        )
+        yield Input(
+            placeholder="search values and names, e.g. B2001   (enter: next match · esc)",
+            id="search",
         )
         yield Static(id="status")
         yield Footer()
@@ -107,6 +118,8 @@ class MainScreen(Screen[None]):
             parts.append(f"{notable} differing/missed row{'s' if notable > 1 else ''} (n/N)")
         else:
             parts.append("no differing rows")
+        if not note and self.search_note is not None and self.search_note[0] == position:
+            note = self.search_note[1]
         if note:
             parts.append(note)
         # The query came from the operator's keyboard; still shown through a literal Text.
@@ -164,7 +177,52 @@ class MainScreen(Screen[None]):
         box.add_class("-visible")
         box.focus()
 
+    # -- search (values, not only names) -------------------------------------------------
+
+    def action_search(self) -> None:
+        box = self.query_one("#search", Input)
+        box.value = self.search_query
+        box.add_class("-visible")
+        box.focus()
+
+    @on(Input.Submitted, "#search")
+    def _search_submitted(self, event: Input.Submitted) -> None:
+        event.input.remove_class("-visible")
+        self.timeline.focus()
+        query = event.value.strip()
+        self.search_query = query
+        if not query:
+            return
+        current = self.timeline.position
+        found = search_position(
+            self.result,
+            self.query_one(DetailPane).values,
+            query,
+            -1 if current is None else current,
+        )
+        if found is None:
+            self._update_status(f"search {query!r}: no event's values or name hold it")
+            return
+        index = self.result.events[found].index
+        self.search_note = (found, f"search {query!r}: event {index} (/ and enter: the next)")
+        self._jump(found, "match")
+        self._update_status()
+
+    def action_values(self) -> None:
+        position = self.timeline.position
+        if position is None:
+            self.notify("No event selected.", timeout=3)
+            return
+        index = self.result.events[position].index
+        values = self.query_one(DetailPane).values.get(index, [])
+        self.app.push_screen(ValuesScreen(self.result, index, values))
+
     def action_clear(self) -> None:
+        search = self.query_one("#search", Input)
+        if search.has_class("-visible"):
+            search.remove_class("-visible")
+            self.timeline.focus()
+            return
         box = self.query_one("#filter", Input)
         if box.has_class("-visible"):
             box.remove_class("-visible")

@@ -19,6 +19,8 @@ from replay_tui.render.state import (
     TOOL_CACHE_COLUMNS,
     cache_rows,
     continuation_text,
+    memory_delta_text,
+    memory_image_text,
     pending_rows,
     tool_cache_rows,
     versions_text,
@@ -55,7 +57,9 @@ class StateScreen(Screen[None]):
             return
         with TabbedContent(id="state-tabs"):
             with TabPane("1 memory", id="memory"):
+                yield Static(memory_image_text(self.result), id="memory-image")
                 yield JsonTree(state.memory, id="memory-tree")
+                yield Static(memory_delta_text(self.result), id="memory-delta")
             with TabPane(f"2 cache ({len(state.cache_entries)})", id="cache"):
                 yield DataTable(id="cache-table", cursor_type="row", zebra_stripes=True)
             with TabPane(f"3 pending ({len(state.pending)})", id="pending"):

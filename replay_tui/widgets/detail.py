@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from beam_agents.replay.result import ReplayResult
-from replay_tui.render.detail import detail_lines
+from replay_tui.render.detail import detail_lines, values_by_event
 from replay_tui.widgets.lines_pane import LinesPane
 
 
@@ -17,6 +17,7 @@ class DetailPane(LinesPane):
         self.result = result
         self.position: int | None = None
         self.border_title = "detail"
+        self.values = values_by_event(result)
 
     def show(self, position: int | None) -> None:
         """Show the pair at row ``position`` (None: nothing selected)."""
@@ -27,4 +28,5 @@ class DetailPane(LinesPane):
             return
         pair = self.result.events[position]
         self.border_title = f"detail · event {pair.index}"
-        self.set_content(lambda width: detail_lines(self.result, pair, width))
+        values = self.values.get(pair.index, [])
+        self.set_content(lambda width: detail_lines(self.result, pair, width, values))

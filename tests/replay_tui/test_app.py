@@ -16,6 +16,7 @@ from replay_tui.screens.intents import IntentsScreen
 from replay_tui.screens.main import MainScreen
 from replay_tui.screens.outputs import OutputsScreen
 from replay_tui.screens.state import StateScreen
+from replay_tui.screens.values import ValuesScreen
 from replay_tui.widgets.detail import DetailPane
 from replay_tui.widgets.step import StepPane
 from replay_tui.widgets.timeline import Timeline
@@ -30,6 +31,15 @@ def timeline(app: ReplayApp) -> Timeline:
 
 def static_text(widget: Static) -> str:
     return str(widget.render())
+
+
+def screen_text(app: ReplayApp) -> str:
+    """What the terminal shows, as text (from Textual's SVG of the screen)."""
+    import html
+    import re
+
+    svg = app.export_screenshot()
+    return html.unescape(re.sub(r"<[^>]+>", "", svg)).replace("\xa0", " ")
 
 
 def selected(app: ReplayApp) -> int | None:
@@ -133,11 +143,11 @@ async def test_d_without_a_divergence_says_so(real: Real) -> None:
         assert any("No divergence" in message for _, message in app.notices)
 
 
-async def test_slash_filters_the_timeline_and_escape_clears_it(real: Real) -> None:
+async def test_f_filters_the_timeline_and_escape_clears_it(real: Real) -> None:
     result = real("reproduced")
     app = ReplayApp(result)
     async with app.run_test(size=WIDE) as pilot:
-        await pilot.press("slash")
+        await pilot.press("f")
         box = app.screen.query_one("#filter", Input)
         assert box.has_focus
         await pilot.press(*"kind:llm", "enter")
@@ -152,10 +162,45 @@ async def test_slash_filters_the_timeline_and_escape_clears_it(real: Real) -> No
         assert not tl.filtered and tl.shown_count == len(result.events)
 
 
+async def test_slash_searches_the_values_and_jumps_to_the_match(real: Real) -> None:
+    result = real("diverged")  # lookup_order now answers "lost in transit"
+    app = ReplayApp(result)
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.press("g", "slash")
+        assert app.screen.query_one("#search", Input).has_focus
+        await pilot.press(*"LOST IN TRANSIT", "enter")
+        await pilot.pause()
+        tool = next(p.index for p in result.events if p.differs)
+        assert selected(app) == tool  # the row whose result value holds it; no row hidden
+        assert not timeline(app).filtered
+        status = static_text(app.screen.query_one("#status", Static))
+        assert f"search 'LOST IN TRANSIT': event {tool}" in status
+        detail = screen_text(app)
+        assert "≠ differs" in detail and "lost in transit" in detail
+        await pilot.press("slash", *"no-such-value-anywhere", "enter")
+        await pilot.pause()
+        assert "no event's values or name hold it" in static_text(
+            app.screen.query_one("#status", Static)
+        )
+
+
+async def test_v_shows_the_selected_events_values_whole(real: Real) -> None:
+    result = real("diverged")
+    app = ReplayApp(result)
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.press("d", "v")
+        await pilot.pause()
+        assert isinstance(app.screen, ValuesScreen)
+        body = static_text(app.screen.query_one("#values-body", Static))
+        assert "result" in body and "lost in transit" in body and "≠ differs" in body
+        await pilot.press("escape")
+        assert isinstance(app.screen, MainScreen)
+
+
 async def test_filter_matching_nothing_says_so(real: Real) -> None:
     app = ReplayApp(real("reproduced"))
     async with app.run_test(size=WIDE) as pilot:
-        await pilot.press("slash", *"zzz-nothing", "enter")
+        await pilot.press("f", *"zzz-nothing", "enter")
         await app.workers.wait_for_complete()
         await pilot.pause()
         assert timeline(app).shown_count == 0
@@ -282,7 +327,7 @@ def test_help_lists_every_binding() -> None:
     names = {"question_mark": "?", "slash": "/", "space": "space", "right": "→", "left": "←",
              "down": "↓", "up": "↑", "pagedown": "pgdn", "pageup": "pgup",
              "left_square_bracket": "[", "right_square_bracket": "]"}
-    for owner in (ReplayApp, MainScreen, Timeline, StateScreen, OutputsScreen, IntentsScreen, HelpScreen):
+    for owner in (ReplayApp, MainScreen, Timeline, StateScreen, OutputsScreen, IntentsScreen, HelpScreen, ValuesScreen):
         for binding in owner.BINDINGS:
             for key in binding.key.split(","):  # type: ignore[union-attr]
                 shown = names.get(key, key)

@@ -82,6 +82,7 @@ def test_what_if_has_nothing_to_compare(real: Callable[[str], ReplayResult]) -> 
     text = rendered(result, 0)
     assert "what-if: nothing traced to compare with" in text
     assert "≠" not in text and "traced" not in text.replace("nothing traced", "")
+    assert "? unverifiable" in text  # the envelope: nothing traced to verify it with
     assert "ACTIVATION_START" in text
 
 

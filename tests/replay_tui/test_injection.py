@@ -87,7 +87,7 @@ async def test_notifications_and_clipboard_do_not_interpret_markup(injection: Re
         await pilot.press("c")
         # The clipboard gets the raw data (base64 inside OSC 52, so it cannot escape).
         assert tui_results.INJECTION in app.clipboard or "\\u001b" in app.clipboard
-        await pilot.press("slash", *"[bold", "enter")
+        await pilot.press("f", *"[bold", "enter")
         await app.workers.wait_for_complete()
         await pilot.pause()
         text = screen_text(app)

@@ -125,3 +125,20 @@ def test_entries_minted_after_the_activation_clock_say_so() -> None:
 
     entry = dataclasses.replace(tui_results.state_view().cache_entries[0], age_ms=-21 * 60_000)
     assert plains(cache_rows((entry,))[0])[4] == "minted 21m 00s later"
+
+
+def test_the_memory_tab_names_its_image_and_the_replayed_delta(
+    real: Callable[[str], ReplayResult],
+) -> None:
+    from replay_tui.render.state import memory_delta_text, memory_image_text
+
+    result = real("reproduced")  # the refund agent does turns += 1
+    image = memory_image_text(result).plain
+    assert f"snapshot post-image at seq {result.header.snapshot_seq}" in image
+    assert f"the re-run of seq {result.header.seq} started from it" in image
+    delta = memory_delta_text(result).plain
+    assert result.state is not None and result.replayed_memory is not None
+    before, after = result.state.memory["turns"], result.replayed_memory["turns"]
+    assert before != after
+    assert f'["turns"]: {before} → {after}' in delta
+    assert "(differs: traced sha256=" in delta  # and it says the digest does not match

@@ -60,7 +60,7 @@ def test_llm_row_shows_hit_miss_and_billing_per_side() -> None:
     llm = next(row for row in rows if row.traced is not None and row.traced.kind_code == TraceEvent.LLM_CALL)
     assert llm.traced is not None and llm.replayed is not None
     # The pipeline paid for the first call; the re-run was served from the cache.
-    assert (llm.traced.cache, llm.traced.billed) == ("MISS", "$")
+    assert (llm.traced.cache, llm.traced.billed) == ("live", "$")  # it went to the provider
     assert (llm.replayed.cache, llm.replayed.billed) == ("hit", "")
     assert llm.traced.extra.startswith("k=")
 
