@@ -45,13 +45,17 @@ test: $(STAMP)
 
 # A long run of the replay property (tests/replay/test_replay_property.py): random agent programs
 # through a real RunAgent pipeline, every traced activation replayed. FUZZ_EXAMPLES sets its size.
+# Then atheris on every input loader and the CLI (fuzz/run.py): FUZZ_RUNS mutations per target,
+# each run under 10 s and 500 MB RSS or it is a finding (saved under fuzz/findings/).
 FUZZ_EXAMPLES ?= 200
+FUZZ_RUNS ?= 100000
 fuzz: $(STAMP)
 	BEAM_AGENTS_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -p no:cacheprovider \
 		tests/replay/test_replay_property.py
+	$(BIN)/python fuzz/run.py --runs $(FUZZ_RUNS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check beam_agents replay_tui tests bench examples scripts
+	$(BIN)/ruff check beam_agents replay_tui tests bench examples scripts fuzz
 	$(BIN)/mypy beam_agents replay_tui examples scripts/demo.py
 
 bench: $(STAMP)

@@ -185,8 +185,20 @@ def scan_traces(sources: Sequence[Source], entity_key: bytes, *, seq: int | None
     return found
 
 
+MAX_EVENT_ATTRIBUTES = 4096
+"""The most attributes a trace event may carry (the core writes fewer than 20 per event)."""
+
+
 def _take(found: TracedKey, event: TraceEvent, name: str, wanted: int | None) -> None:
     seq, index = event.seq, event.index
+    if len(event.attributes) > MAX_EVENT_ATTRIBUTES:
+        raise InputError(
+            f"the trace event of key {found.entity_key.hex()} seq {seq} index {index} (in "
+            f"{name}) carries {len(event.attributes)} attributes, more than the "
+            f"{MAX_EVENT_ATTRIBUTES} a trace event may have",
+            "beam-agents writes fewer than 20 per event: this stream was not written by it, or "
+            "was tampered with; pass the traces of the pipeline the snapshot came from",
+        )
     found.seqs.add(seq)
     if not found.provider and event.kind == TraceEvent.LLM_CALL:
         found.provider = LlmCall.of(event).provider or ""

@@ -272,3 +272,12 @@ def test_convert_bq_reads_regular_files_only(tmp_path: Path, rows: str) -> None:
         timeout=60,
     )
     assert out.returncode == 2 and "not a regular file" in out.stderr, out.stderr
+
+
+def test_a_trace_event_with_500k_attributes_is_refused(inputs: Inputs) -> None:
+    events = [TraceEvent.FromString(e.SerializeToString()) for e in inputs.history.trace]
+    for i in range(5000):
+        events[0].attributes[f"x.{i}"].int_value = i
+    result = replay(options(inputs.snapshot.read_bytes(), inputs.history.trace_bytes(events), event=inputs.event))
+    assert result.verdict is Verdict.USAGE_ERROR
+    assert "carries 50" in result.error and "more than the 4096 a trace event may have" in result.error

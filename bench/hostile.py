@@ -1,0 +1,189 @@
+"""Peak RSS and time of replays of huge or hostile inputs, as ratios to the input size.
+
+    .venv/bin/python bench/hostile.py [--events 100000]
+
+Three cases from the hostile-input review (issue 14), each replayed by the
+``beam-agents-replay`` console script in its own process (``--json``), its peak
+RSS read from ``getrusage(RUSAGE_CHILDREN)`` of a one-child wrapper:
+
+  (a) an activation of 100,000 events (99,998 read-only tool calls), with --json;
+  (b) a trace whose target ACTIVATION_START carries 500,000 attributes;
+  (c) a snapshot whose replay cache holds 64 entries of ~1 MiB responses.
+
+Targets (issue 14): (a) <= 200 MB, (b) <= 150 MB, (c) <= 3x the snapshot's size.
+The baseline is an interpreter that imports the replay CLI and exits (printed
+too), so the ratios can be read against what Python itself costs. Not a test:
+nothing here asserts a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from beam_agents import Agent, Done, ToolRegistry, tool  # noqa: E402
+from beam_agents._protos import Event, TraceEvent  # noqa: E402
+from beam_agents.activation import ActivationCommit, run_activation  # noqa: E402
+from beam_agents.agent import Inbound, Outcome  # noqa: E402
+from beam_agents.context import AgentContext  # noqa: E402
+from beam_agents.key_state import StateCells, make_snapshot  # noqa: E402
+from beam_agents.testing import ScriptedProvider, chat_request, event_envelope  # noqa: E402
+from beam_agents.trace_stream import write_trace_stream  # noqa: E402
+
+KEY = b"bench-hostile"
+T0 = 1_734_000_000_000
+MB = 1024 * 1024
+CALLS_ENV = "BENCH_HOSTILE_CALLS"
+RESPONSE_CHARS = 1_000_000
+
+
+@tool
+def lookup(i: int) -> int:
+    """Read-only and cheap: the activation's size is its events."""
+    return i
+
+
+TOOLS = ToolRegistry([lookup])
+
+
+class ManyCalls(Agent):
+    """(a): one tool call per event, as many as $BENCH_HOSTILE_CALLS."""
+
+    def start(self, ctx: AgentContext, event: Event) -> Outcome:
+        for i in range(int(os.environ.get(CALLS_ENV, "100000")) - 2):
+            ctx.call("lookup", i=i)
+        return Done(output=b"done")
+
+    def resume(self, ctx: AgentContext, state: Any, step_index: int, inbound: Inbound) -> Outcome:
+        raise NotImplementedError
+
+
+class BigAnswers(Agent):
+    """(c): 64 model calls whose responses (~1 MiB each) fill the replay cache."""
+
+    def start(self, ctx: AgentContext, event: Event) -> Outcome:
+        for i in range(64):
+            ctx.complete(chat_request("bench-model", ("user", f"question {i}")))
+        return Done(output=b"done")
+
+    def resume(self, ctx: AgentContext, state: Any, step_index: int, inbound: Inbound) -> Outcome:
+        raise NotImplementedError
+
+
+MANY_CALLS = ManyCalls()
+BIG_ANSWERS = BigAnswers()
+
+
+def _big_answer(request: Any) -> str:
+    text = request.messages[-1].content
+    return (text + " ") * (RESPONSE_CHARS // (len(text) + 1))
+
+
+def _record(agent: Agent, provider: ScriptedProvider) -> tuple[
+    bytes, list[TraceEvent], bytes, bytes
+]:
+    """Run the activation twice (the second is replayed: its cache holds the first's answers)."""
+    from beam_agents.key_state import load_key_state
+
+    cells = StateCells()
+    trace: list[TraceEvent] = []
+    event = event_envelope(KEY, "go", b"go", time_ms=T0)
+    for seq in (1, 2):
+        event = event_envelope(KEY, "go", b"go", time_ms=T0 + seq)
+        result = run_activation(
+            agent, TOOLS, provider, load_key_state(cells), event,
+            now_ms=T0 + seq, seq=seq, entity_key=KEY,
+        )  # fmt: skip
+        assert isinstance(result, ActivationCommit), result
+        trace.extend(result.trace)
+        cells = result.cells
+    snapshot = make_snapshot(
+        cells, entity_key=KEY, seq=2, snapshot_at_ms=T0 + 10, request_id="bench"
+    ).SerializeToString(deterministic=True)
+    return snapshot, trace, event.SerializeToString(), b""
+
+
+def _write(directory: Path, snapshot: bytes, trace: list[TraceEvent], event: bytes) -> list[str]:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "snapshot.pb").write_bytes(snapshot)
+    write_trace_stream(directory / "traces.pb", trace)
+    (directory / "event.pb").write_bytes(event)
+    return [
+        "--snapshot", str(directory / "snapshot.pb"), "--traces", str(directory / "traces.pb"),
+        "--event", str(directory / "event.pb"), "--seq", "2",
+    ]  # fmt: skip
+
+
+def _measure(argv: list[str], env: dict[str, str]) -> tuple[float, float, int, int]:
+    """(peak RSS in MB, seconds, exit code, stdout bytes) of one child process."""
+    wrapper = (
+        "import resource, subprocess, sys, time\n"
+        "t = time.perf_counter()\n"
+        "p = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)\n"
+        "dt = time.perf_counter() - t\n"
+        "rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
+        "print(rss, dt, p.returncode, len(p.stdout))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", wrapper, *argv], capture_output=True, text=True, env=env, check=True
+    ).stdout.split()
+    return int(out[0]) / 1024, float(out[1]), int(out[2]), int(out[3])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--attributes", type=int, default=500_000)
+    args = parser.parse_args()
+    script = str(Path(sys.executable).parent / "beam-agents-replay")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    env[CALLS_ENV] = str(args.events)
+    cases: list[tuple[str, list[str], int, str]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        os.environ[CALLS_ENV] = str(args.events)
+        snap, trace, event, _ = _record(MANY_CALLS, ScriptedProvider(lambda r: "x"))
+        flags = _write(root / "a", snap, trace, event)
+        size_a = sum(os.path.getsize(f) for f in (root / "a").iterdir())
+        cases.append((f"(a) {args.events:,}-event activation, --json",
+                      [*flags, "--agent", "hostile:MANY_CALLS", "--registry", "hostile:TOOLS", "--json"],
+                      size_a, "<= 200 MB"))
+        os.environ[CALLS_ENV] = "2"
+        snap_b, trace_b, event_b, _ = _record(MANY_CALLS, ScriptedProvider(lambda r: "x"))
+        start = next(e for e in trace_b if e.seq == 2 and e.index == 0)
+        for i in range(args.attributes):
+            start.attributes[f"bench.attr.{i}"].int_value = i
+        flags_b = _write(root / "b", snap_b, trace_b, event_b)
+        size_b = sum(os.path.getsize(f) for f in (root / "b").iterdir())
+        cases.append((f"(b) {args.attributes:,}-attribute event",
+                      [*flags_b, "--agent", "hostile:MANY_CALLS", "--registry", "hostile:TOOLS", "--json"],
+                      size_b, "<= 150 MB"))
+        snap_c, trace_c, event_c, _ = _record(BIG_ANSWERS, ScriptedProvider(_big_answer))
+        flags_c = _write(root / "c", snap_c, trace_c, event_c)
+        size_c = len(snap_c)
+        cases.append(("(c) 64-entry cache of ~1 MiB responses",
+                      [*flags_c, "--agent", "hostile:BIG_ANSWERS", "--registry", "hostile:TOOLS", "--json"],
+                      size_c, f"<= 3x snapshot = {3 * size_c / MB:.0f} MB"))  # fmt: skip
+        env_b = {**env, CALLS_ENV: "2"}
+        base_rss, base_s, _, _ = _measure([sys.executable, "-c", "import beam_agents.replay.cli"], env)
+        print(f"baseline: python importing the replay CLI: {base_rss:.0f} MB peak RSS, {base_s:.2f} s")
+        print(f"{'case':45} {'input MB':>9} {'peak MB':>8} {'x input':>8} {'s':>6} {'exit':>4} {'stdout MB':>9}  target")
+        for name, argv, size, target in cases:
+            run_env = env_b if name.startswith("(b)") else env
+            rss, seconds, code, out = _measure([script, *argv], run_env)
+            print(
+                f"{name:45} {size / MB:9.1f} {rss:8.0f} {rss * MB / max(size, 1):8.2f} "
+                f"{seconds:6.1f} {code:4d} {out / MB:9.1f}  {target}"
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+"""Fuzz targets: every loader of replay's inputs and the CLI entry point.
+
+Each target takes bytes and returns normally when the input is handled as
+documented: loaded, or refused with a message (``ReplayRefused`` from the
+replay loaders, ``TraceStreamError`` from the BigQuery-row reader, exit 2/3
+from the CLI). Anything else — another exception, an "internal error", a
+traceback on stderr — raises ``FuzzFinding``: a bug. ``fuzz/run.py`` drives them
+with atheris (coverage-guided, libFuzzer's -timeout and -rss_limit_mb catch
+hangs and memory blow-ups); ``tests/test_fuzz_corpus.py`` runs them on every
+file of ``fuzz/corpus/`` (the inputs of the hostile-input review) in ``make test``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+for extra in (ROOT / "tests" / "replay", ROOT / "tests"):
+    if str(extra) not in sys.path:
+        sys.path.insert(0, str(extra))  # replay_agents: the agent the CLI target imports
+
+KEY = b"customer-42"
+_TMP = Path(tempfile.mkdtemp(prefix="beam-agents-fuzz-"))
+
+
+class FuzzFindingError(AssertionError):
+    """The input made a loader do something undocumented: a bug to fix."""
+
+
+def _refused_well(message: str) -> None:
+    if not message or "internal error" in message or "Traceback" in message:
+        raise FuzzFindingError(f"bad refusal message: {message[:500]!r}")
+
+
+def snapshot(data: bytes) -> None:
+    """``--snapshot``: parse, version-check, migrate in memory."""
+    from beam_agents.replay.inputs import load_snapshot_source
+    from beam_agents.replay.refusal import ReplayRefused
+
+    try:
+        load_snapshot_source(data)
+    except ReplayRefused as refused:
+        _refused_well(refused.message)
+
+
+def event(data: bytes) -> None:
+    """``--event``: one serialized AgentEnvelope."""
+    from beam_agents.replay.inputs import load_event_source
+    from beam_agents.replay.refusal import ReplayRefused
+
+    try:
+        load_event_source(data)
+    except ReplayRefused as refused:
+        _refused_well(refused.message)
+
+
+def trace(data: bytes) -> None:
+    """``--traces``: scan a stream for the key, and check the kept activation is whole."""
+    from beam_agents.replay.refusal import ReplayRefused
+    from beam_agents.replay.traced import check_complete, scan_traces
+
+    try:
+        found = scan_traces([data], KEY, seq=None)
+        if found.kept_seq is not None:
+            events = [found.events[i] for i in sorted(found.events)]
+            check_complete(events, KEY, found.kept_seq)
+    except ReplayRefused as refused:
+        _refused_well(refused.message)
+
+
+def rows(data: bytes) -> None:
+    """``convert-bq``: BigQuery rows (JSON array or NDJSON) to trace events, then serialized."""
+    from beam_agents.bigquery_rows import read_bigquery_rows, rows_to_trace_events
+    from beam_agents.errors import TraceStreamError
+    from beam_agents.trace_stream import write_trace_stream
+
+    path = _TMP / "rows.json"
+    path.write_bytes(data)
+    try:
+        events = rows_to_trace_events(read_bigquery_rows(path), source=str(path))
+        write_trace_stream(io.BytesIO(), events)
+    except TraceStreamError as exc:
+        _refused_well(str(exc))
+
+
+def cli(data: bytes) -> None:
+    """The console entry point on three files cut from ``data`` (2-byte lengths first)."""
+    from beam_agents.replay.cli import main
+
+    parts: list[bytes] = []
+    rest = data
+    for _ in range(2):
+        size = int.from_bytes(rest[:2], "big") if len(rest) >= 2 else 0
+        parts.append(rest[2 : 2 + size])
+        rest = rest[2 + size :]
+    parts.append(rest)
+    names = []
+    for name, part in zip(("snapshot.pb", "traces.pb", "event.pb"), parts, strict=True):
+        (_TMP / name).write_bytes(part)
+        names.append(str(_TMP / name))
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main(
+            [
+                "--snapshot", names[0], "--traces", names[1], "--event", names[2],
+                "--agent", "replay_agents:AGENT", "--registry", "replay_agents:TOOLS",
+            ]
+        )  # fmt: skip
+    message = err.getvalue()
+    if code not in (0, 1, 2, 3) or "internal error" in message or "Traceback" in message:
+        raise FuzzFindingError(f"exit {code}: {message[:500]!r}")
+    if code == 2 and not message.startswith("beam-agents-replay: error:"):
+        raise FuzzFindingError(f"exit 2 without the one-paragraph message: {message[:500]!r}")
+
+
+def cli_input(snapshot: bytes, traces: bytes, event: bytes) -> bytes:
+    """The ``cli`` target's input for three files."""
+    return (
+        len(snapshot).to_bytes(2, "big") + snapshot + len(traces).to_bytes(2, "big") + traces + event
+    )
+
+
+TARGETS: dict[str, Callable[[bytes], None]] = {
+    "snapshot": snapshot,
+    "trace": trace,
+    "event": event,
+    "rows": rows,
+    "cli": cli,
+}
+
+CORPUS = ROOT / "fuzz" / "corpus"
+
+
+def corpus_files(target: str) -> list[Path]:
+    """The regression corpus of ``target``: every hostile input found so far, and valid ones."""
+    directory = CORPUS / target
+    return sorted(p for p in directory.iterdir() if p.is_file()) if directory.is_dir() else []
+
