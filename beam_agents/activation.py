@@ -49,6 +49,7 @@ from beam_agents.migrations import CURRENT_VERSIONS
 from beam_agents.provider import Provider
 from beam_agents.tool_cache import DEFAULT_TOOL_CACHE_POLICY, ToolCachePolicy
 from beam_agents.tools import ToolRegistry
+from beam_agents.trace_view import ActivationKind, InboundStatus, Outcome, Trigger
 
 MAX_RESUME_HISTORY = 8
 DEFAULT_CACHE_POLICY = CachePolicy()
@@ -70,12 +71,21 @@ class TriggerDecision:
     reason: str = ""
     """For REJECT: why, in one sentence naming the intent or body."""
 
+    @property
+    def kind(self) -> ActivationKind | None:
+        """The activation this decision runs (START or RESUME), None if it runs none."""
+        if self.action is TriggerAction.START:
+            return ActivationKind.START
+        if self.action is TriggerAction.RESUME:
+            return ActivationKind.RESUME
+        return None
 
-def trigger_name(trigger: AgentEnvelope | Timeout) -> str:
+
+def trigger_name(trigger: AgentEnvelope | Timeout) -> Trigger:
     """``event``, ``tool_result``, ``approval``, ``export_request``, ``timeout`` or ``none``."""
     if isinstance(trigger, Timeout):
-        return "timeout"
-    return trigger.WhichOneof("body") or "none"
+        return Trigger.TIMEOUT
+    return Trigger(trigger.WhichOneof("body") or Trigger.NONE)
 
 
 def hitl_timeout(continuation: Continuation, fired_ms: int) -> Timeout:
@@ -94,18 +104,18 @@ def classify_trigger(state: KeyState, trigger: AgentEnvelope | Timeout) -> Trigg
     cont = state.continuation
     pending_ids = {i.intent_id for i in state.pending}
     body = trigger_name(trigger)
-    if body == "timeout":
+    if body is Trigger.TIMEOUT:
         if cont is None:
             return TriggerDecision(
                 TriggerAction.REJECT, "HITL timer fired for a key that is not suspended"
             )
         return TriggerDecision(TriggerAction.RESUME)
     assert isinstance(trigger, AgentEnvelope)
-    if body == "export_request":
+    if body is Trigger.EXPORT_REQUEST:
         return TriggerDecision(TriggerAction.EXPORT)
-    if body == "event":
+    if body is Trigger.EVENT:
         return TriggerDecision(TriggerAction.QUEUE if cont is not None else TriggerAction.START)
-    if body == "tool_result":
+    if body is Trigger.TOOL_RESULT:
         intent_id = trigger.tool_result.intent_id
         if intent_id in pending_ids:
             return TriggerDecision(
@@ -119,7 +129,7 @@ def classify_trigger(state: KeyState, trigger: AgentEnvelope | Timeout) -> Trigg
             TriggerAction.REJECT,
             f"tool_result for unknown or already-resolved intent {intent_id!r}",
         )
-    if body == "approval":
+    if body is Trigger.APPROVAL:
         intent_id = trigger.approval.intent_id
         if intent_id in pending_ids:
             return TriggerDecision(TriggerAction.RESUME)
@@ -137,8 +147,7 @@ class ActivationCommit:
     """A successful activation: the state to commit and everything to emit."""
 
     seq: int
-    kind: str
-    """``start`` or ``resume``."""
+    kind: ActivationKind
     state: KeyState
     """The key's state after the activation (in memory)."""
     cells: StateCells
@@ -168,7 +177,7 @@ class ActivationFailure:
     """A failed activation: nothing is committed but its SEQ and this trace."""
 
     seq: int
-    kind: str
+    kind: ActivationKind
     trace: tuple[TraceEvent, ...]
     error_type: str
     error: BaseException = field(compare=False)
@@ -201,11 +210,14 @@ def run_activation(
     tool_cache_policy: ToolCachePolicy = DEFAULT_TOOL_CACHE_POLICY,
     serve_recorded_tools: bool = False,
     capture: ValueCapture | None = None,
+    decision: TriggerDecision | None = None,
 ) -> ActivationResult:
     """Run one activation of ``agent`` for ``entity_key`` at ``seq`` on the clock ``now_ms``.
 
-    ``state`` is the key's loaded (migrated) state and is not modified; the caller
-    must have checked ``classify_trigger(state, trigger)`` is START or RESUME.
+    ``state`` is the key's loaded (migrated) state and is not modified.
+    ``decision`` is ``classify_trigger(state, trigger)`` when the caller has it (the
+    DoFn classifies every trigger before running it); it is computed here otherwise.
+    Its action must be START or RESUME, and it alone says which of the two runs.
     ``cache_visible_through_seq`` is for replay: cache entries minted by a later
     activation than the target are not the responses it consumed (nor the tool
     results it got). ``serve_recorded_tools`` is for replay too: ``recorded=True``
@@ -213,7 +225,16 @@ def run_activation(
     them and records their results under ``tool_cache_policy``). ``capture`` is
     for replay too: it receives the value behind every digest the activation traces.
     """
-    kind = "start" if trigger_name(trigger) == "event" else "resume"
+    if decision is None:
+        decision = classify_trigger(state, trigger)
+    kind = decision.kind
+    if kind is None:
+        raise ValueError(
+            f"run_activation was given a {trigger_name(trigger)} trigger the key's state "
+            f"decides to {decision.action.value}"
+            + (f" ({decision.reason})" if decision.reason else "")
+            + "; only START and RESUME decisions run an activation"
+        )
     # Private copies: agent code mutates these; a failure simply drops them.
     work = _copy_state(state)
     ctx = AgentContext(
@@ -281,28 +302,30 @@ def _copy_intent(intent: ToolIntent) -> ToolIntent:
 
 
 def _start_attributes(
-    trigger: AgentEnvelope | Timeout, kind: str, state: KeyState
+    trigger: AgentEnvelope | Timeout, kind: ActivationKind, state: KeyState
 ) -> dict[str, te.AttrValue]:
     attrs: dict[str, te.AttrValue] = {
-        te.ATTR_ACTIVATION_KIND: kind,
-        te.ATTR_TRIGGER: trigger_name(trigger),
+        te.ATTR_ACTIVATION_KIND: kind.value,
+        te.ATTR_TRIGGER: trigger_name(trigger).value,
     }
     if isinstance(trigger, Timeout):
         attrs[te.ATTR_DEADLINE_MS] = trigger.deadline_ms
-        attrs[te.ATTR_INBOUND_STATUS] = "timeout"
+        attrs[te.ATTR_INBOUND_STATUS] = InboundStatus.TIMEOUT.value
     else:
         attrs[te.ATTR_ENVELOPE_ID] = trigger.envelope_id
         attrs[te.ATTR_ENVELOPE_SHA256] = envelope_digest(trigger)
-        body = trigger.WhichOneof("body")
-        if body == "event":
+        body = trigger_name(trigger)
+        if body is Trigger.EVENT:
             attrs[te.ATTR_EVENT_TYPE] = trigger.event.type
-        elif body == "tool_result":
+        elif body is Trigger.TOOL_RESULT:
             attrs[te.ATTR_INBOUND_INTENT_ID] = trigger.tool_result.intent_id
             attrs[te.ATTR_INBOUND_STATUS] = ToolResult.Status.Name(trigger.tool_result.status)
-        elif body == "approval":
+        elif body is Trigger.APPROVAL:
             attrs[te.ATTR_INBOUND_INTENT_ID] = trigger.approval.intent_id
-            attrs[te.ATTR_INBOUND_STATUS] = "approved" if trigger.approval.approved else "rejected"
-    if kind == "resume" and state.continuation is not None:
+            attrs[te.ATTR_INBOUND_STATUS] = (
+                InboundStatus.APPROVED if trigger.approval.approved else InboundStatus.REJECTED
+            ).value
+    if kind is ActivationKind.RESUME and state.continuation is not None:
         attrs[te.ATTR_STEP_INDEX] = state.continuation.step_index + 1
     return attrs
 
@@ -313,25 +336,25 @@ def _run(
     state: KeyState,
     work: KeyState,
     trigger: AgentEnvelope | Timeout,
-    kind: str,
+    kind: ActivationKind,
     hitl: HitlPolicy,
     capture: ValueCapture | None,
 ) -> ActivationCommit:
-    ctx.record(TraceEvent.ACTIVATION_START, kind, _start_attributes(trigger, kind, state))
+    ctx.record(TraceEvent.ACTIVATION_START, kind.value, _start_attributes(trigger, kind, state))
     pre_cont = state.continuation
     released: list[ToolIntent] = []
     outcome: Done | Suspend | None = None
-    outcome_name: str
+    outcome_name: Outcome
 
-    if kind == "resume":
+    if kind is ActivationKind.RESUME:
         record = ResumeRecord(seq=ctx.seq, pending=[_copy_intent(i) for i in state.pending])
         if pre_cont is not None:
             record.continuation.CopyFrom(pre_cont)
         work.resume_history = [*work.resume_history, record][-MAX_RESUME_HISTORY:]
 
-    if isinstance(trigger, AgentEnvelope) and trigger.WhichOneof("body") == "event":
+    if isinstance(trigger, AgentEnvelope) and trigger_name(trigger) is Trigger.EVENT:
         outcome = agent.start(ctx, trigger.event)
-    elif isinstance(trigger, AgentEnvelope) and trigger.WhichOneof("body") == "approval":
+    elif isinstance(trigger, AgentEnvelope) and trigger_name(trigger) is Trigger.APPROVAL:
         approval = trigger.approval
         intent = next(i for i in work.pending if i.intent_id == approval.intent_id)
         work.pending = [i for i in work.pending if i.intent_id != approval.intent_id]
@@ -356,21 +379,23 @@ def _run(
     continuation: Continuation | None = work.continuation
     outputs: tuple[bytes, ...] = ()
     if outcome is None:
-        outcome_name = "released" if released else "rejected"
+        outcome_name = Outcome.RELEASED if released else Outcome.REJECTED
     elif isinstance(outcome, Done):
-        outcome_name = "done"
+        outcome_name = Outcome.DONE
         outputs = outcome.all_outputs()
         for out in outputs:
             if not isinstance(out, bytes):
                 raise AgentResultError(f"Done outputs must be bytes, got {type(out).__name__}")
         continuation = None
     elif isinstance(outcome, Suspend):
-        outcome_name = "suspended"
-        step_index = pre_cont.step_index + 1 if kind == "resume" and pre_cont is not None else 0
+        outcome_name = Outcome.SUSPENDED
+        step_index = (
+            pre_cont.step_index + 1 if kind is ActivationKind.RESUME and pre_cont is not None else 0
+        )
         continuation = _suspend(ctx, work, pre_cont, outcome, hitl, step_index)
     else:
         raise AgentResultError(
-            f"{type(agent).__name__}.{'start' if kind == 'start' else 'resume'} returned "
+            f"{type(agent).__name__}.{kind.value} returned "
             f"{type(outcome).__name__}; it must return Done(...) or Suspend(...)"
         )
 
@@ -393,7 +418,7 @@ def _run(
 
     for intent in released:
         ctx.record(TraceEvent.INTENT_RELEASED, intent.tool, {te.ATTR_INTENT_ID: intent.intent_id})
-    if continuation is not None and outcome_name == "suspended":
+    if continuation is not None and outcome_name is Outcome.SUSPENDED:
         index = ctx.record(
             TraceEvent.SUSPENDED,
             "suspend",
@@ -409,9 +434,9 @@ def _run(
     memory_body = unwrap_blob("memory", cells.memory)[1]
     index = ctx.record(
         TraceEvent.ACTIVATION_END,
-        outcome_name,
+        outcome_name.value,
         {
-            te.ATTR_OUTCOME: outcome_name,
+            te.ATTR_OUTCOME: outcome_name.value,
             te.ATTR_OUTPUTS_COUNT: len(outputs),
             te.ATTR_INTENTS_COUNT: len(released),
             # Digests, never payloads: replay compares the re-run's outputs and memory with them.

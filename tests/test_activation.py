@@ -31,6 +31,7 @@ from beam_agents.testing import (
     tool_result_envelope,
 )
 from beam_agents.trace_events import attributes_dict, kind_name, serialize_trace_event
+from beam_agents.trace_view import ActivationKind
 
 KEY = b"customer-42"
 T0 = 1_734_000_000_000
@@ -225,6 +226,28 @@ def test_classify_routes_every_trigger() -> None:
         is TriggerAction.REJECT
     )
     assert classify_trigger(idle, Timeout(deadline_ms=1)).action is TriggerAction.REJECT
+
+
+def test_run_activation_runs_what_classify_decides_and_refuses_the_rest() -> None:
+    idle = empty_state()
+    start = run(AGENT, idle, event_envelope(KEY, "m", b"refund", time_ms=T0))
+    assert start.kind is ActivationKind.START
+    suspended = load_key_state(start.cells)
+    refund_id = start.approval_requests[0].intent_id
+    approve = approval_envelope(KEY, refund_id, approved=True, time_ms=T0 + 1)
+    decision = classify_trigger(suspended, approve)
+    assert decision.kind is ActivationKind.RESUME
+    resumed = run_activation(
+        AGENT, TOOLS, make_provider(), suspended, approve,
+        now_ms=T0 + 1, seq=2, entity_key=KEY, decision=decision,
+    )  # fmt: skip
+    assert resumed.kind is ActivationKind.RESUME
+    # An event for a suspended key queues: running it anyway is a caller bug, named.
+    queued = event_envelope(KEY, "m", time_ms=T0 + 2)
+    with pytest.raises(ValueError, match="decides to queue"):
+        run(AGENT, suspended, queued, seq=2)
+    with pytest.raises(ValueError, match="awaits approval"):
+        run(AGENT, suspended, tool_result_envelope(KEY, refund_id, time_ms=T0), seq=2)
 
 
 def test_suspend_awaiting_an_unknown_intent_fails_the_activation() -> None:

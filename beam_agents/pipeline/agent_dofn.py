@@ -45,6 +45,7 @@ from beam_agents.activation import (
     ActivationCommit,
     ActivationResult,
     TriggerAction,
+    TriggerDecision,
     classify_trigger,
     hitl_timeout,
     run_activation,
@@ -73,11 +74,13 @@ from beam_agents.pipeline.dead_letter import (
     NO_BODY,
     REJECTED_TRIGGER,
     STATE_UNREADABLE,
+    ErrorCode,
     ErrorRecord,
 )
 from beam_agents.provider import Provider
 from beam_agents.tools import ToolRegistry
 from beam_agents.trace_events import serialize_trace_event
+from beam_agents.trace_view import Trigger
 
 METRICS_NAMESPACE = "beam_agents"
 
@@ -317,14 +320,14 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
             return
         decision = classify_trigger(run.state, envelope)
         if decision.action is TriggerAction.REJECT:
-            code = NO_BODY if trigger_name(envelope) == "none" else REJECTED_TRIGGER
+            code = NO_BODY if trigger_name(envelope) is Trigger.NONE else REJECTED_TRIGGER
             yield self._error(code, decision.reason, key, raw, envelope_id=envelope.envelope_id)
             return
         if decision.action is TriggerAction.QUEUE:
             yield from self._enqueue(key, raw, envelope, store)
             return
         was_suspended = run.state.continuation is not None
-        self._activate(key, run, envelope, now_ms=envelope.event_time_ms)
+        self._activate(key, run, envelope, decision, now_ms=envelope.event_time_ms)
         if was_suspended and run.state.continuation is None:
             self._drain_inbox(key, run, store)
         self._write(run, store, timer)
@@ -344,9 +347,10 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
             self._stale_timers.inc()
             return
         trigger = hitl_timeout(cont, fired_ms)
-        if classify_trigger(run.state, trigger).action is not TriggerAction.RESUME:
+        decision = classify_trigger(run.state, trigger)
+        if decision.action is not TriggerAction.RESUME:
             return
-        self._activate(key, run, trigger, now_ms=fired_ms)
+        self._activate(key, run, trigger, decision, now_ms=fired_ms)
         if run.state.continuation is None:
             self._drain_inbox(key, run, store)
         self._write(run, store, timer)
@@ -373,7 +377,13 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
         )
 
     def _activate(
-        self, key: bytes, run: _KeyRun, trigger: AgentEnvelope | Timeout, *, now_ms: int
+        self,
+        key: bytes,
+        run: _KeyRun,
+        trigger: AgentEnvelope | Timeout,
+        decision: TriggerDecision,
+        *,
+        now_ms: int,
     ) -> None:
         provider = self._provider
         if provider is None:  # process() before setup(): a runner bug, or a hand-made call
@@ -392,6 +402,7 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
             hitl=self._config.hitl,
             cache_policy=self._config.cache,
             tool_cache_policy=self._config.tool_cache,
+            decision=decision,
         )
         self._latency.update(int((time.perf_counter() - started) * 1000))
         self._activations.inc()
@@ -453,7 +464,7 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
                     )
                 )
                 continue
-            self._activate(key, run, envelope, now_ms=envelope.event_time_ms)
+            self._activate(key, run, envelope, decision, now_ms=envelope.event_time_ms)
         store.write_inbox(inbox[done:])
 
     def _enqueue(
@@ -506,7 +517,7 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
                 timer.set(_timestamp(run.timer_target))
 
     def _error(
-        self, code: str, reason: str, key: bytes, raw: bytes, *, envelope_id: str = ""
+        self, code: ErrorCode, reason: str, key: bytes, raw: bytes, *, envelope_id: str = ""
     ) -> tuple[str, ErrorRecord]:
         self._dead_letters.inc()
         return AgentDoFn.TAG_ERRORS, ErrorRecord(

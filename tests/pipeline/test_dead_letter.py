@@ -27,3 +27,15 @@ def test_records_pickle_for_beam_and_codes_are_distinct() -> None:
     record = ErrorRecord(ERROR_CODES[0], "why")
     assert pickle.loads(pickle.dumps(record)) == record
     assert len(set(ERROR_CODES)) == len(ERROR_CODES) == 6
+
+
+def test_a_code_given_as_text_becomes_its_member_and_an_unknown_one_is_refused() -> None:
+    import pytest
+
+    from beam_agents.pipeline import ErrorCode
+
+    record = ErrorRecord("no_body", "empty envelope")
+    assert record.code is ErrorCode.NO_BODY
+    assert json.loads(record.to_json_bytes())["code"] == "no_body"
+    with pytest.raises(ValueError, match="no_such_code"):
+        ErrorRecord("no_such_code", "why")
