@@ -1,8 +1,9 @@
 """Benchmark: opening the TUI and moving through a huge activation (not a test; prints numbers).
 
 For a 50-event and a 100,000-event activation (a reproduced ``ReplayResult`` of
-realistic events, built beforehand: the engine's time is not the TUI's), runs
-the app headless and measures:
+realistic events with values shaped like the engine's, about six per event —
+``--no-values`` leaves them out — built beforehand: the engine's time is not the
+TUI's), runs the app headless and measures:
 
   (a) first paint: from entering the app to the first frame written with the
       timeline's rows in it (target <= 0.5 s);
@@ -95,16 +96,20 @@ def main() -> None:
     parser.add_argument("--events", default="50,100000")
     parser.add_argument("--presses", type=int, default=40)
     parser.add_argument("--size", default="160x48")
+    parser.add_argument(
+        "--no-values", action="store_true", help="results without values (the engine's values off)"
+    )
     args = parser.parse_args()
     width, height = (int(v) for v in args.size.split("x"))
     for count in (int(c) for c in args.events.split(",")):
         built = time.perf_counter()
-        result = tui_results.large_result(count)
+        result = tui_results.large_result(count, values=not args.no_values)
         build_s = time.perf_counter() - built
         first_paint, times = asyncio.run(measure(result, args.presses, (width, height)))
         median = statistics.median(times)
         print(
-            f"{count:>7} events (result built in {build_s:.2f} s, not counted): "
+            f"{count:>7} events, {len(result.values):>7} values "
+            f"(result built in {build_s:.2f} s, not counted): "
             f"first paint {first_paint * 1000:7.1f} ms (target {FIRST_PAINT_TARGET_S * 1000:.0f} ms, "
             f"ratio {first_paint / FIRST_PAINT_TARGET_S:.2f})   "
             f"j median {median * 1000:5.1f} ms  p90 {sorted(times)[int(len(times) * 0.9)] * 1000:5.1f} ms "

@@ -224,3 +224,36 @@ def test_the_diverged_incident_shows_the_replayed_order_id_marked_differing(
 
     redacted = _replay_refund_v2(out, "--redact")
     assert redacted.returncode == 1 and "B2001" not in redacted.stdout
+
+
+async def test_the_tui_shows_the_replayed_order_id_marked_differing(
+    demo: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    import html
+
+    from beam_agents.replay.engine import replay
+    from beam_agents.replay.options import ReplayOptions
+    from replay_tui.app import ReplayApp
+
+    out, _ = demo
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))  # examples.support_desk, as the CLI imports it
+    result = replay(
+        ReplayOptions(
+            snapshot=out / "snapshots" / f"{b'customer-bob'.hex()}-3-incident-refund-bob.pb",
+            traces=(out / "traces",),
+            event=out / "events" / "msg-bob-1.pb",
+            agent="examples.support_desk.agent_v2:AGENT",
+            registry="examples.support_desk.tools:TOOLS",
+            seq=1,
+        )
+    )
+    assert result.exit_code == 1
+    app = ReplayApp(result)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()  # it opens on the first divergence
+        screen = html.unescape(re.sub(r"<[^>]+>", "", app.export_screenshot())).replace("\xa0", " ")
+        line = next(row for row in screen.splitlines() if '{"order_id": "B2001"}' in row)
+        assert "≠ differs" in line and "args" in line
+        assert "✓ verified" in screen and "result" in screen
+        assert " live $" in screen  # the traced model call went to the provider

@@ -8,8 +8,10 @@ nearest cached entry and the request components that differ.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 from rich.text import Text
 
@@ -315,14 +317,35 @@ VALUE_CHARS = 400
 _MARK_ORDER = {Mark.DIFFERS: 0, Mark.VERIFIED: 1, Mark.UNVERIFIABLE: 2}
 
 
-def values_by_event(result: ReplayResult) -> dict[int, list[Value]]:
-    """The result's values grouped by event index, differing ones first (built once per result)."""
-    grouped: dict[int, list[Value]] = {}
-    for value in result.values:
-        grouped.setdefault(value.event_index, []).append(value)
-    for values in grouped.values():
-        values.sort(key=lambda v: _MARK_ORDER[v.mark])
-    return grouped
+class ValuesIndex:
+    """The result's values of one event, differing ones first, found by bisection.
+
+    The engine lists values in event order, so the index is one list of event indices
+    (built once, ~30 ms per million values); each lookup bisects and sorts a handful.
+    """
+
+    __slots__ = ("_keys", "_values")
+
+    def __init__(self, values: Sequence[Value]) -> None:
+        keys = [v.event_index for v in values]
+        if any(a > b for a, b in pairwise(keys)):
+            values = sorted(values, key=lambda v: v.event_index)
+            keys = [v.event_index for v in values]
+        self._values = values
+        self._keys = keys
+
+    def get(self, index: int, default: Sequence[Value] = ()) -> list[Value]:
+        """The values of event ``index`` (differing first), or ``default`` as a list."""
+        lo = bisect_left(self._keys, index)
+        hi = bisect_right(self._keys, index, lo)
+        if lo == hi:
+            return list(default)
+        return sorted(self._values[lo:hi], key=lambda v: _MARK_ORDER[v.mark])
+
+
+def values_by_event(result: ReplayResult) -> ValuesIndex:
+    """The result's values, looked up by event index (see ``ValuesIndex``)."""
+    return ValuesIndex(result.values)
 
 
 def value_line(value: Value, *, limit: int | None = VALUE_CHARS) -> Text:

@@ -8,12 +8,17 @@ arguments — not only at what the trace names.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 from beam_agents.replay.result import ReplayResult, Value
 from beam_agents.trace_events import kind_name
 
 __all__ = ["search_position"]
+
+
+class _Values(Protocol):
+    def get(self, index: int, default: Sequence[Value] = ..., /) -> Sequence[Value]: ...
 
 
 def _holds(result: ReplayResult, values: Sequence[Value], position: int, needle: str) -> bool:
@@ -28,7 +33,7 @@ def _holds(result: ReplayResult, values: Sequence[Value], position: int, needle:
 
 def search_position(
     result: ReplayResult,
-    values_by_index: Mapping[int, Sequence[Value]],
+    values_by_index: _Values,
     query: str,
     after: int,
 ) -> int | None:

@@ -29,7 +29,9 @@ from beam_agents.replay.result import (
     PendingIntentView,
     ReplayHeader,
     ReplayResult,
+    Mark,
     StateView,
+    Value,
     Verdict,
 )
 
@@ -434,8 +436,53 @@ def injection_error_result() -> ReplayResult:
     return usage_error_result(message=f"cannot read --snapshot {INJECTION}: {INJECTION}")
 
 
-def large_result(events: int) -> ReplayResult:
-    """A reproduced activation of ``events`` events (for the benchmark): mostly model and tool calls."""
+_PROMPT = "You are a support agent for ACME. Be brief and kind; quote the order id. " * 4
+_ANSWER = "Your order A-1001 shipped on 2024-12-09 with DHL; tracking JD0146000062812301." * 2
+
+
+def _large_values(events: tuple[EventPair, ...]) -> tuple[Value, ...]:
+    """Values shaped like the engine's: ~9 per model call, 2 per tool call (verified)."""
+    out: list[Value] = []
+    digest = "ab" * 32
+    for pair in events:
+        event = pair.replayed
+        assert event is not None
+        i = pair.index
+
+        def add(path: str, text: str, i: int = i) -> None:
+            out.append(
+                Value(
+                    event_index=i,
+                    path=path,
+                    value=text,
+                    text=text,
+                    mark=Mark.VERIFIED,
+                    digest=digest,
+                    traced_digest=digest,
+                )
+            )
+
+        if event.kind == event.LLM_CALL:
+            add("request", '{"cache_key": "' + digest + '"}')
+            add("request.model", event.name)
+            add("request.params", '{"temperature": 0.0}')
+            add("request.messages[0]", '{"content": "' + _PROMPT + '", "role": "system"}')
+            add("request.messages[1]", f'{{"content": "question {i}", "role": "user"}}')
+            add("response.text", _ANSWER)
+            add("response.usage", '{"input_tokens": 812, "output_tokens": 96}')
+            add("response.stop_reason", "end_turn")
+            add("response.model", event.name)
+        elif event.kind == event.TOOL_CALL:
+            add("args", f'{{"order_id": "A-{i % 97}"}}')
+            add("result", f'{{"order_id": "A-{i % 97}", "status": "shipped"}}')
+    return tuple(out)
+
+
+def large_result(events: int, *, values: bool = True) -> ReplayResult:
+    """A reproduced activation of ``events`` events (for the benchmark): mostly model and tool calls.
+
+    With ``values`` it carries values shaped like the engine's (about 6 per event).
+    """
     trace = Trace()
     trace.start()
     body = events - 2
@@ -456,6 +503,7 @@ def large_result(events: int) -> ReplayResult:
         outputs=(blob(b"done"),),
         memory=blob(MEMORY_BLOB),
         state=state_view(),
+        values=_large_values(pairs) if values else (),
     )
 
 
