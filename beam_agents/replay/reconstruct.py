@@ -273,6 +273,11 @@ def _plan_traced(
     )
 
 
+def _a(word: str) -> str:
+    """``word`` with its article: "an event", "an approval", "a tool_result", "a timeout"."""
+    return f"{'an' if word[:1] in 'aeiou' else 'a'} {word}"
+
+
 def _check_event(
     event: AgentEnvelope | None,
     key: bytes,
@@ -284,14 +289,14 @@ def _check_event(
     if event is None:
         raise InputError(
             f"--event is missing: the activation of key {key.hex()} at seq {seq} was triggered "
-            f"by a {trigger} envelope (envelope_id {envelope_id!r})",
+            f"by {_a(trigger)} envelope (envelope_id {envelope_id!r})",
             "pass that envelope's bytes from the events topic with --event",
         )
     body = trigger_name(event)
     if body != trigger:
         raise InputError(
-            f"--event carries a {body}, but the activation at seq {seq} was triggered by a "
-            f"{trigger}",
+            f"--event carries {_a(body)}, but the activation at seq {seq} was triggered by "
+            f"{_a(trigger)}",
             "pass the envelope that triggered this activation, or --seq for another one",
         )
     if event.envelope_id != envelope_id:

@@ -21,7 +21,10 @@ HELP: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
                 "quit; the exit code is the verdict's (0 reproduced/what-if, 1 diverged, 2 error, 3 irreproducible)",
             ),
             ("?", "this help"),
-            ("s", "state: memory tree, replay cache, pending intents, continuation, versions, tool cache"),
+            (
+                "s",
+                "state: memory tree, replay cache, pending intents, continuation, versions, tool cache",
+            ),
             ("i", "intents ledger: staged/released, traced vs replayed"),
             ("o", "outputs: sizes and digests; payloads as text or hex"),
             ("e", "export the report (Markdown and JSON) and say where"),
@@ -50,6 +53,13 @@ HELP: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         ),
     ),
     (
+        "tables and trees (state, intents, outputs)",
+        (
+            ("↓ j / ↑ k", "next / previous row"),
+            ("g / G", "first / last row"),
+        ),
+    ),
+    (
         "state",
         (
             ("1 2 3 4 5 6", "memory, cache, pending, continuation, versions, tool cache tabs"),
@@ -63,7 +73,14 @@ HELP: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
             ("x", "show the selected payload as a hex dump"),
         ),
     ),
-    ("help", (("escape ? enter", "close this help"),)),
+    (
+        "help",
+        (
+            ("↓ j / ↑ k", "scroll down / up"),
+            ("g / G", "top / bottom"),
+            ("escape ? enter", "close this help"),
+        ),
+    ),
 )
 
 
@@ -85,7 +102,20 @@ class HelpScreen(ModalScreen[None]):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,question_mark,enter", "app.pop_screen", "Close"),
+        Binding("down,j", "scroll('down')", "Down", show=False),
+        Binding("up,k", "scroll('up')", "Up", show=False),
+        Binding("g", "scroll('home')", "Top", show=False),
+        Binding("G", "scroll('end')", "Bottom", show=False),
     ]
+
+    def action_scroll(self, where: str) -> None:
+        box = self.query_one("#help-box", VerticalScroll)
+        {
+            "down": box.scroll_down,
+            "up": box.scroll_up,
+            "home": box.scroll_home,
+            "end": box.scroll_end,
+        }[where](animate=False)
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-box"):

@@ -13,6 +13,7 @@ from textual.widgets import DataTable, Footer, Static
 from beam_agents.replay.result import ReplayResult
 from replay_tui.render.state import INTENT_COLUMNS, intent_rows
 from replay_tui.widgets.header import VerdictBanner
+from replay_tui.widgets.keyed import KeyedDataTable
 
 
 class IntentsScreen(Screen[None]):
@@ -32,7 +33,7 @@ class IntentsScreen(Screen[None]):
         summary = Text(f"{len(intents)} intents", style="bold")
         summary.append(f"  ·  re-run staged {staged}, released {released}", style="dim")
         yield Static(summary, id="intents-summary")
-        yield DataTable(id="intents-table", cursor_type="row", zebra_stripes=True)
+        yield KeyedDataTable(id="intents-table", cursor_type="row", zebra_stripes=True)
         yield Footer()
 
     def on_mount(self) -> None:

@@ -110,7 +110,8 @@ class MainScreen(Screen[None]):
         if self.filter_query and self.filtering:
             parts.append(f"filter {self.filter_query!r}: scanning {len(self.model)} events…")
         elif self.filter_query:
-            parts.append(f"filter {self.filter_query!r}: {timeline.shown_count} rows")
+            shown = timeline.shown_count
+            parts.append(f"filter {self.filter_query!r}: {shown} row{'' if shown == 1 else 's'}")
         if timeline.step_mode:
             parts.append("step mode (esc leaves)")
         notable = len(self.model.notable)

@@ -15,6 +15,7 @@ from textual.widgets import DataTable, Footer, Static
 from beam_agents.replay.result import BlobDigest, ReplayResult
 from replay_tui.render.state import OUTPUT_COLUMNS, output_rows, payload_as_hex, payload_as_text
 from replay_tui.widgets.header import VerdictBanner
+from replay_tui.widgets.keyed import KeyedDataTable
 
 
 class OutputsScreen(Screen[None]):
@@ -33,7 +34,7 @@ class OutputsScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield VerdictBanner(self.result, id="verdict")
-        yield DataTable(id="outputs-table", cursor_type="row")
+        yield KeyedDataTable(id="outputs-table", cursor_type="row")
         with VerticalScroll(id="payload"):
             yield Static(
                 Text("Select a row and press t for text or x for hex.", style="dim"),

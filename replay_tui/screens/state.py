@@ -27,6 +27,7 @@ from replay_tui.render.state import (
 )
 from replay_tui.widgets.header import VerdictBanner
 from replay_tui.widgets.json_tree import JsonTree
+from replay_tui.widgets.keyed import KeyedDataTable
 
 
 class StateScreen(Screen[None]):
@@ -61,9 +62,9 @@ class StateScreen(Screen[None]):
                 yield JsonTree(state.memory, id="memory-tree")
                 yield Static(memory_delta_text(self.result), id="memory-delta")
             with TabPane(f"2 cache ({len(state.cache_entries)})", id="cache"):
-                yield DataTable(id="cache-table", cursor_type="row", zebra_stripes=True)
+                yield KeyedDataTable(id="cache-table", cursor_type="row", zebra_stripes=True)
             with TabPane(f"3 pending ({len(state.pending)})", id="pending"):
-                yield DataTable(id="pending-table", cursor_type="row", zebra_stripes=True)
+                yield KeyedDataTable(id="pending-table", cursor_type="row", zebra_stripes=True)
             with TabPane("4 continuation", id="continuation"), VerticalScroll():
                 yield Static(continuation_text(state.continuation, self.result.header.now_ms))
                 if state.resumed_continuation is not None:
@@ -74,7 +75,7 @@ class StateScreen(Screen[None]):
             with TabPane("5 versions", id="versions"), VerticalScroll():
                 yield Static(versions_text(self.result, state))
             with TabPane(f"6 tools ({len(state.tool_cache_entries)})", id="tools"):
-                yield DataTable(id="tool-cache-table", cursor_type="row", zebra_stripes=True)
+                yield KeyedDataTable(id="tool-cache-table", cursor_type="row", zebra_stripes=True)
         yield Footer()
 
     def on_mount(self) -> None:

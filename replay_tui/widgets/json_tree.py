@@ -8,16 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
 from replay_tui.render.state import JsonNode, json_tree
+from replay_tui.widgets.keyed import KeyedTree
 
 EXPAND_DEPTH = 2
 """Levels open on first show; deeper ones open on demand."""
 
 
-class JsonTree(Tree[None]):
+class JsonTree(KeyedTree[None]):
     """The working memory (or any JSON value) as a tree."""
 
     def __init__(self, value: Any, *, name: str = "memory", id: str | None = None) -> None:

@@ -405,7 +405,7 @@ def test_a_snapshot_with_a_newer_schema_exits_2_naming_both_versions(
         ("other key", "but the snapshot is of key"),
         (
             "other kind",
-            "carries a tool_result, but the activation at seq 2 was triggered by a event",
+            "carries a tool_result, but the activation at seq 2 was triggered by an event",
         ),
         ("other envelope id", "was triggered by envelope_id"),
         ("other bytes", "different bytes"),

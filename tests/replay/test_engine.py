@@ -429,7 +429,7 @@ def test_an_event_of_another_kind_than_traced_is_refused(history: KeyHistory) ->
     assert_usage_error(
         replay(options(history.export(), history.trace_bytes(), event=wrong)),
         "carries a tool_result",
-        "triggered by a event",
+        "triggered by an event",
     )
 
 

@@ -249,6 +249,76 @@ async def test_state_screen_shows_memory_tree_cache_and_tabs(real: Real) -> None
         assert cache.row_count == len(result.state.cache_entries)
 
 
+async def test_every_table_and_tree_moves_with_j_k_g_shift_g(real: Real) -> None:
+    """The timeline's keys work in the state tables, the memory tree, intents and outputs."""
+    from replay_tui.widgets.keyed import KeyedDataTable, KeyedTree
+
+    result = real("reproduced")
+    app = ReplayApp(result)
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.press("s")
+        tree = app.screen.query_one("#memory-tree", Tree)
+        assert isinstance(tree, KeyedTree) and tree.has_focus and tree.last_line >= 2
+        await pilot.press("j")
+        assert tree.cursor_line == 1
+        await pilot.press("G")
+        assert tree.cursor_line == tree.last_line
+        await pilot.press("k")
+        assert tree.cursor_line == tree.last_line - 1
+        await pilot.press("g")
+        assert tree.cursor_line == 0
+        tables = list(app.screen.query(DataTable))
+        assert tables and all(isinstance(t, KeyedDataTable) for t in tables)
+        await pilot.press("2")
+        cache = app.screen.query_one("#cache-table", DataTable)
+        cache.focus()
+        await pilot.pause()
+        assert cache.row_count >= 2
+        await pilot.press("G")
+        assert cache.cursor_row == cache.row_count - 1
+        await pilot.press("k")
+        assert cache.cursor_row == cache.row_count - 2
+        await pilot.press("g")
+        assert cache.cursor_row == 0
+        await pilot.press("j")
+        assert cache.cursor_row == 1
+        for key in ("i", "o"):
+            await pilot.press(key)
+            table = app.screen.query_one(DataTable)
+            assert isinstance(table, KeyedDataTable) and table.has_focus
+            await pilot.press("G")
+            assert table.cursor_row == table.row_count - 1
+            await pilot.press("g")
+            assert table.cursor_row == 0
+
+
+async def test_help_scrolls_with_j_k_g_shift_g(real: Real) -> None:
+    app = ReplayApp(real("reproduced"))
+    async with app.run_test(size=(100, 16)) as pilot:
+        await pilot.press("question_mark")
+        box = app.screen.query_one("#help-box")
+        assert box.max_scroll_y > 2  # the help is taller than this terminal
+        await pilot.press("j", "j")
+        assert box.scroll_y == 2
+        await pilot.press("k")
+        assert box.scroll_y == 1
+        await pilot.press("G")
+        assert box.scroll_y == box.max_scroll_y
+        await pilot.press("g")
+        assert box.scroll_y == 0
+
+
+async def test_a_filter_of_one_row_says_1_row(real: Real) -> None:
+    app = ReplayApp(real("reproduced"))
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.press("slash", *"kind:activation_start", "enter")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert timeline(app).shown_count == 1
+        status = static_text(app.screen.query_one("#status", Static))
+        assert ": 1 row" in status and "1 rows" not in status
+
+
 async def test_intents_screen_lists_the_ledger(real: Real) -> None:
     result = real("reproduced")
     app = ReplayApp(result)
