@@ -311,7 +311,7 @@ async def test_help_scrolls_with_j_k_g_shift_g(real: Real) -> None:
 async def test_a_filter_of_one_row_says_1_row(real: Real) -> None:
     app = ReplayApp(real("reproduced"))
     async with app.run_test(size=WIDE) as pilot:
-        await pilot.press("slash", *"kind:activation_start", "enter")
+        await pilot.press("f", *"kind:activation_start", "enter")
         await app.workers.wait_for_complete()
         await pilot.pause()
         assert timeline(app).shown_count == 1
