@@ -29,9 +29,11 @@ __all__ = [
     "VALUE_WIDTH",
     "digest_note",
     "mark_text",
+    "miss_request_values",
     "older_trace",
     "render_error",
     "render_report",
+    "request_components_differing",
     "safe_text",
     "value_lines",
     "value_text",
@@ -161,7 +163,44 @@ def _divergence_lines(
     return lines
 
 
-def _miss_lines(miss: CacheMiss) -> list[str]:
+def request_components_differing(miss: CacheMiss) -> frozenset[str]:
+    """The value paths (``request.messages[1]``) of the components the nearest entry differs in."""
+    if miss.nearest is None:
+        return frozenset()
+    return frozenset(f"request.{name}" for name in miss.nearest.differences)
+
+
+def miss_request_values(result: ReplayResult, miss: CacheMiss) -> list[Value]:
+    """The replayed request's components at the miss, in request order (no digests line)."""
+    return [
+        v
+        for v in result.values
+        if v.event_index == miss.event_index and v.path.startswith("request.")
+    ]
+
+
+def _miss_request_lines(
+    result: ReplayResult, miss: CacheMiss, *, width: int | None = VALUE_WIDTH
+) -> list[str]:
+    """The replayed request in plaintext; ``≠`` on the components the nearest entry lacks."""
+    values = miss_request_values(result, miss)
+    if not values:
+        return []
+    differing = request_components_differing(miss)
+    lines = [
+        "    replayed request (≠: differs from the nearest cached entry's):"
+        if differing
+        else "    replayed request:"
+    ]
+    for v in values:
+        flag = "≠" if v.path in differing else " "
+        lines.append(f"    {flag} {safe_text(v.path)}: {value_text(v, width=width)}")
+    return lines
+
+
+def _miss_lines(
+    miss: CacheMiss, result: ReplayResult | None = None, *, width: int | None = VALUE_WIDTH
+) -> list[str]:
     lines = [
         f"  cache miss: event {miss.event_index} LLM_CALL model {safe_text(repr(miss.model))} "
         f"({safe_text(miss.status)})",
@@ -182,6 +221,8 @@ def _miss_lines(miss: CacheMiss) -> list[str]:
             f"{safe_text(repr(miss.nearest.model))}"
         )
         lines.append(f"    differs in:       {safe_text(differs)}")
+    if result is not None:
+        lines.extend(_miss_request_lines(result, miss, width=width))
     return lines
 
 
@@ -261,7 +302,7 @@ def render_report(result: ReplayResult, *, full_values: bool = False) -> str:
     if result.first_divergence is not None:
         lines.extend(_divergence_lines(result.first_divergence, result, width=width))
     if result.cache_miss is not None:
-        lines.extend(_miss_lines(result.cache_miss))
+        lines.extend(_miss_lines(result.cache_miss, result, width=width))
     if result.tool_miss is not None:
         lines.extend(_tool_miss_lines(result.tool_miss))
     served = _served_tool_lines(result, width=width)

@@ -17,6 +17,7 @@ from rich.text import Text
 
 from beam_agents import trace_events as te
 from beam_agents._protos import TraceEvent
+from beam_agents.replay.report import miss_request_values, request_components_differing
 from beam_agents.replay.result import (
     CacheMiss,
     Divergence,
@@ -304,6 +305,27 @@ def miss_lines(miss: CacheMiss, width: int) -> list[Text]:
     return lines
 
 
+def miss_request_lines(result: ReplayResult, miss: CacheMiss, width: int) -> list[Text]:
+    """The replayed request in plaintext, the components the nearest entry lacks highlighted."""
+    values = miss_request_values(result, miss)
+    if not values:
+        return []
+    differing = request_components_differing(miss)
+    head = Text("Replayed request", style="bold underline")
+    if differing:
+        head.append("  highlighted: differs from the nearest cached entry", style="dim")
+    lines = wrap(head, width)
+    for value in values:
+        hit = value.path in differing
+        line = Text("≠ " if hit else "  ", style="bold yellow" if hit else "")
+        line.append(literal(value.path), style="bold yellow" if hit else "bold")
+        line.append(" ")
+        shown = value.text if len(value.text) <= VALUE_CHARS else value.text[:VALUE_CHARS] + "…"
+        line.append(literal(shown), style="black on yellow" if hit else "")
+        lines += wrap(line, width)
+    return lines
+
+
 MARKS: dict[Mark, tuple[str, str]] = {
     Mark.VERIFIED: ("✓ verified", "bold green"),
     Mark.DIFFERS: ("≠ differs", "bold white on red"),
@@ -408,6 +430,7 @@ def detail_lines(
         lines.append(Text())
     if miss is not None and miss.event_index == pair.index:
         lines += miss_lines(miss, width)
+        lines += miss_request_lines(result, miss, width)
         lines.append(Text())
     elif pair.differs and div is not None and div.index != pair.index:
         note = Text(

@@ -227,3 +227,24 @@ def test_a_hostile_value_is_printed_escaped() -> None:
     assert "boom" in shown and "\\x1b[2J" in shown and "\\u202e" in shown
     assert "\x1b" not in shown and "\u202e" not in shown
     assert result.verdict is Verdict.DIVERGED  # the same verdict a plain text gets
+
+
+def test_a_cache_miss_shows_the_replayed_request_with_the_differing_message_flagged() -> None:
+    history = KeyHistory(ra.AGENT, ra.TOOLS, ra.make_provider())
+    event = ask()
+    history.send(event)
+    result = replay(
+        options(
+            history.export(),
+            history.trace_bytes(),
+            event=event,
+            agent="replay_agents:AGENT_NEW_PROMPT",
+        )
+    )
+    assert result.cache_miss is not None
+    report = render_report(result).split("  cache miss: ")[1]
+    lines = report.splitlines()
+    flagged = next(line for line in lines if "request.messages[0]" in line)
+    assert flagged.lstrip().startswith("≠ ") and "You are a terse support agent." in flagged
+    other = next(line for line in lines if "request.messages[1]" in line)
+    assert not other.lstrip().startswith("≠") and "where is A1?" in other

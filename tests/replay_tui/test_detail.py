@@ -102,3 +102,16 @@ def test_wide_layout_lines_up_the_value_columns(real: Callable[[str], ReplayResu
     kind = next(line.plain for line in lines if line.plain[2:].startswith("kind "))
     assert kind[traced_at:].startswith("ACTIVATION_START")
     assert kind[replayed_at:].startswith("ACTIVATION_START")
+
+
+def test_the_cache_miss_shows_the_replayed_request_with_the_differing_component(
+    real: Callable[[str], ReplayResult],
+) -> None:
+    result = real("cache-miss")
+    assert result.cache_miss is not None
+    text = rendered(result, result.cache_miss.event_index)
+    assert "Replayed request" in text
+    lines = text.splitlines()
+    flagged = next(i for i, line in enumerate(lines) if line.startswith("≠ request.messages[0]"))
+    assert "You are a terse" in " ".join(lines[flagged : flagged + 2])
+    assert any(line.startswith("  request.messages[1]") for line in lines)  # not flagged
