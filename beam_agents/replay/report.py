@@ -138,6 +138,27 @@ def value_lines(
     ]
 
 
+def _failure_lines(result: ReplayResult, *, width: int | None = VALUE_WIDTH) -> list[str]:
+    """A failed re-run: the exception's type, message and the agent-code line that raised it."""
+    failed = [
+        v
+        for v in result.values
+        if v.path in ("error.type", "error.message", "error.raised_at")
+        and any(
+            p.replayed is not None
+            and p.index == v.event_index
+            and p.replayed.kind == TraceEvent.ACTIVATION_FAILED
+            for p in result.events[-1:]
+        )
+    ]
+    if not failed:
+        return []
+    lines = ["  the re-run failed:"]
+    for v in failed:
+        lines.append(f"    {safe_text(v.path)}: {value_text(v, width=width)}  {mark_text(v)}")
+    return lines
+
+
 def _divergence_lines(
     div: Divergence, result: ReplayResult, *, width: int | None = VALUE_WIDTH
 ) -> list[str]:
@@ -299,6 +320,7 @@ def render_report(result: ReplayResult, *, full_values: bool = False) -> str:
         lines.append("  memory blob: none — the activation failed, and a failure commits nothing")
     # A refusal (migration gap, continuation gone) carries its advice in ``error``.
     lines.append(f"  reason: {safe_text(result.error or result.reason)}")
+    lines.extend(_failure_lines(result, width=width))
     if result.first_divergence is not None:
         lines.extend(_divergence_lines(result.first_divergence, result, width=width))
     if result.cache_miss is not None:

@@ -248,3 +248,15 @@ def test_a_cache_miss_shows_the_replayed_request_with_the_differing_message_flag
     assert flagged.lstrip().startswith("≠ ") and "You are a terse support agent." in flagged
     other = next(line for line in lines if "request.messages[1]" in line)
     assert not other.lstrip().startswith("≠") and "where is A1?" in other
+
+
+def test_the_report_of_a_failed_activation_shows_the_message_and_the_line() -> None:
+    history = KeyHistory(ra.AGENT, ra.TOOLS, ra.make_provider())
+    event = ask("oops", type="boom")
+    history.send(event)
+    result = replay(options(history.export(), history.trace_bytes(), event=event))
+    report = render_report(result)
+    failure = report.split("  the re-run failed:\n")[1].splitlines()[:3]
+    assert failure[0].strip() == "error.type: ValueError  [verified]"
+    assert failure[1].strip() == "error.message: cannot handle 'oops'  [unverifiable]"
+    assert "replay_agents.py:" in failure[2] and "raise ValueError" in failure[2]
