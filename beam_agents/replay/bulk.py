@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import re
 import sys
 import time
 from collections.abc import Iterable, Sequence
@@ -423,8 +424,22 @@ def check_json(report: CheckReport) -> dict[str, object]:
     }
 
 
+# What XML 1.0 forbids in a document (besides what ``escape`` already escapes): the
+# noncharacters U+FFFE and U+FFFF, which a file name or a tool name can hold.
+_XML_FORBIDDEN = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _xml_safe(text: str) -> str:
+    """``_safe`` text that is also a well-formed XML 1.0 character sequence."""
+    return _XML_FORBIDDEN.sub(lambda m: f"\\u{ord(m.group()):04x}", _safe(text))
+
+
 def render_junit(report: CheckReport, *, suite: str = "beam-agents-replay check") -> bytes:
-    """JUnit XML: one test case per activation (diverged: failure; error, irreproducible: error)."""
+    """JUnit XML: one test case per activation (diverged: failure; error, irreproducible: error).
+
+    Every name and text goes through the escaper and then loses what XML 1.0 forbids,
+    so the document parses whatever the file names, tool names or causes hold.
+    """
     import xml.etree.ElementTree as ET
 
     failures = sum(1 for r in report.rows if r.verdict is Verdict.DIVERGED)
@@ -446,8 +461,8 @@ def render_junit(report: CheckReport, *, suite: str = "beam-agents-replay check"
             testsuite,
             "testcase",
             {
-                "classname": _safe(Path(row.path).stem),
-                "name": _safe(row.label),
+                "classname": _xml_safe(Path(row.path).stem),
+                "name": _xml_safe(row.label),
                 "time": f"{row.seconds:.3f}",
             },
         )
@@ -457,10 +472,12 @@ def render_junit(report: CheckReport, *, suite: str = "beam-agents-replay check"
             tag = "error"
         else:
             if row.verdict is Verdict.WHAT_IF:
-                ET.SubElement(case, "system-out").text = _safe(row.detail)
+                ET.SubElement(case, "system-out").text = _xml_safe(row.detail)
             continue
-        node = ET.SubElement(case, tag, {"type": row.verdict.value, "message": _safe(row.cause)})
-        node.text = _safe(row.detail)
+        node = ET.SubElement(
+            case, tag, {"type": row.verdict.value, "message": _xml_safe(row.cause)}
+        )
+        node.text = _xml_safe(row.detail)
     ET.indent(root)
     document: bytes = ET.tostring(root, encoding="utf-8", xml_declaration=True)
     return document + b"\n"

@@ -125,3 +125,17 @@ def test_the_cli_prints_the_table_writes_junit_and_exits_with_the_worst(
     )
     assert main(["check", str(folder), "--jobs", "0"]) == 2
     assert "--jobs must be 1 or more" in capsys.readouterr().err
+
+
+def test_junit_stays_well_formed_xml_whatever_the_names(folder: Path, tmp_path: Path) -> None:
+    """XML 1.0 forbids U+FFFE, U+FFFF (and C0 controls, lone surrogates): file names carry them."""
+    import os
+
+    (tmp_path / "a\uffffb\ufffe.bundle").write_bytes((folder / "tool.bundle").read_bytes())
+    (tmp_path / os.fsdecode(b"j\xff\x01\x1b[31m.bundle")).write_bytes(b"junk")
+    report = check_bundles([tmp_path])
+    document = render_junit(report)
+    root = ET.fromstring(document)  # expat: raises on any character XML 1.0 forbids
+    names = sorted(c.get("name", "").rsplit("/", 1)[-1] for c in root.iter("testcase"))
+    assert names == ["a\\uffffb\\ufffe.bundle seq 1", "j\\udcff\\x01\\x1b[31m.bundle"]
+    assert all(c.get("classname") for c in root.iter("testcase"))
