@@ -638,9 +638,9 @@ def _emit(result: ReplayResult, *, as_json: bool, ns: argparse.Namespace | None 
     full_values = ns is not None and bool(getattr(ns, "full_values", False))
     try:
         if as_json:
-            from beam_agents.replay.json_report import render_json
+            from beam_agents.replay.json_report import write_json
 
-            sys.stdout.write(render_json(result))
+            write_json(result, sys.stdout)  # streamed: never the whole document in memory
         if result.verdict is Verdict.USAGE_ERROR:
             from beam_agents.replay.report import render_error
 

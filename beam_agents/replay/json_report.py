@@ -9,7 +9,8 @@ use the layout of ``beam_agents.replay.event_data.event_to_dict``.
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import Any, TextIO
 
 from beam_agents.replay.event_data import event_to_dict
 from beam_agents.replay.result import (
@@ -17,12 +18,13 @@ from beam_agents.replay.result import (
     CacheMiss,
     ContinuationView,
     Divergence,
+    EventPair,
     ReplayHeader,
     ReplayResult,
     StateView,
 )
 
-__all__ = ["JSON_SCHEMA", "render_json", "result_to_dict"]
+__all__ = ["JSON_SCHEMA", "render_json", "result_to_dict", "write_json"]
 
 JSON_SCHEMA = "beam-agents-replay/1"
 """The ``schema`` field of every document."""
@@ -167,6 +169,13 @@ def _state(s: StateView | None) -> dict[str, Any] | None:
 
 def result_to_dict(result: ReplayResult) -> dict[str, Any]:
     """The JSON document of ``result`` as Python data (see docs/replay.md for the schema)."""
+    document = _document(result)
+    document["events"] = list(document["events"])
+    return document
+
+
+def _document(result: ReplayResult) -> dict[str, Any]:
+    """``result_to_dict`` with ``events`` lazy: only for the indenting encoder below."""
     return {
         "schema": JSON_SCHEMA,
         "verdict": result.verdict.value,
@@ -190,16 +199,7 @@ def result_to_dict(result: ReplayResult) -> dict[str, Any]:
             "differences": list(result.tool_miss.differences),
         },
         "served_tool_events": list(result.served_tool_events),
-        "events": [
-            {
-                "index": pair.index,
-                "differs": pair.differs,
-                "differing_fields": list(pair.differing_fields),
-                "traced": event_to_dict(pair.traced) if pair.traced is not None else None,
-                "replayed": event_to_dict(pair.replayed) if pair.replayed is not None else None,
-            }
-            for pair in result.events
-        ],
+        "events": _LazyEvents(result.events),
         "intents": [
             {
                 "intent_id": row.intent_id,
@@ -235,6 +235,70 @@ def result_to_dict(result: ReplayResult) -> dict[str, Any]:
     }
 
 
+def _pair_dict(pair: EventPair) -> dict[str, Any]:
+    return {
+        "index": pair.index,
+        "differs": pair.differs,
+        "differing_fields": list(pair.differing_fields),
+        "traced": event_to_dict(pair.traced) if pair.traced is not None else None,
+        "replayed": event_to_dict(pair.replayed) if pair.replayed is not None else None,
+    }
+
+
+class _LazyEvents(list):  # type: ignore[type-arg]
+    """The ``events`` array, each element built only when the encoder reaches it.
+
+    A ``list`` to ``json`` (its indenting encoder, pure Python, iterates it), so the
+    bytes are exactly those of the eager list; a 100,000-event activation never
+    holds 100,000 event dicts at once. Never handed out: the C encoder (no indent)
+    would see an empty list, so ``result_to_dict`` returns a real one.
+    """
+
+    def __init__(self, pairs: Sequence[EventPair]) -> None:
+        super().__init__()
+        self._pairs = pairs
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return (_pair_dict(pair) for pair in self._pairs)
+
+    def __len__(self) -> int:
+        return len(self._pairs)
+
+    def __bool__(self) -> bool:
+        return bool(self._pairs)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [_pair_dict(p) for p in self._pairs[index]]
+        return _pair_dict(self._pairs[index])
+
+    def __eq__(self, other: object) -> bool:
+        return list(self) == other
+
+    __hash__ = None
+
+
+_ENCODER = json.JSONEncoder(indent=2, ensure_ascii=True, allow_nan=False)
+
+
 def render_json(result: ReplayResult) -> str:
     """The JSON document of ``result``: ASCII, indented, one trailing newline."""
-    return json.dumps(result_to_dict(result), indent=2, ensure_ascii=True, allow_nan=False) + "\n"
+    return _ENCODER.encode(_document(result)) + "\n"
+
+
+def write_json(result: ReplayResult, out: TextIO, *, chunk_chars: int = 1 << 16) -> None:
+    """Write exactly ``render_json(result)`` to ``out``, in chunks, never the whole text at once.
+
+    Peak memory stays near one event's JSON plus ``chunk_chars``, not the document's size.
+    """
+    buffer: list[str] = []
+    size = 0
+    for piece in _ENCODER.iterencode(_document(result)):
+        buffer.append(piece)
+        size += len(piece)
+        if size >= chunk_chars:
+            out.write("".join(buffer))
+            buffer.clear()
+            size = 0
+    buffer.append("\n")
+    out.write("".join(buffer))

@@ -281,3 +281,17 @@ def test_a_trace_event_with_500k_attributes_is_refused(inputs: Inputs) -> None:
     result = replay(options(inputs.snapshot.read_bytes(), inputs.history.trace_bytes(events), event=inputs.event))
     assert result.verdict is Verdict.USAGE_ERROR
     assert "carries 50" in result.error and "more than the 4096 a trace event may have" in result.error
+
+
+def test_json_is_streamed_and_identical_to_the_document(inputs: Inputs) -> None:
+    import io
+    import json
+
+    from beam_agents.replay.json_report import render_json, result_to_dict, write_json
+
+    result = replay(options(inputs.snapshot.read_bytes(), inputs.history.trace_bytes(), event=inputs.event))
+    out = io.StringIO()
+    write_json(result, out, chunk_chars=64)
+    eager = json.dumps(result_to_dict(result), indent=2, ensure_ascii=True, allow_nan=False) + "\n"
+    assert out.getvalue() == render_json(result) == eager
+    assert len(json.loads(json.dumps(result_to_dict(result)))["events"]) == len(result.events) > 0
