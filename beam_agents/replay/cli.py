@@ -756,6 +756,42 @@ def _run_ls(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _write_output(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole or not at all (``bundle -o``, ``check --junit``).
+
+    An existing ``path`` that is not a regular file (or a link) is refused: a FIFO
+    would block forever, and renaming over a device (``/dev/null`` for root) or a
+    directory would replace it. The bytes go to a fresh sibling (``O_EXCL``, never
+    through someone else's file, its name within NAME_MAX) moved over ``path``, so a
+    symbolic link at ``path`` is replaced, never written through.
+
+    Raises:
+        OSError: The file cannot be written (``ENOTSUP``-style errors name the cause).
+    """
+    import errno
+    import stat
+    from pathlib import Path
+
+    from beam_agents.trace_stream import temporary_sibling
+
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        raise OSError(errno.EINVAL, f"it exists and is {kind}; name a new or regular file")
+    tmp = temporary_sibling(Path(path))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def _run_bundle_write(ns: argparse.Namespace) -> int:
     from beam_agents.replay.bundle import load_bundle, make_bundle
     from beam_agents.replay.refusal import ReplayRefused
@@ -779,14 +815,9 @@ def _run_bundle_write(ns: argparse.Namespace) -> int:
         bundle = load_bundle(data)  # what we wrote must be what every reader accepts
     except ReplayRefused as refused:
         return _refused("bundle", refused)
-    tmp = f"{ns.output}.tmp-{os.getpid()}"
     try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, ns.output)
+        _write_output(ns.output, data)
     except OSError as exc:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
         raise _UsageError(
             f"bundle: cannot write {ns.output}: {exc.strerror or exc}", f"{PROG} bundle"
         ) from None
@@ -814,8 +845,7 @@ def _run_check(ns: argparse.Namespace) -> int:
     report = check_bundles(ns.paths, agent=ns.agent, registry=ns.registry, jobs=ns.jobs)
     if ns.junit:
         try:
-            with open(ns.junit, "wb") as f:
-                f.write(render_junit(report))
+            _write_output(ns.junit, render_junit(report))
         except OSError as exc:
             sys.stderr.write(
                 f"{prog}: error: cannot write --junit {ns.junit}: {exc.strerror or exc}\n"

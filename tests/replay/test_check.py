@@ -139,3 +139,22 @@ def test_junit_stays_well_formed_xml_whatever_the_names(folder: Path, tmp_path: 
     names = sorted(c.get("name", "").rsplit("/", 1)[-1] for c in root.iter("testcase"))
     assert names == ["a\\uffffb\\ufffe.bundle seq 1", "j\\udcff\\x01\\x1b[31m.bundle"]
     assert all(c.get("classname") for c in root.iter("testcase"))
+
+
+def test_junit_output_never_blocks_on_a_fifo_nor_writes_through_a_link(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import os
+
+    fifo = tmp_path / "junit.fifo"
+    os.mkfifo(fifo)  # opening it for writing used to block forever (no reader)
+    assert main(["check", str(folder / "all.bundle"), "--jobs", "1", "--junit", str(fifo)]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot write --junit {fifo}: it exists and is not a regular file" in err
+    target = tmp_path / "precious"
+    target.write_bytes(b"keep")
+    link = tmp_path / "junit.xml"
+    link.symlink_to(target)
+    assert main(["check", str(folder / "all.bundle"), "--jobs", "1", "--junit", str(link)]) == 0
+    assert target.read_bytes() == b"keep" and not link.is_symlink()
+    assert ET.fromstring(link.read_bytes()).find("testsuite") is not None

@@ -197,3 +197,41 @@ def test_tui_with_events_can_switch_between_the_traced_seqs(
     assert seen[-1][1] == {"seqs": (1, 2, 3, 4)}
     assert run([*base, "--event", str(files["events"])], capsys)[0] == 0
     assert seen[-1][1] == {}  # one envelope: nothing to switch to
+
+
+def test_bundle_output_never_replaces_a_special_file_nor_writes_through_a_link(
+    files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import os
+
+    args = [
+        "bundle",
+        "--snapshot",
+        str(files["snapshot"]),
+        "--traces",
+        str(files["traces"]),
+        "--events",
+        str(files["events"]),
+        "--agent",
+        AGENT,
+        "--registry",
+        TOOLS,
+    ]
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    code, _, err = run([*args, "-o", str(fifo)], capsys)
+    assert code == 2 and f"cannot write {fifo}: it exists and is not a regular file" in err
+    assert fifo.is_fifo()  # (as root, the same rename replaced /dev/null)
+    code, _, err = run([*args, "-o", str(tmp_path)], capsys)
+    assert code == 2 and "is a directory" in err
+    target = tmp_path / "precious"
+    target.write_bytes(b"keep")
+    link = tmp_path / "link.bundle"
+    link.symlink_to(target)
+    assert run([*args, "-o", str(link)], capsys)[0] == 0
+    assert target.read_bytes() == b"keep" and not link.is_symlink()
+    long = tmp_path / ("x" * 250)  # a valid name whose old temporary name was too long
+    code, _, err = run([*args, "-o", str(long)], capsys)
+    assert code == 0, err
+    assert long.read_bytes() == link.read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
