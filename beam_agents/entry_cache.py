@@ -67,6 +67,24 @@ def expired(entry: CacheEntry, now_ms: int) -> bool:
     return now_ms >= entry.inserted_ms + entry.ttl_ms
 
 
+def entry_status(
+    entry: CacheEntry, *, now_ms: int, visible_through_seq: int | None
+) -> LookupStatus:
+    """What a lookup of ``entry`` at ``now_ms`` finds, without using it (no LRU touch).
+
+    Checked in this order: ``EXPIRED``, ``DIGEST_ONLY``, ``MINTED_LATER``, else ``HIT``.
+    The lookups and replay's views of the caches both decide through this function, so
+    a cache table can never call an entry servable that a lookup would refuse.
+    """
+    if expired(entry, now_ms):
+        return LookupStatus.EXPIRED
+    if entry.digest_only:
+        return LookupStatus.DIGEST_ONLY
+    if visible_through_seq is not None and entry.inserted_seq > visible_through_seq:
+        return LookupStatus.MINTED_LATER
+    return LookupStatus.HIT
+
+
 def _recency_order(entry: CacheEntry) -> tuple[int, str]:
     # Least recent first; equal ticks (only possible in hand-made bodies) fall back
     # to the key so that eviction never depends on dict order.
@@ -258,12 +276,9 @@ class EntryCache(Generic[EntryT]):
         entry = self._entries.get(cache_key)
         if entry is None:
             return LookupStatus.ABSENT, None
-        if expired(entry, now_ms):
-            return LookupStatus.EXPIRED, entry
-        if entry.digest_only:
-            return LookupStatus.DIGEST_ONLY, entry
-        if visible_through_seq is not None and entry.inserted_seq > visible_through_seq:
-            return LookupStatus.MINTED_LATER, entry
+        status = entry_status(entry, now_ms=now_ms, visible_through_seq=visible_through_seq)
+        if status is not LookupStatus.HIT:
+            return status, entry
         self._own_body()
         entry = self._entries[cache_key]  # the same key's entry in the (now) private body
         entry.last_used_ms = now_ms

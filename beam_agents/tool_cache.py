@@ -34,7 +34,7 @@ from typing import Any
 
 from beam_agents import canonical_json
 from beam_agents._protos import ToolCacheBody, ToolCacheEntry
-from beam_agents.entry_cache import EntryCache, LookupStatus
+from beam_agents.entry_cache import EntryCache, LookupStatus, entry_status
 from beam_agents.errors import ConfigError, RecordedResultError
 
 DEFAULT_TOOL_CACHE_MAX_ENTRIES = 64
@@ -157,6 +157,27 @@ def _arg_differences(recorded: Mapping[str, bytes], wanted: Mapping[str, bytes])
     return differences
 
 
+def _ambiguous(entry: ToolCacheEntry, visible_through_seq: int | None) -> bool:
+    return (
+        entry.ambiguous
+        and (visible_through_seq is None or entry.inserted_seq <= visible_through_seq)
+        and not entry.digest_only
+    )
+
+
+def tool_entry_status(
+    entry: ToolCacheEntry, *, now_ms: int, visible_through_seq: int | None
+) -> LookupStatus:
+    """What ``ToolCache.lookup`` finds in ``entry`` at ``now_ms``, without using it.
+
+    ``AMBIGUOUS`` (checked first), then as ``entry_status``. Replay's tool-cache table
+    shows this, so it never disagrees with the lookup that served or missed the call.
+    """
+    if _ambiguous(entry, visible_through_seq):
+        return LookupStatus.AMBIGUOUS
+    return entry_status(entry, now_ms=now_ms, visible_through_seq=visible_through_seq)
+
+
 class ToolCache(EntryCache[ToolCacheEntry]):
     """A key's recorded tool results, in memory: a ``ToolCacheBody`` (see ``EntryCache``)."""
 
@@ -172,12 +193,7 @@ class ToolCache(EntryCache[ToolCacheEntry]):
         recording activation got two different results for this call.
         """
         entry = self._entries.get(cache_key)
-        if (
-            entry is not None
-            and entry.ambiguous
-            and (visible_through_seq is None or entry.inserted_seq <= visible_through_seq)
-            and not entry.digest_only
-        ):
+        if entry is not None and _ambiguous(entry, visible_through_seq):
             return ToolLookup(LookupStatus.AMBIGUOUS, entry)
         status, found = self._find(
             cache_key, now_ms=now_ms, visible_through_seq=visible_through_seq

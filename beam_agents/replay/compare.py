@@ -43,10 +43,12 @@ from beam_agents.trace_events import (
 __all__ = [
     "NORMALIZED_ATTRIBUTES",
     "EventComparison",
+    "attribute_path",
     "compare_events",
     "describe_divergence",
     "field_differences",
     "normalize",
+    "normalized_paths",
     "untraced_end",
     "without_end_digests",
 ]
@@ -82,6 +84,28 @@ def normalize(event: TraceEvent) -> TraceEvent:
         if name in copy.attributes:
             copy.attributes[name].bool_value = value
     return copy
+
+
+def attribute_path(name: str) -> str:
+    """The field path of attribute ``name`` in a ``FieldDiff`` or an ``EventPair``."""
+    return f"attributes[{name!r}]"
+
+
+def normalized_paths(traced: TraceEvent, replayed: TraceEvent) -> list[str]:
+    """The normalized attributes whose raw values differ between the two events.
+
+    Those are shown as they were traced and replayed, marked normalized, never as a
+    difference; every other attribute is compared as is.
+    """
+    if TraceEvent.LLM_CALL not in (traced.kind, replayed.kind):
+        return []
+    paths = []
+    for name in sorted(NORMALIZED_ATTRIBUTES):
+        lv = traced.attributes.get(name, None)
+        rv = replayed.attributes.get(name, None)
+        if lv is not None and rv is not None and lv != rv:
+            paths.append(attribute_path(name))
+    return paths
 
 
 def untraced_end(event: TraceEvent | None) -> bool:
@@ -150,7 +174,7 @@ def field_differences(traced: TraceEvent, replayed: TraceEvent) -> list[FieldDif
         ):
             rows.append(
                 FieldDiff(
-                    path=f"attributes[{name!r}]",
+                    path=attribute_path(name),
                     traced=attribute_text(lv),
                     replayed=attribute_text(rv),
                 )
@@ -199,6 +223,7 @@ def compare_events(traced: Sequence[TraceEvent], replayed: Sequence[TraceEvent])
         t = traced[i] if i < len(traced) else None
         r = replayed[i] if i < len(replayed) else None
         fields: tuple[str, ...] = ()
+        normalized: tuple[str, ...] = ()
         if t is None or r is None:
             differs = True
         else:
@@ -206,10 +231,18 @@ def compare_events(traced: Sequence[TraceEvent], replayed: Sequence[TraceEvent])
             differs = serialize_trace_event(left) != serialize_trace_event(right)
             if differs:
                 fields = tuple(row.path for row in field_differences(t, r))
+            normalized = tuple(p for p in normalized_paths(t, r) if p not in fields)
         if differs and first is None:
             first = i
         pairs.append(
-            EventPair(index=i, traced=t, replayed=r, differs=differs, differing_fields=fields)
+            EventPair(
+                index=i,
+                traced=t,
+                replayed=r,
+                differs=differs,
+                differing_fields=fields,
+                normalized_fields=normalized,
+            )
         )
     return EventComparison(pairs=tuple(pairs), first_difference=first)
 

@@ -128,6 +128,7 @@ def _state(s: StateView | None) -> dict[str, Any] | None:
                 "digest_only": e.digest_only,
                 "inserted_seq": e.inserted_seq,
                 "hit_in_activation": e.hit_in_activation,
+                "status": e.status,
             }
             for e in s.cache_entries
         ],

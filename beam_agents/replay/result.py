@@ -140,6 +140,9 @@ class EventPair:
     differs: bool
     """After normalization (``beam_agents.cache_hit``/``billed`` on LLM_CALL only)."""
     differing_fields: tuple[str, ...] = ()
+    normalized_fields: tuple[str, ...] = ()
+    """Paths (``attributes['…']``) whose raw values differ but were normalized: shown, not a
+    difference. Decided by ``compare_events``; renderers keep no list of their own."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -231,6 +234,23 @@ class BlobDigest:
     """VERIFIED when ``sha256 == traced_sha256``, DIFFERS when not, else UNVERIFIABLE."""
 
 
+class EntryStatus(enum.StrEnum):
+    """What a lookup of a cache entry at the activation clock finds (decided by the engine).
+
+    The same rule as the lookups that served or missed the re-run's calls
+    (``entry_cache.entry_status``, ``tool_cache.tool_entry_status``): a table of
+    entries can never call servable what the replay refused.
+    """
+
+    SERVABLE = "servable"
+    EXPIRED = "expired"
+    DIGEST_ONLY = "digest_only"
+    MINTED_LATER = "minted_later"
+    """Inserted by an activation after the replayed one: not what it consumed."""
+    AMBIGUOUS = "ambiguous"
+    """Tool cache only: the recording activation got two results for the same call."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class CacheEntryView:
     """One replay-cache entry of the snapshot, as the operator needs to see it at ``now_ms``."""
@@ -246,6 +266,8 @@ class CacheEntryView:
     inserted_seq: int
     hit_in_activation: bool
     """The re-run was served this entry."""
+    status: EntryStatus = EntryStatus.SERVABLE
+    """What a lookup at the activation clock finds (the engine always sets it)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -261,9 +283,9 @@ class ToolCacheEntryView:
     ttl_left_ms: int
     lru_rank: int
     """1 = most recently used."""
-    status: str
-    """``servable``, ``digest_only``, ``expired``, ``ambiguous`` or ``minted_later``
-    (recorded with this result only after the replayed activation)."""
+    status: EntryStatus
+    """What a lookup at the activation clock finds (``minted_later``: recorded with this
+    result only after the replayed activation)."""
     inserted_seq: int
     """The first seq from which every recording returned this result."""
     recorded_seq: int

@@ -15,19 +15,20 @@ from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from beam_agents._protos import Continuation, ToolIntent, TraceEvent
-from beam_agents.entry_cache import expired
+from beam_agents.entry_cache import LookupStatus, entry_status
 from beam_agents.key_state import KeyState
 from beam_agents.replay.result import (
     BlobDigest,
     CacheEntryView,
     ContinuationView,
+    EntryStatus,
     IntentRow,
     Mark,
     PendingIntentView,
     StateView,
     ToolCacheEntryView,
 )
-from beam_agents.tool_cache import ToolCache
+from beam_agents.tool_cache import ToolCache, tool_entry_status
 from beam_agents.trace_view import (
     ActivationEnd,
     IntentReleased,
@@ -128,6 +129,10 @@ def _pending_view(intent: ToolIntent) -> PendingIntentView:
     )
 
 
+def _entry_status(status: LookupStatus) -> EntryStatus:
+    return EntryStatus.SERVABLE if status is LookupStatus.HIT else EntryStatus(status.value)
+
+
 def _hit_keys(replayed: Iterable[TraceEvent]) -> set[str]:
     calls = (LlmCall.of(e) for e in replayed if e.kind == TraceEvent.LLM_CALL)
     return {c.cache_key for c in calls if c.cache_key is not None and c.cache_hit}
@@ -154,16 +159,9 @@ def tool_cache_view(
     """The recorded tool results, most recently used first, with their status at ``now_ms``."""
     views = []
     for rank, entry in enumerate(cache.entries_by_recency(), start=1):
-        if entry.digest_only:
-            status = "digest_only"
-        elif expired(entry, now_ms):
-            status = "expired"
-        elif visible_through_seq is not None and entry.inserted_seq > visible_through_seq:
-            status = "minted_later"
-        elif entry.ambiguous:
-            status = "ambiguous"
-        else:
-            status = "servable"
+        status = _entry_status(
+            tool_entry_status(entry, now_ms=now_ms, visible_through_seq=visible_through_seq)
+        )
         views.append(
             ToolCacheEntryView(
                 tool=entry.tool,
@@ -215,6 +213,9 @@ def state_view(
             digest_only=entry.digest_only,
             inserted_seq=entry.inserted_seq,
             hit_in_activation=entry.cache_key in hits,
+            status=_entry_status(
+                entry_status(entry, now_ms=now_ms, visible_through_seq=visible_through_seq)
+            ),
         )
         for rank, entry in enumerate(state.cache.entries_by_recency(), start=1)
     )

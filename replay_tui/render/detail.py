@@ -30,9 +30,6 @@ from beam_agents.replay.result import (
 from replay_tui.render.layout import columns, fold, wrap
 from replay_tui.render.literal import literal, literal_text
 
-NORMALIZED_ON_LLM_CALL = (te.ATTR_CACHE_HIT, te.ATTR_BILLED)
-"""The closed normalization list of the seed page: shown, never marked as a difference."""
-
 ABSENT = "—"
 
 HEAD_FIELDS = ("kind", "name")
@@ -61,7 +58,7 @@ class DetailRow:
     differs: bool
     """The result lists this field among the pair's differing fields."""
     normalized: bool = False
-    """A normalized field (cache_hit/billed on LLM_CALL) whose raw values differ."""
+    """A field the engine normalized (``EventPair.normalized_fields``) whose raw values differ."""
 
 
 def _format(value: object) -> str:
@@ -124,22 +121,12 @@ def detail_rows(pair: EventPair) -> list[DetailRow]:
     rows = top(HEAD_FIELDS)
     traced_attrs = te.attributes_dict(pair.traced) if pair.traced is not None else {}
     replayed_attrs = te.attributes_dict(pair.replayed) if pair.replayed is not None else {}
-    is_llm = any(
-        ev is not None and ev.kind == TraceEvent.LLM_CALL for ev in (pair.traced, pair.replayed)
-    )
     for name in sorted(traced_attrs.keys() | replayed_attrs.keys()):
         path = f"attributes['{name}']"
         traced_value = _format(traced_attrs.get(name))
         replayed_value = _format(replayed_attrs.get(name))
         differs = path in differing or name in differing
-        normalized = (
-            is_llm
-            and name in NORMALIZED_ON_LLM_CALL
-            and not differs
-            and traced_value != replayed_value
-            and pair.traced is not None
-            and pair.replayed is not None
-        )
+        normalized = path in pair.normalized_fields  # the engine's call, never the TUI's
         rows.append(
             DetailRow(
                 field=path,

@@ -19,6 +19,7 @@ from beam_agents.replay.result import (
     BlobDigest,
     CacheEntryView,
     ContinuationView,
+    EntryStatus,
     IntentRow,
     Mark,
     PendingIntentView,
@@ -240,9 +241,7 @@ def cache_rows(entries: tuple[CacheEntryView, ...]) -> list[tuple[Text, ...]]:
                 Text(literal(entry.cache_key)),
                 Text(literal(entry.model)),
                 Text(literal(entry.provider)),
-                Text(duration(entry.age_ms))
-                if entry.age_ms >= 0
-                else Text(f"minted {duration(-entry.age_ms)} later", style="dim"),
+                _cache_age(entry),
                 ttl,
                 Text("digest-only", style="bold yellow") if entry.digest_only else NO.copy(),
                 Text("hit", style="bold green") if entry.hit_in_activation else NO.copy(),
@@ -250,6 +249,15 @@ def cache_rows(entries: tuple[CacheEntryView, ...]) -> list[tuple[Text, ...]]:
             )
         )
     return rows
+
+
+def _cache_age(entry: CacheEntryView) -> Text:
+    """The entry's age; "minted later" only when the engine says so (``EntryStatus``)."""
+    if entry.status is EntryStatus.MINTED_LATER:
+        return Text(f"minted later (seq {entry.inserted_seq})", style="bold yellow")
+    if entry.age_ms >= 0:
+        return Text(duration(entry.age_ms))
+    return Text(f"{duration(-entry.age_ms)} after the clock", style="dim")
 
 
 TOOL_CACHE_COLUMNS = (

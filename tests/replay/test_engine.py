@@ -18,7 +18,7 @@ from beam_agents.llm_cache import CachePolicy
 from beam_agents.provider import UnservableProvider
 from beam_agents.replay import engine
 from beam_agents.replay.engine import replay
-from beam_agents.replay.result import ReplayResult, Verdict
+from beam_agents.replay.result import EntryStatus, ReplayResult, Verdict
 from beam_agents.testing import (
     approval_envelope,
     event_envelope,
@@ -79,6 +79,14 @@ def test_a_completed_start_reproduces_with_no_provider_call(history: KeyHistory)
     assert len(result.events) == 4 and not any(p.differs for p in result.events)
     assert result.state is not None and result.state.memory["turns"] == 1
     assert [e.hit_in_activation for e in result.state.cache_entries] == [True]
+    assert [e.status for e in result.state.cache_entries] == [EntryStatus.SERVABLE]
+    # The original was billed, the re-run was served: the engine names both flags as
+    # normalized on the LLM_CALL, and nothing else anywhere.
+    normalized = {p.index: p.normalized_fields for p in result.events if p.normalized_fields}
+    call = next(p.index for p in result.events if p.traced and p.traced.kind == TraceEvent.LLM_CALL)
+    assert normalized == {
+        call: ("attributes['beam_agents.billed']", "attributes['beam_agents.cache_hit']")
+    }
 
 
 def test_a_failure_before_any_model_call_reproduces_fully(history: KeyHistory) -> None:
@@ -336,6 +344,10 @@ def test_an_entry_minted_by_a_later_activation_is_not_served(history: KeyHistory
     assert result.verdict is Verdict.IRREPRODUCIBLE
     assert result.cache_miss is not None and result.cache_miss.status == "minted_later"
     assert "later activation (seq 2)" in result.reason
+    # The state table says what the lookup found, by the same rule.
+    assert result.state is not None
+    entry = next(e for e in result.state.cache_entries if e.cache_key == result.cache_miss.cache_key)
+    assert entry.status is EntryStatus.MINTED_LATER and entry.age_ms < 0
 
 
 def test_a_provider_error_the_agent_caught_is_still_a_miss() -> None:

@@ -120,11 +120,17 @@ def test_payload_views_cap_what_they_show() -> None:
     assert len(list(hexdump_lines(blob.payload, limit=32))) == 2
 
 
-def test_entries_minted_after_the_activation_clock_say_so() -> None:
+def test_minted_later_is_the_engines_status_not_the_clock() -> None:
     import dataclasses
 
-    entry = dataclasses.replace(tui_results.state_view().cache_entries[0], age_ms=-21 * 60_000)
-    assert plains(cache_rows((entry,))[0])[4] == "minted 21m 00s later"
+    from beam_agents.replay.result import EntryStatus
+
+    first = tui_results.state_view().cache_entries[0]
+    later = dataclasses.replace(first, status=EntryStatus.MINTED_LATER, inserted_seq=9)
+    assert plains(cache_rows((later,))[0])[4] == "minted later (seq 9)"
+    # A clock ahead of now_ms alone proves nothing about which activation minted it.
+    ahead = dataclasses.replace(first, age_ms=-21 * 60_000)
+    assert plains(cache_rows((ahead,))[0])[4] == "21m 00s after the clock"
 
 
 def test_the_memory_tab_names_its_image_and_the_replayed_delta(

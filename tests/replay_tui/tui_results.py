@@ -16,6 +16,7 @@ from typing import Any
 from beam_agents import trace_events as te
 from beam_agents._protos import TraceEvent
 from beam_agents.context import derive_intent_id
+from beam_agents.replay.compare import normalized_paths
 from beam_agents.replay.result import (
     BlobDigest,
     CacheEntryView,
@@ -282,9 +283,11 @@ def _pairs(
         t = traced[i] if i < len(traced) else None
         r = replayed[i] if i < len(replayed) else None
         fields = differing.get(i, ())
+        # The engine decides which fields are normalized; a hand-made result asks it too.
+        normalized = tuple(normalized_paths(t, r)) if t is not None and r is not None else ()
         pairs.append(
             EventPair(index=i, traced=t, replayed=r, differs=bool(fields) or (t is None) != (r is None),
-                      differing_fields=fields)
+                      differing_fields=fields, normalized_fields=normalized)
         )
     return tuple(pairs)
 
