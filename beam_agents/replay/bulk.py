@@ -185,6 +185,33 @@ def bundle_paths(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
     return out
 
 
+def _empty_directory_rows(paths: Iterable[str | os.PathLike[str]]) -> list[CheckRow]:
+    """An ``error`` row for each directory given that holds no ``*.bundle`` file.
+
+    A CI job pointed at the wrong (or an empty) folder must not pass as "nothing
+    failed": zero activations checked is not a verdict.
+    """
+    rows: list[CheckRow] = []
+    for path in paths:
+        p = Path(path)
+        if p.is_dir() and not bundle_paths([p]):
+            rows.append(
+                CheckRow(
+                    path=os.fspath(path),
+                    seq=None,
+                    entity_key=b"",
+                    verdict=Verdict.USAGE_ERROR,
+                    cause=f"directory holds no *{BUNDLE_SUFFIX} file",
+                    detail=f"directory {os.fspath(path)} holds no *{BUNDLE_SUFFIX} file, so "
+                    "nothing in it was checked. Pass the folder the bundles are in (check looks "
+                    f"at the *{BUNDLE_SUFFIX} files directly in it, not in subfolders), or the "
+                    "bundle files themselves",
+                    seconds=0.0,
+                )
+            )
+    return rows
+
+
 def _refused_row(path: str, refused: Exception, seconds: float) -> CheckRow:
     from beam_agents.replay.refusal import ReplayRefused
 
@@ -327,14 +354,15 @@ def check_bundles(
     """
     if jobs < 1:
         raise ValueError(f"jobs must be 1 or more, got {jobs}")
+    paths = list(paths)
     files = bundle_paths(paths)
     started = time.perf_counter()
-    rows: list[CheckRow] = []
+    rows: list[CheckRow] = _empty_directory_rows(paths)
     workers = min(jobs, len(files))
     if workers <= 1:
         saved = sys.dont_write_bytecode
         try:
-            rows = _check_chunk((files, agent, registry))
+            rows.extend(_check_chunk((files, agent, registry)))
         finally:
             sys.dont_write_bytecode = saved
     else:

@@ -158,3 +158,27 @@ def test_junit_output_never_blocks_on_a_fifo_nor_writes_through_a_link(
     assert main(["check", str(folder / "all.bundle"), "--jobs", "1", "--junit", str(link)]) == 0
     assert target.read_bytes() == b"keep" and not link.is_symlink()
     assert ET.fromstring(link.read_bytes()).find("testsuite") is not None
+
+
+def test_a_directory_without_bundles_is_an_error_row_not_a_pass(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty = tmp_path / "incidents"
+    (empty / "nested").mkdir(parents=True)
+    (empty / "nested" / "x.bundle").write_bytes((folder / "all.bundle").read_bytes())
+    (empty / "notes.txt").write_text("no bundle here")
+    report = check_bundles([empty])
+    [row] = report.rows
+    assert (row.path, row.seq, row.verdict) == (str(empty), None, Verdict.USAGE_ERROR)
+    assert row.cause == "directory holds no *.bundle file" and "subfolders" in row.detail
+    assert report.exit_code == 2 and report.bundles == 0
+    # Beside real bundles the empty folder is still one error row, and it still decides the code.
+    mixed = check_bundles([folder / "all.bundle", empty])
+    assert [r.verdict for r in mixed.rows].count(Verdict.USAGE_ERROR) == 1
+    assert mixed.exit_code == 2 and len(mixed.rows) == 5
+    junit = tmp_path / "junit.xml"
+    assert main(["check", str(empty), "--junit", str(junit)]) == 2
+    out = capsys.readouterr().out
+    assert "worst: error (exit 2)" in out and "directory holds no *.bundle file" in out
+    suite = ET.fromstring(junit.read_bytes()).find("testsuite")
+    assert suite is not None and (suite.get("tests"), suite.get("errors")) == ("1", "1")
