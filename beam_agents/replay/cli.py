@@ -87,7 +87,12 @@ def _replay_usage(prog: str, *, headless: bool) -> str:
     is (argparse would first report the flag it failed to recognize as missing).
     """
     indent = " " * (len("usage: ") + len(prog) + 1)
-    last = "[--hitl module:ATTR] [--headless | --json]" if headless else "[--hitl module:ATTR]"
+    last = (
+        f"[--hitl module:ATTR] [--what-if] [--headless | --json]\n{indent}"
+        "[--full-values] [--redact]"
+        if headless
+        else "[--hitl module:ATTR] [--what-if] [--export-dir DIR]"
+    )
     return (
         f"{prog} --snapshot FILE --traces FILE|DIR [--traces ...] --agent module:ATTR\n"
         f"{indent}--registry module:ATTR [--event FILE] [--events FILE|DIR] [--seq N]\n"
@@ -190,7 +195,10 @@ def _add_value_flags(parser: _Parser) -> None:
 def _register_tui(commands: argparse._SubParsersAction[_Parser]) -> None:
     parser = commands.add_parser(
         "tui",
-        usage=_replay_usage(f"{PROG} tui", headless=False),
+        usage=(
+            f"{_replay_usage(f'{PROG} tui', headless=False)}\n"
+            f"       {PROG} tui BUNDLE [--seq N] ...  (an incident bundle; see BUNDLE --help)"
+        ),
         help="open the replay of one activation in the terminal UI (the same flags, "
         "without --headless/--json)",
         description="Open the replay of one activation in the terminal UI.",
@@ -230,10 +238,11 @@ def _register_ls(commands: argparse._SubParsersAction[_Parser]) -> None:
             "List the traced activations, one line each: seq, kind, trigger, envelope id, "
             "outcome (done/suspended/released/failed), model calls, staged intents. Every key, "
             "with a count, unless --key or --snapshot names one. Given a snapshot, each line "
-            "also says whether it replays from it: cached (every response is in the snapshot's "
-            "cache), evicted, expired, digest-only, minted-later, not-committed (a failed "
-            "activation's billed response), continuation-gone, after-snapshot, or the key's "
-            "pending-resume (a what-if)."
+            "also says whether it replays from it: cached (every model response and recorded "
+            "tool result is in the snapshot), evicted, expired, digest-only, minted-later, "
+            "ambiguous (a recorded tool call with two results), not-committed (a failed "
+            "activation's billed response), continuation-gone, after-snapshot, "
+            "incomplete-trace, or the key's pending-resume (a what-if). See docs/incidents.md."
         ),
         allow_abbrev=False,
     )
@@ -349,7 +358,8 @@ def _build() -> tuple[_Parser, argparse._SubParsersAction[_Parser]]:
         prog=PROG,
         usage=(
             f"{_replay_usage(PROG, headless=True)}\n"
-            f"       {PROG} BUNDLE [--seq N] [--json] ...  (an incident bundle's replay)\n"
+            f"       {PROG} BUNDLE [--seq N] [--json] ...  (an incident bundle's replay; "
+            "see BUNDLE --help)\n"
             f"       {PROG} COMMAND ...  (COMMAND --help for its flags)\n"
             f"       {PROG} --version | --help"
         ),

@@ -106,9 +106,13 @@ def test_help_lists_the_commands_and_marks_the_required_flags(
         "[--seq N]",
         "[--hitl module:ATTR]",
         "[--headless | --json]",
+        "[--what-if]",
+        "[--full-values]",
+        "[--redact]",
     ):
         assert optional in usage
     assert "beam-agents-replay COMMAND ..." in usage
+    assert "beam-agents-replay BUNDLE [--seq N]" in usage and "see BUNDLE --help" in usage
     sections = {block.split("\n", 1)[0]: block for block in out.split("\n\n")}
     required_section = sections["required flags:"]
     for flag in ("--snapshot", "--traces", "--agent", "--registry"):
@@ -126,7 +130,12 @@ def test_help_lists_the_commands_and_marks_the_required_flags(
     [
         (
             "tui",
-            ["usage: beam-agents-replay tui --snapshot FILE", "required flags:"],
+            [
+                "usage: beam-agents-replay tui --snapshot FILE",
+                "required flags:",
+                "[--what-if] [--export-dir DIR]",
+                "beam-agents-replay tui BUNDLE [--seq N]",
+            ],
             ["  --json", "--headless"],
         ),
         ("convert-bq", ["usage: beam-agents-replay convert-bq [-h] [-o OUT] ROWS"], ["--snapshot"]),
@@ -141,6 +150,24 @@ def test_each_command_has_its_own_help(
         assert needle in out
     for needle in absent:
         assert needle not in out
+
+
+def test_ls_help_names_every_replay_word_of_the_listing(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from beam_agents.replay import listing
+
+    monkeypatch.setenv("COLUMNS", "1000")  # one line per paragraph: no word cut at a hyphen
+    code, out, err = run(["ls", "--help"], capsys)
+    assert (code, err) == (0, "")
+    words = [
+        value
+        for name, value in vars(listing).items()
+        if name.isupper() and isinstance(value, str) and value.islower() and " " not in value
+    ]
+    assert {"cached", "ambiguous", "incomplete-trace", "pending-resume"} <= set(words)
+    for word in words:
+        assert word in out, word
 
 
 def test_a_command_after_flags_or_an_unknown_command_is_a_usage_error(
