@@ -18,6 +18,7 @@ since only one of them can be the record of what happened.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
@@ -91,6 +92,8 @@ class TracedKey:
     """The provider named by the first traced LLM_CALL of the key (any activation)."""
     history: dict[int, TracedSeq] = field(default_factory=dict)
     """Per traced seq: its intent, suspension and closing events."""
+    # sha256 of each kept event's bytes: two streams disagreeing on one position is a conflict.
+    # A digest, not the bytes: a 100,000-event activation would hold its trace twice.
     _kept_bytes: dict[int, bytes] = field(default_factory=dict, repr=False)
 
     @property
@@ -220,7 +223,7 @@ def _take(found: TracedKey, event: TraceEvent, name: str, wanted: int | None) ->
         found.kept_seq = seq
         found.events = {}
         found._kept_bytes = {}
-    data = serialize_trace_event(event)
+    data = hashlib.sha256(serialize_trace_event(event)).digest()
     known_bytes = found._kept_bytes.get(index)
     if known_bytes is None:
         found.events[index] = event
