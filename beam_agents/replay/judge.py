@@ -382,7 +382,15 @@ def _network_reason(attempt: NetworkAttempt, count: int) -> str:
     if attempt.operation in _NETWORK_OPERATIONS:
         return (
             f"network blocked: {who} tried to reach {attempt.address} ({attempt.operation}){more}; "
-            "replay runs offline, so what that call returned originally cannot be re-obtained"
+            "replay runs offline, so what that call returned originally cannot be re-obtained. "
+            + (
+                f"Declare {attempt.tool!r} @tool(recorded=True), so the pipeline keeps its result "
+                "for replay, or replay it with a fixture registry (--registry; docs/agent-api.md, "
+                "Tools)"
+                if attempt.tool
+                else "Move the call into a @tool(recorded=True) tool, whose result the pipeline "
+                "keeps for replay (docs/agent-api.md, Tools)"
+            )
         )
     if attempt.operation == "open" or (attempt.operation.startswith(("os.", "shutil.")) and (
         attempt.operation not in _PROCESS_OPERATIONS

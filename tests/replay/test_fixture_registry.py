@@ -52,6 +52,9 @@ def test_the_production_registry_is_blocked_by_the_network_guard(production: Key
     result = run(production, "recorded_agents:TOOLS_PLAIN")
     assert result.verdict is Verdict.IRREPRODUCIBLE, result.reason
     assert "network blocked" in result.reason and "'read_order'" in result.reason
+    # The message says what to do about it, not only what went wrong.
+    assert "Declare 'read_order' @tool(recorded=True)" in result.reason
+    assert "fixture registry (--registry" in result.reason
 
 
 def test_a_fixture_returning_the_production_result_reproduces(production: KeyHistory) -> None:
@@ -92,3 +95,15 @@ def test_fixture_registry_refuses_what_could_never_run() -> None:
         fixture_registry(registry, refund=lambda order_id: None)
     with pytest.raises(AgentDefinitionError, match="must be a function"):
         fixture_registry(registry, read_order="not callable")  # type: ignore[arg-type]
+
+
+def test_the_network_reason_says_what_to_do_for_a_tool_and_for_agent_code() -> None:
+    from beam_agents.replay.judge import _network_reason
+    from beam_agents.replay.network_guard import NetworkAttempt
+
+    in_tool = _network_reason(NetworkAttempt("socket.connect", "10.0.0.7:443", "read_order", 2), 1)
+    assert in_tool.startswith("network blocked: read-only tool 'read_order' tried to reach")
+    assert "Declare 'read_order' @tool(recorded=True)" in in_tool and "--registry" in in_tool
+    bare = _network_reason(NetworkAttempt("socket.connect", "10.0.0.7:443", None, 2), 1)
+    assert "agent code (outside any tool)" in bare
+    assert "Move the call into a @tool(recorded=True) tool" in bare and "Declare" not in bare
