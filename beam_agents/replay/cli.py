@@ -835,7 +835,8 @@ def _run_bundle_write(ns: argparse.Namespace) -> int:
     sys.stderr.write(
         f"{PROG} bundle: key {bundle.entity_key.hex()} seq {seq_ranges(bundle.seqs)}: "
         f"{len(message.trace_events)} trace events, {len(message.envelopes)} envelope(s), "
-        f"snapshot at seq {_snapshot_seq(message.snapshot)} -> {ns.output} ({len(data)} bytes)\n"
+        f"snapshot at seq {_snapshot_seq(message.snapshot)} -> {escape(ns.output)} "
+        f"({len(data)} bytes)\n"
     )
     return 0
 
@@ -858,7 +859,8 @@ def _run_check(ns: argparse.Namespace) -> int:
             _write_output(ns.junit, render_junit(report))
         except OSError as exc:
             sys.stderr.write(
-                f"{prog}: error: cannot write --junit {ns.junit}: {exc.strerror or exc}\n"
+                f"{prog}: error: cannot write --junit {escape(ns.junit)}: "
+                f"{escape(str(exc.strerror or exc))}\n"
             )
             return 2
     try:
@@ -925,7 +927,9 @@ def _run_convert_bq(ns: argparse.Namespace) -> int:
             ) from None
     keys = len({e.entity_key for e in events})
     out = "standard output" if ns.output == "-" else ns.output
-    sys.stderr.write(f"{PROG} convert-bq: {len(events)} trace events of {keys} key(s) -> {out}\n")
+    sys.stderr.write(
+        f"{PROG} convert-bq: {len(events)} trace events of {keys} key(s) -> {escape(out)}\n"
+    )
     return 0
 
 

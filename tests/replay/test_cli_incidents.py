@@ -235,3 +235,33 @@ def test_bundle_output_never_replaces_a_special_file_nor_writes_through_a_link(
     assert code == 0, err
     assert long.read_bytes() == link.read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_bundle_and_junit_paths_never_drive_the_terminal(
+    files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    evil = tmp_path / "e\x1b]0;owned\x07\u202eb.bundle"
+    args = [
+        "bundle",
+        "-o",
+        str(evil),
+        "--snapshot",
+        str(files["snapshot"]),
+        "--traces",
+        str(files["traces"]),
+        "--events",
+        str(files["events"]),
+        "--agent",
+        AGENT,
+        "--registry",
+        TOOLS,
+    ]
+    code, _, err = run(args, capsys)
+    assert code == 0 and evil.is_file()
+    assert "\x1b" not in err and "\x07" not in err and "\u202e" not in err
+    assert "e\\x1b]0;owned\\x07\\u202eb.bundle" in err
+    folder = tmp_path / "junit\x1b[2J"
+    folder.mkdir()
+    code, _, err = run(["check", str(evil), "--jobs", "1", "--junit", str(folder)], capsys)
+    assert code == 2 and "cannot write --junit" in err and "is a directory" in err
+    assert "\x1b" not in err and "junit\\x1b[2J" in err
