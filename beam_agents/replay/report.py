@@ -317,7 +317,9 @@ def render_report(result: ReplayResult, *, full_values: bool = False) -> str:
         memory = result.memory
         lines.append(f"  memory blob: {_digest_line(memory)} {digest_note(result, memory)}")
     elif result.events:
-        lines.append("  memory blob: none — the activation failed, and a failure commits nothing")
+        lines.append(
+            "  memory blob: none — the re-run failed or stopped before the end, and commits nothing"
+        )
     # A refusal (migration gap, continuation gone) carries its advice in ``error``.
     lines.append(f"  reason: {safe_text(result.error or result.reason)}")
     lines.extend(_failure_lines(result, width=width))

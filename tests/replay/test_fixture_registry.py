@@ -55,6 +55,10 @@ def test_the_production_registry_is_blocked_by_the_network_guard(production: Key
     # The message says what to do about it, not only what went wrong.
     assert "Declare 'read_order' @tool(recorded=True)" in result.reason
     assert "fixture registry (--registry" in result.reason
+    from beam_agents.replay.report import render_report
+
+    # The original activation did not fail: the re-run did, and the report says which.
+    assert "memory blob: none — the re-run failed or stopped" in render_report(result)
 
 
 def test_a_fixture_returning_the_production_result_reproduces(production: KeyHistory) -> None:
