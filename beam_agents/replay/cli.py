@@ -666,6 +666,24 @@ def _emit(result: ReplayResult, *, as_json: bool, ns: argparse.Namespace | None 
     return result.exit_code
 
 
+def _usage_error_json(message: str) -> None:
+    """With --json, a refused command line still prints one document (verdict "error", exit 2)."""
+    from beam_agents.replay.json_report import write_json
+    from beam_agents.replay.result import ReplayHeader
+
+    result = ReplayResult(
+        verdict=Verdict.USAGE_ERROR,
+        reason=f"usage error: {message}",
+        header=ReplayHeader(version=__version__, agent_path="", registry_path=""),
+        error=message,
+    )
+    try:
+        write_json(result, sys.stdout)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _silence_stdout()
+
+
 def _silence_stdout() -> None:
     """Point stdout at /dev/null so the interpreter's final flush does not fail again."""
     devnull = os.open(os.devnull, os.O_WRONLY)
@@ -949,6 +967,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code
     except _UsageError as exc:
         sys.stderr.write(f"{PROG}: error: {escape(str(exc))}. Run '{exc.prog} --help' for usage.\n")
+        if "--json" in args and args[:1] != ["convert-bq"]:
+            _usage_error_json(str(exc))
         return 2
     except KeyboardInterrupt:
         sys.stderr.write(f"{PROG}: interrupted\n")

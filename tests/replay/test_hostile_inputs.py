@@ -295,3 +295,19 @@ def test_json_is_streamed_and_identical_to_the_document(inputs: Inputs) -> None:
     eager = json.dumps(result_to_dict(result), indent=2, ensure_ascii=True, allow_nan=False) + "\n"
     assert out.getvalue() == render_json(result) == eager
     assert len(json.loads(json.dumps(result_to_dict(result)))["events"]) == len(result.events) > 0
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--json", "--bogus"], ["--json", "--snapshot", "x"], ["--json", "--seq", "-1", "--snapshot", "s"]],
+)
+def test_json_prints_a_document_even_when_the_command_line_is_refused(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    code, out, err = run(argv, capsys)
+    assert code == 2 and err.startswith("beam-agents-replay: error:")
+    document = json.loads(out)
+    assert document["verdict"] == "error" and document["exit_code"] == 2
+    assert document["error"] and document["error"] in err
