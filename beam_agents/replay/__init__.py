@@ -1,10 +1,16 @@
 """Replay one past activation offline and judge it: the engine behind ``beam-agents-replay``.
 
+    from beam_agents.replay import Replayer
+
+    result = Replayer(agent=AGENT, registry=TOOLS).replay(snapshot, trace_events, envelope)
+    result.verdict, result.exit_code, result.first_divergence
+
+or, as the command line does, from files and ``module:ATTR`` paths:
+
     from beam_agents.replay import ReplayOptions, replay
 
     result = replay(ReplayOptions(snapshot="snap.pb", traces=("traces/",), event="event.pb",
                                   agent="myapp.agent:AGENT", registry="myapp.agent:TOOLS"))
-    result.verdict, result.exit_code, result.first_divergence
 
 Modules, in the order a replay uses them:
 
@@ -14,6 +20,7 @@ Modules, in the order a replay uses them:
     reconstruct   target, clock, trigger and pre-state; do the inputs belong together?
     network_guard the audit hook that blocks the network during the re-run
     engine        replay(options) -> ReplayResult: the one function every renderer calls
+    replayer      Replayer: the same replay for Python callers, agent and inputs as objects
     compare       the closed normalization and the event-by-event comparison
     judge         the verdict from the comparison, the cache misses and network attempts
     views         the reported-not-judged parts: state, intents ledger, digests
@@ -40,6 +47,7 @@ if TYPE_CHECKING:
     from beam_agents.replay.engine import replay
     from beam_agents.replay.listing import list_activations
     from beam_agents.replay.options import ReplayOptions
+    from beam_agents.replay.replayer import Replayer
     from beam_agents.replay.result import ReplayResult, Verdict
 
 _LAZY = {
@@ -51,6 +59,7 @@ _LAZY = {
     "list_activations": "beam_agents.replay.listing",
     "replay": "beam_agents.replay.engine",
     "ReplayOptions": "beam_agents.replay.options",
+    "Replayer": "beam_agents.replay.replayer",
     "ReplayResult": "beam_agents.replay.result",
     "Verdict": "beam_agents.replay.result",
 }
@@ -60,6 +69,7 @@ __all__ = [
     "CheckRow",
     "ReplayOptions",
     "ReplayResult",
+    "Replayer",
     "Verdict",
     "check_bundles",
     "list_activations",

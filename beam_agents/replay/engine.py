@@ -16,23 +16,25 @@ from __future__ import annotations
 
 import sys
 import traceback
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
-from beam_agents._protos import AgentEnvelope
+from beam_agents._protos import AgentEnvelope, StateSnapshot
 from beam_agents._version import __version__
 from beam_agents.activation import ActivationCommit, run_activation
 from beam_agents.agent import Agent
 from beam_agents.blobs import unwrap_blob
 from beam_agents.capture import ValueCapture
 from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
+from beam_agents.key_state import KeyState
 from beam_agents.provider import UnservableProvider
 from beam_agents.replay.compare import EventComparison
 from beam_agents.replay.end_check import EndCheck, check_end, end_divergence_detail
 from beam_agents.replay.inputs import import_object, load_event_source, load_snapshot_source
 from beam_agents.replay.judge import Judgement, judge
 from beam_agents.replay.network_guard import NetworkAttempt, block_network
-from beam_agents.replay.options import ReplayOptions
+from beam_agents.replay.options import ReplayOptions, Source
 from beam_agents.replay.reconstruct import plan_replay
 from beam_agents.replay.refusal import InputError, ReplayRefused
 from beam_agents.replay.result import Divergence, ReplayHeader, ReplayResult, Verdict
@@ -52,6 +54,9 @@ UNKNOWN_PROVIDER = "unknown"
 def replay(options: ReplayOptions) -> ReplayResult:
     """Reconstruct, re-run and judge one activation.
 
+    The command line's adapter: it reads the files and imports the ``module:ATTR``
+    paths of ``options``, then replays exactly as ``Replayer`` does with objects.
+
     Args:
         options: The inputs (files are read here, never before).
 
@@ -65,13 +70,18 @@ def replay(options: ReplayOptions) -> ReplayResult:
         "registry_path": options.registry,
         "hitl_source": options.hitl or "default",
     }
+    return _guarded(facts, lambda: _load_options(options, facts))
+
+
+def _guarded(facts: dict[str, Any], load: Callable[[], _Inputs]) -> ReplayResult:
+    """Load (``load``) and replay under the network guard; every failure becomes a result."""
     # Importing agent code must not write bytecode: the guard reports file writes in
     # the activation's context, and replay writes nothing.
     saved_bytecode = sys.dont_write_bytecode
     sys.dont_write_bytecode = True
     try:
         with block_network() as attempts:
-            return _replay(options, facts, attempts)
+            return _replay(load(), facts, attempts)
     except ReplayRefused as refused:
         facts.update(refused.header)
         return ReplayResult(
@@ -105,10 +115,26 @@ def _internal_error(exc: Exception, facts: dict[str, Any]) -> ReplayResult:
 _HEADER_FIELDS = frozenset(ReplayHeader.__dataclass_fields__)
 
 
-def _replay(
-    options: ReplayOptions, facts: dict[str, Any], attempts: list[NetworkAttempt]
-) -> ReplayResult:
-    snapshot, state, blob_versions = load_snapshot_source(options.snapshot)
+@dataclass(frozen=True, kw_only=True)
+class _Inputs:
+    """One replay's inputs as objects: what both the CLI adapter and ``Replayer`` hand over."""
+
+    snapshot: StateSnapshot
+    state: KeyState
+    blob_versions: dict[str, int]
+    event: AgentEnvelope | None
+    events: tuple[Source, ...]
+    traces: tuple[Source, ...]
+    agent: Agent
+    registry: ToolRegistry
+    hitl: HitlPolicy
+    seq: int | None
+    what_if: bool
+
+
+def _snapshot_facts(
+    facts: dict[str, Any], snapshot: StateSnapshot, state: KeyState
+) -> None:
     facts.update(
         entity_key=snapshot.entity_key,
         snapshot_seq=snapshot.seq,
@@ -117,6 +143,12 @@ def _replay(
         state_schema_version=snapshot.state_schema_version,
         migrations_applied=tuple(state.migrations_applied),
     )
+
+
+def _load_options(options: ReplayOptions, facts: dict[str, Any]) -> _Inputs:
+    """The CLI's inputs: files read, ``module:ATTR`` paths imported (under the guard)."""
+    snapshot, state, blob_versions = load_snapshot_source(options.snapshot)
+    _snapshot_facts(facts, snapshot, state)
     event = load_event_source(options.event) if options.event is not None else None
     agent = import_object(options.agent, "--agent", Agent)
     registry = import_object(options.registry, "--registry", ToolRegistry)
@@ -127,13 +159,36 @@ def _replay(
         hitl = import_object(options.hitl, "--hitl", HitlPolicy)
     else:
         hitl = DEFAULT_HITL_POLICY
+    if options.event is not None and options.events:
+        raise InputError(
+            "both --event and --events were given",
+            "pass the triggering envelope with --event, or a dump to pick it from with --events",
+        )
+    return _Inputs(
+        snapshot=snapshot,
+        state=state,
+        blob_versions=blob_versions,
+        event=event,
+        events=tuple(options.events),
+        traces=tuple(options.traces),
+        agent=agent,
+        registry=registry,
+        hitl=hitl,
+        seq=options.seq,
+        what_if=options.what_if,
+    )
+
+
+def _replay(inputs: _Inputs, facts: dict[str, Any], attempts: list[NetworkAttempt]) -> ReplayResult:
+    snapshot, state, blob_versions = inputs.snapshot, inputs.state, inputs.blob_versions
+    event, agent, registry, hitl = inputs.event, inputs.agent, inputs.registry, inputs.hitl
     facts["hitl_policy"] = hitl.describe()
 
-    traced = scan_traces(options.traces, snapshot.entity_key, seq=options.seq)
-    if options.events:
-        event = _event_from_dump(options, traced, snapshot.entity_key)
-    plan = plan_replay(snapshot, state, traced, event, options.seq)
-    if plan.what_if and not options.what_if:
+    traced = scan_traces(inputs.traces, snapshot.entity_key, seq=inputs.seq)
+    if inputs.events:
+        event = _event_from_dump(inputs.events, inputs.seq, traced, snapshot.entity_key)
+    plan = plan_replay(snapshot, state, traced, event, inputs.seq)
+    if plan.what_if and not inputs.what_if:
         refused = InputError(
             f"seq {plan.seq} (a pending {plan.trigger_name}) was never traced: replaying it is a "
             "what-if, not a reproduction",
@@ -241,24 +296,19 @@ def _replay(
 
 
 def _event_from_dump(
-    options: ReplayOptions, traced: TracedKey, entity_key: bytes
+    events: tuple[Source, ...], wanted_seq: int | None, traced: TracedKey, entity_key: bytes
 ) -> AgentEnvelope | None:
     """``--events``: the traced triggering envelope of the target, picked by id and sha256."""
     from beam_agents.replay.events_lookup import load_envelopes
 
-    if options.event is not None:
-        raise InputError(
-            "both --event and --events were given",
-            "pass the triggering envelope with --event, or a dump to pick it from with --events",
-        )
-    seq = options.seq if options.seq is not None else traced.highest_seq
+    seq = wanted_seq if wanted_seq is not None else traced.highest_seq
     start_event = traced.starts.get(seq) if seq is not None else None
     if seq is None or start_event is None:
         return None  # nothing traced to pick by (plan_replay says why)
     start = ActivationStart.of(start_event)
     if start.is_timeout:
         return None  # a HITL timeout has no envelope
-    index = load_envelopes(options.events, entity_key)
+    index = load_envelopes(events, entity_key)
     raw = index.find(*start.envelope, seq=seq)
     return load_event_source(raw)
 

@@ -17,6 +17,7 @@ def test_the_public_names_are_the_engines() -> None:
         "CheckRow",
         "ReplayOptions",
         "ReplayResult",
+        "Replayer",
         "Verdict",
         "check_bundles",
         "list_activations",
@@ -31,6 +32,9 @@ def test_the_public_names_are_the_engines() -> None:
     assert (package.check_bundles, package.CheckReport) == (bulk.check_bundles, bulk.CheckReport)
     assert (package.make_bundle, package.load_bundle) == (bundle.make_bundle, bundle.load_bundle)
     assert package.list_activations is listing.list_activations
+    from beam_agents.replay.replayer import Replayer
+
+    assert package.Replayer is Replayer
 
 
 def test_importing_the_result_types_does_not_load_the_engine() -> None:

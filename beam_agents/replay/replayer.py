@@ -1,0 +1,157 @@
+"""``Replayer``: replay past activations from Python, with the agent as an object.
+
+Temporal's ``Replayer`` is the model: built once, keyword-only, with the agent
+code and its configuration as objects; ``replay`` then takes the recorded inputs
+as messages (or bytes, or files) and returns the same frozen ``ReplayResult`` the
+command line renders. The CLI (``beam-agents-replay``, ``replay(ReplayOptions)``)
+is an adapter on top: it reads files and imports ``module:ATTR`` paths, then does
+exactly what this class does.
+
+    replayer = Replayer(agent=AGENT, registry=TOOLS)
+    result = replayer.replay(snapshot, trace_events, envelope)
+    assert result.verdict is Verdict.REPRODUCED, result.reason
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable
+from typing import Any
+
+from beam_agents._protos import AgentEnvelope, StateSnapshot, TraceEvent
+from beam_agents._version import __version__
+from beam_agents.agent import Agent
+from beam_agents.errors import ConfigError
+from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
+from beam_agents.replay.engine import _guarded, _Inputs, _snapshot_facts
+from beam_agents.replay.inputs import load_event_source, load_snapshot_source
+from beam_agents.replay.options import Source
+from beam_agents.replay.result import ReplayResult
+from beam_agents.tools import ToolRegistry
+from beam_agents.trace_stream import write_trace_stream
+
+__all__ = ["Replayer"]
+
+TraceInput = Iterable[TraceEvent] | bytes | Source
+"""Trace events as messages (any iterable), one trace stream's bytes, or a file/directory."""
+
+
+def _label(obj: object) -> str:
+    cls = type(obj)
+    return f"{cls.__module__}:{cls.__qualname__} instance"
+
+
+class Replayer:
+    """Replays activations of one agent, offline, against their traces.
+
+    Every ``replay`` blocks the network while agent code runs, serves model calls
+    and recorded tools only from the snapshot's caches, and never raises for bad
+    input: the result's verdict (and ``exit_code``) says reproduced (0), diverged
+    (1), bad input (2) or irreproducible (3), with one paragraph in ``error``.
+    """
+
+    def __init__(
+        self,
+        *,
+        agent: Agent,
+        registry: ToolRegistry,
+        hitl: HitlPolicy = DEFAULT_HITL_POLICY,
+        agent_label: str | None = None,
+        registry_label: str | None = None,
+        hitl_label: str | None = None,
+    ) -> None:
+        """Build a replayer (validated here, not at the first replay).
+
+        Args:
+            agent: The ``Agent`` the pipeline ran.
+            registry: Its ``ToolRegistry``.
+            hitl: The pipeline's ``HitlPolicy`` (``AgentConfig.hitl``).
+            agent_label: How the report's header names the agent (``module:ATTR``);
+                defaults to the agent's class.
+            registry_label: The same for the registry.
+            hitl_label: The same for the HITL policy (``default`` when not given).
+        """
+        for name, value, expected in (
+            ("agent", agent, Agent),
+            ("registry", registry, ToolRegistry),
+            ("hitl", hitl, HitlPolicy),
+        ):
+            if not isinstance(value, expected):
+                raise ConfigError(
+                    f"Replayer {name}= must be an instance of {expected.__name__}, got "
+                    f"{type(value).__name__}: {value!r:.80}"
+                )
+        self.agent = agent
+        self.registry = registry
+        self.hitl = hitl
+        self._agent_label = agent_label or _label(agent)
+        self._registry_label = registry_label or _label(registry)
+        given = hitl is not DEFAULT_HITL_POLICY
+        self._hitl_label = hitl_label or ("given" if given else "default")
+
+    def replay(
+        self,
+        snapshot: StateSnapshot | bytes | Source,
+        traces: TraceInput,
+        event: AgentEnvelope | bytes | Source | None = None,
+        *,
+        seq: int | None = None,
+        what_if: bool = False,
+    ) -> ReplayResult:
+        """Reconstruct, re-run and judge one activation of this replayer's agent.
+
+        Args:
+            snapshot: The key's ``StateSnapshot`` (a message, its bytes, or a file).
+            traces: The key's trace events (messages in any order, stream bytes, or a
+                file/directory); other keys' events are ignored.
+            event: The ``AgentEnvelope`` that triggered the activation (a message,
+                its bytes, or a file); None for a HITL timeout.
+            seq: Replay this traced activation instead of the key's highest traced one.
+            what_if: Allow replaying a pending resume that was never traced.
+
+        Returns:
+            The result (never raises for bad input; see the class docstring).
+        """
+        facts: dict[str, Any] = {
+            "version": __version__,
+            "agent_path": self._agent_label,
+            "registry_path": self._registry_label,
+            "hitl_source": self._hitl_label,
+        }
+
+        def load() -> _Inputs:
+            data = (
+                snapshot.SerializeToString(deterministic=True)
+                if isinstance(snapshot, StateSnapshot)
+                else snapshot
+            )
+            loaded, state, blob_versions = load_snapshot_source(data)
+            _snapshot_facts(facts, loaded, state)
+            envelope: AgentEnvelope | None = None
+            if isinstance(event, AgentEnvelope):
+                envelope = load_event_source(event.SerializeToString(deterministic=True))
+            elif event is not None:
+                envelope = load_event_source(event)
+            return _Inputs(
+                snapshot=loaded,
+                state=state,
+                blob_versions=blob_versions,
+                event=envelope,
+                events=(),
+                traces=(_trace_source(traces),),
+                agent=self.agent,
+                registry=self.registry,
+                hitl=self.hitl,
+                seq=seq,
+                what_if=what_if,
+            )
+
+        return _guarded(facts, load)
+
+
+def _trace_source(traces: TraceInput) -> Source:
+    if isinstance(traces, bytes | str) or hasattr(traces, "__fspath__"):
+        return traces  # type: ignore[return-value]
+    stream = io.BytesIO()
+    write_trace_stream(stream, traces)
+    return stream.getvalue()
