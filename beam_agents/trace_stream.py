@@ -225,7 +225,9 @@ class _Chunks:
         elif isinstance(source, (str, os.PathLike)):
             self.source = self._path = os.fspath(source)
         else:
-            self.source = "<stream>"
+            # An open file (or a wrapper with a ``name``) is named by it in errors.
+            name = getattr(source, "name", None)
+            self.source = name if isinstance(name, str) and name else "<stream>"
             self._file = source
 
     def first(self) -> bytes:

@@ -325,6 +325,18 @@ def test_a_frame_that_is_not_a_trace_event_is_refused_with_its_offset() -> None:
     assert caught.value.offset == len(head)
 
 
+def test_an_open_file_is_named_by_its_name_in_errors(tmp_path: Path) -> None:
+    bad = tmp_path / "snapshot-by-mistake.pb"
+    bad.write_bytes(_stream(_events(activations=1)) + _frame(b"\xff\xff\xff"))
+    with open(bad, "rb") as stream, pytest.raises(TraceStreamError) as caught:
+        list(read_trace_stream(stream))
+    assert caught.value.source == str(bad) and str(caught.value).startswith(f"{bad}: ")
+    # A stream without a name is still described, not named wrongly.
+    with pytest.raises(TraceStreamError) as caught:
+        list(read_trace_stream(io.BytesIO(bad.read_bytes())))
+    assert caught.value.source == "<stream>"
+
+
 def test_reading_a_missing_path_is_a_trace_stream_error(tmp_path: Path) -> None:
     with pytest.raises(TraceStreamError) as caught:
         list(read_trace_stream(tmp_path / "nope.pb"))

@@ -152,6 +152,11 @@ class CappedReader:
         self._left = size_cap(flag)
         self._cap = self._left
 
+    @property
+    def name(self) -> str:
+        """The file (or ``<stdin>``) read: what errors about its content name."""
+        return self._name
+
     def read(self, size: int = -1, /) -> bytes:
         want = self._left + 1 if size < 0 else min(size, self._left + 1)
         data = self._stream.read(want) or b""

@@ -549,3 +549,16 @@ def test_a_replay_imports_nothing_heavy(inputs: Inputs, registry: str) -> None:
         assert last == "0 [] False"  # DeepDiff only renders a divergence
     else:
         assert last == "1 [] True"
+
+
+def test_a_snapshot_passed_as_traces_is_named_in_the_error(
+    inputs: Inputs, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The operator's mix-up: the snapshot file given to --traces. The message names that file.
+    code, out, err = run(inputs.flags(traces=str(inputs.snapshot)), capsys)
+    assert (code, out) == (2, "")
+    assert (
+        f"--traces: {inputs.snapshot}: the frame at byte offset 0" in err and "<stream>" not in err
+    )
+    code, out, err = run(["ls", "--traces", str(inputs.snapshot)], capsys)
+    assert code == 2 and f"--traces: {inputs.snapshot}: " in err
