@@ -34,14 +34,20 @@ class OverlapTrackingDoFn(AgentDoFn):
     """Records the peak number of activations in flight: in all, and of one key."""
 
     def _activate(
-        self, key: bytes, run: Any, trigger: AgentEnvelope | Timeout, *, now_ms: int
+        self,
+        key: bytes,
+        run: Any,
+        trigger: AgentEnvelope | Timeout,
+        decision: Any,
+        *,
+        now_ms: int,
     ) -> None:
         with _LOCK:
             RUNNING[key] = RUNNING.get(key, 0) + 1
             PEAK["all"] = max(PEAK["all"], sum(RUNNING.values()))
             PEAK["per_key"] = max(PEAK["per_key"], RUNNING[key])
         try:
-            super()._activate(key, run, trigger, now_ms=now_ms)
+            super()._activate(key, run, trigger, decision, now_ms=now_ms)
         finally:
             with _LOCK:
                 RUNNING[key] -= 1
@@ -79,13 +85,19 @@ class CrashOnceDoFn(AgentDoFn):
         self._marker = marker
 
     def _activate(
-        self, key: bytes, run: Any, trigger: AgentEnvelope | Timeout, *, now_ms: int
+        self,
+        key: bytes,
+        run: Any,
+        trigger: AgentEnvelope | Timeout,
+        decision: Any,
+        *,
+        now_ms: int,
     ) -> None:
         seq = run.seq + 1
         with _LOCK:
             IN_FLIGHT.add((key, seq))
         try:
-            super()._activate(key, run, trigger, now_ms=now_ms)
+            super()._activate(key, run, trigger, decision, now_ms=now_ms)
         finally:
             with _LOCK:
                 IN_FLIGHT.discard((key, seq))
