@@ -337,6 +337,16 @@ def _check_parts(name: str, message: IncidentBundle) -> HitlPolicy:
             raise _refuse(
                 name, f"holds trace event {number}, which does not parse: {exc}"
             ) from None
+        if serialize_trace_event(event) != data:
+            # The writer keeps each event's deterministic bytes: any other bytes that
+            # still parse (a flipped tag turning a digest into an overridden field, an
+            # unknown field) would hide what production traced from the judgement.
+            raise _refuse(
+                name,
+                f"holds trace event {number} (seq {event.seq} index {event.index}) not in its "
+                "canonical bytes: it is corrupt, or written by a newer beam-agents whose trace "
+                "fields this version does not know",
+            )
         if event.entity_key != key:
             raise _refuse(
                 name,

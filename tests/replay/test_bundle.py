@@ -144,7 +144,7 @@ def _foreign_event(m: IncidentBundle) -> None:
 
     ev = TraceEvent.FromString(m.trace_events[0])
     ev.entity_key = OTHER
-    m.trace_events.append(ev.SerializeToString())
+    m.trace_events.append(ev.SerializeToString(deterministic=True))  # canonical, other key
 
 
 @pytest.mark.parametrize(
@@ -235,3 +235,36 @@ def test_mutated_bundles_are_refused_or_judged_never_a_crash(incident: Incident)
                 assert not row.cause.startswith("internal error"), (round_, row.detail)
                 seen.add(row.verdict.value)
     assert "error" in seen  # most mutations are refused
+
+
+def _hide_outputs_digest(m: IncidentBundle) -> None:
+    """Corrupt the last ACTIVATION_END as one flipped tag bit does: 0x42 (field 8, the
+    attributes map) -> 0x4a (field 9, trace_id). The outputs digest's map entry becomes a
+    trace_id the event's real trace_id (later in the bytes) overrides: the event still
+    parses, without its outputs digest, and the outputs were then never judged (exit 0)."""
+    from beam_agents._protos import TraceEvent
+    from beam_agents.trace_events import ATTR_OUTPUTS_SHA256
+
+    at = max(i for i, raw in enumerate(m.trace_events) if TraceEvent.FromString(raw).kind == 7)
+    raw = m.trace_events[at]
+    entry = raw.index(ATTR_OUTPUTS_SHA256.encode()) - 2  # tag, length, then the key field
+    while raw[entry] != 0x42:
+        entry -= 1
+    corrupted = raw[:entry] + b"\x4a" + raw[entry + 1 :]
+    parsed = TraceEvent.FromString(corrupted)
+    assert ATTR_OUTPUTS_SHA256 not in parsed.attributes  # still parses, digest gone
+    m.trace_events[at] = corrupted
+
+
+def test_a_trace_event_not_in_its_canonical_bytes_is_refused(
+    incident: Incident, tmp_path: Path
+) -> None:
+    """A bundle writes every trace event deterministically; other bytes are corruption."""
+    path = tmp_path / "flipped.bundle"
+    message = IncidentBundle.FromString(incident.make(all_seqs=True))
+    _hide_outputs_digest(message)
+    path.write_bytes(message.SerializeToString(deterministic=True))
+    with pytest.raises(InputError) as info:
+        bd.load_bundle(path)
+    assert str(path) in info.value.message
+    assert "trace event" in info.value.message and "not in its canonical" in info.value.message
