@@ -111,3 +111,18 @@ def test_importing_the_pipeline_prints_none_of_beams_cloud_client_warnings() -> 
     )
     assert out.stdout == "[] [] []\n"  # no basicConfig side effect, no filter left behind
     assert out.stderr == "other warnings still print\n"
+
+
+def test_no_local_environment_or_outside_link_is_tracked() -> None:
+    """A tracked ``.venv`` (c3c1bf3 committed one as a symlink) deletes every checkout's own
+    ignored ``.venv`` on the next rebase; a tracked link to an absolute path breaks any clone."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    listed = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-files", "-s"], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    paths = {line.split("\t", 1)[1]: line.split()[0] for line in listed}
+    assert not [p for p in paths if p.split("/", 1)[0] in {".venv", "demo-out", ".peers"}]
+    links = [p for p, mode in paths.items() if mode == "120000"]
+    absolute = [p for p in links if os.readlink(ROOT / p).startswith("/")] if links else []
+    assert absolute == [], f"tracked symlinks to absolute paths: {absolute}"
