@@ -44,7 +44,7 @@ from beam_agents.context import AgentContext, ProviderFailure, ToolMiss, _error_
 from beam_agents.errors import AgentResultError, CorruptBlobError
 from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
 from beam_agents.key_state import KeyState, StateCells, dump_key_state
-from beam_agents.llm_cache import CachePolicy
+from beam_agents.llm_cache import DEFAULT_CACHE_POLICY, CachePolicy
 from beam_agents.migrations import CURRENT_VERSIONS
 from beam_agents.provider import Provider
 from beam_agents.tool_cache import DEFAULT_TOOL_CACHE_POLICY, ToolCachePolicy
@@ -52,7 +52,7 @@ from beam_agents.tools import ToolRegistry
 from beam_agents.trace_view import ActivationKind, InboundStatus, Outcome, Trigger
 
 MAX_RESUME_HISTORY = 8
-DEFAULT_CACHE_POLICY = CachePolicy()
+"""How many consumed continuations ``StateSnapshot.resumed_from`` keeps (docs/replay.md §1)."""
 
 
 class TriggerAction(enum.Enum):

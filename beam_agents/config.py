@@ -14,33 +14,21 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from beam_agents.errors import ConfigError
-from beam_agents.hitl import HitlPolicy
-from beam_agents.llm_cache import CachePolicy
+from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
+from beam_agents.llm_cache import DEFAULT_CACHE_POLICY, CachePolicy
 from beam_agents.provider import Provider
 from beam_agents.sinks.uri import Role, SinkUri, check_sink_options, parse_sink_uri
-from beam_agents.tool_cache import ToolCachePolicy
+from beam_agents.tool_cache import DEFAULT_TOOL_CACHE_POLICY, ToolCachePolicy
 
 DEFAULT_INBOX_LIMIT = 100
 MAX_IN_FLIGHT_LIMIT = 4096
-
-
-def _default_hitl() -> HitlPolicy:
-    return HitlPolicy()
-
-
-def _default_cache() -> CachePolicy:
-    return CachePolicy()
-
-
-def _default_tool_cache() -> ToolCachePolicy:
-    return ToolCachePolicy()
 
 
 @dataclass(frozen=True, kw_only=True)
 class AgentConfig:
     """The configuration of one ``RunAgent``.
 
-    Example (the seed page's)::
+    Example (docs/replay.md §1)::
 
         config = AgentConfig(
             provider_factory=make_client,
@@ -56,12 +44,12 @@ class AgentConfig:
     ``file://``); None: ``.traces`` is exposed and unconsumed."""
     snapshots_to: str | None = None
     """Where state snapshots go (``kafka://``, ``pubsub://``, ``file://``). No default:
-    it is the egress of the state-disclosure primitive (seed page §1)."""
-    hitl: HitlPolicy = field(default_factory=_default_hitl)
+    it is the egress of the state-disclosure primitive (docs/replay.md §1)."""
+    hitl: HitlPolicy = DEFAULT_HITL_POLICY
     """Intent TTL, HITL timeout, approval channel and approval-gated tools."""
-    cache: CachePolicy = field(default_factory=_default_cache)
+    cache: CachePolicy = DEFAULT_CACHE_POLICY
     """Replay-cache policy: payload retention, payload size limit, capacity, TTL."""
-    tool_cache: ToolCachePolicy = field(default_factory=_default_tool_cache)
+    tool_cache: ToolCachePolicy = DEFAULT_TOOL_CACHE_POLICY
     """Tool-cache policy for ``@tool(recorded=True)`` results: retention, result size limit,
     capacity in entries and bytes, TTL."""
     sink_options: Mapping[str, str] = field(default_factory=dict)

@@ -84,7 +84,6 @@ class _ReplayActivation(beam.DoFn):  # type: ignore[misc]
         self._registry = registry
 
     def process(self, element: tuple[str, bytes, int]) -> Iterator[dict[str, Any]]:
-        import sys
 
         from beam_agents.replay.bulk import CheckRow, result_cause
         from beam_agents.replay.bundle import bundle_options, load_bundle
@@ -93,14 +92,8 @@ class _ReplayActivation(beam.DoFn):  # type: ignore[misc]
         name, data, seq = element
         started = time.perf_counter()
         bundle = load_bundle(data, name=name)
-        saved = sys.dont_write_bytecode
-        sys.dont_write_bytecode = True  # replay writes nothing
-        try:
-            result = replay(
-                bundle_options(bundle, seq=seq, agent=self._agent, registry=self._registry)
-            )
-        finally:
-            sys.dont_write_bytecode = saved
+        # replay() itself writes no bytecode while it imports and runs agent code.
+        result = replay(bundle_options(bundle, seq=seq, agent=self._agent, registry=self._registry))
         yield _row_dict(
             CheckRow(
                 path=name,

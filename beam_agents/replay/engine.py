@@ -14,7 +14,6 @@ message. A bug of ours is a ``USAGE_ERROR`` result too, marked as internal
 
 from __future__ import annotations
 
-import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -31,7 +30,12 @@ from beam_agents.key_state import KeyState
 from beam_agents.provider import UnservableProvider
 from beam_agents.replay.compare import EventComparison
 from beam_agents.replay.end_check import EndCheck, check_end, end_divergence_detail
-from beam_agents.replay.inputs import import_object, load_event_source, load_snapshot_source
+from beam_agents.replay.inputs import (
+    import_object,
+    load_event_source,
+    load_snapshot_source,
+    no_bytecode,
+)
 from beam_agents.replay.judge import Judgement, judge
 from beam_agents.replay.network_guard import NetworkAttempt, block_network
 from beam_agents.replay.options import ReplayOptions, Source
@@ -77,10 +81,8 @@ def _guarded(facts: dict[str, Any], load: Callable[[], _Inputs]) -> ReplayResult
     """Load (``load``) and replay under the network guard; every failure becomes a result."""
     # Importing agent code must not write bytecode: the guard reports file writes in
     # the activation's context, and replay writes nothing.
-    saved_bytecode = sys.dont_write_bytecode
-    sys.dont_write_bytecode = True
     try:
-        with block_network() as attempts:
+        with no_bytecode(), block_network() as attempts:
             return _replay(load(), facts, attempts)
     except ReplayRefused as refused:
         facts.update(refused.header)
@@ -92,8 +94,6 @@ def _guarded(facts: dict[str, Any], load: Callable[[], _Inputs]) -> ReplayResult
         )
     except Exception as exc:  # a bug of ours: say so, exit 2, never 0, never a traceback
         return _internal_error(exc, facts)
-    finally:
-        sys.dont_write_bytecode = saved_bytecode
 
 
 def _internal_error(exc: Exception, facts: dict[str, Any]) -> ReplayResult:

@@ -7,10 +7,12 @@ importer's own exception gets out, so bad input never shows a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import stat
 import sys
+from collections.abc import Iterator
 from typing import Any, BinaryIO, TypeVar
 
 from google.protobuf.message import DecodeError
@@ -269,6 +271,21 @@ def load_event_source(source: Source) -> AgentEnvelope:
     return envelope
 
 
+@contextlib.contextmanager
+def no_bytecode() -> Iterator[None]:
+    """No ``.pyc`` written while inside: replay writes nothing, not even the agent's bytecode.
+
+    The one place replay turns bytecode writing off (imports of agent code, the whole
+    guarded replay); the previous setting is restored on the way out.
+    """
+    saved = sys.dont_write_bytecode
+    sys.dont_write_bytecode = True
+    try:
+        yield
+    finally:
+        sys.dont_write_bytecode = saved
+
+
 def import_object(path: str, flag: str, expected: type[T]) -> T:
     """Import ``module:ATTR`` (ATTR may be dotted) and check it is an ``expected``.
 
@@ -284,10 +301,9 @@ def import_object(path: str, flag: str, expected: type[T]) -> T:
             f"{flag} {path!r} is not of the form module:ATTR",
             f"e.g. {flag} myapp.agent:{'AGENT' if flag == '--agent' else 'TOOLS'}",
         )
-    saved = sys.dont_write_bytecode
-    sys.dont_write_bytecode = True
     try:
-        module = importlib.import_module(module_name)
+        with no_bytecode():
+            module = importlib.import_module(module_name)
     except BaseException as exc:  # the operator's module may raise anything at import
         if isinstance(exc, KeyboardInterrupt):
             raise
@@ -297,8 +313,6 @@ def import_object(path: str, flag: str, expected: type[T]) -> T:
             "run beam-agents-replay where that module is importable (the current directory "
             "is on the import path; set PYTHONPATH for others)",
         ) from None
-    finally:
-        sys.dont_write_bytecode = saved
     value: Any = module
     for part in attr.split("."):
         try:
