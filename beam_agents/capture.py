@@ -11,7 +11,7 @@ built; the pipeline passes no capture and pays one ``is None`` test per event).
 It also records which top-level memory keys agent code read and wrote: replay
 starts from a snapshot's memory, which is a *post*-image, so a memory write
 that depends on a key the activation itself writes cannot be compared with the
-traced memory digest (seed §4).
+traced memory digest (docs/replay.md §4).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A key's state in its three forms: the DoFn's cells, the in-memory state, and a snapshot.
 
 This is the one conversion between them, used by the DoFn and by replay alike
-(DESIGN §3, rule 1): ``load_key_state`` for an activation's pre-state,
+(docs/index.md, "How the code is laid out", rule 1): ``load_key_state`` for an activation's pre-state,
 ``dump_key_state`` for its commit, ``make_snapshot`` for an export request,
 ``load_snapshot`` for replay. Loading version-checks and migrates every blob in
 memory; nothing is ever written back by a load (invariant 5). An export copies

@@ -3,7 +3,7 @@
 A trace event holds only what the same code, given the same inputs, reproduces
 exactly: kinds, names, indices, the activation clock, digests, cache keys,
 intent ids, counts, error types. Never a wall-clock time, a host, a version,
-a latency or a payload (DESIGN §4) — replay compares these byte for byte.
+a latency or a payload (docs/replay.md §4) — replay compares these byte for byte.
 """
 
 from __future__ import annotations

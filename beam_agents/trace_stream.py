@@ -1,6 +1,6 @@
 """Trace streams: trace events as ``varint(len) + serialize_trace_event(ev)`` frames.
 
-A trace stream is the binary interchange of traces (DESIGN §4, seed page §2):
+A trace stream is the binary interchange of traces (docs/replay.md §2):
 the ``file://`` sink writes it, ``convert-bq`` produces it, and
 ``beam-agents-replay --traces`` reads it. Each frame is a base-128 varint
 length followed by the deterministic bytes of one ``TraceEvent``.

@@ -4,7 +4,7 @@
 calls :func:`run_tui`, which runs the replay in a thread behind a loading
 screen, shows the result, and returns the verdict's exit code when the operator
 presses ``q`` — the same code the headless CLI would have returned, because
-both read the same ``ReplayResult`` (DESIGN §3 rule 3).
+both read the same ``ReplayResult`` (docs/index.md, "How the code is laid out", rule 3).
 
 Tests (and anyone holding a result already) open ``ReplayApp(result)`` directly.
 """

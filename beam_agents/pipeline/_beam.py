@@ -6,7 +6,7 @@ every call. Instead of silencing each call site, the pipeline modules take Beam
 from here, where the boundary is explicit; ``PCollection`` and ``PTransform``
 (properly generic) are imported from Beam directly where they annotate our API.
 
-Only ``beam_agents.pipeline`` imports Apache Beam (DESIGN §3 rule 2).
+Only ``beam_agents.pipeline`` imports Apache Beam (docs/index.md, "How the code is laid out", rule 2).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Each DoFn instance opens its own writer in ``setup`` (the client is never
 pickled), writes every element, and flushes in ``finish_bundle``: a flush that
 raises ``SinkError`` fails the bundle so the runner retries it — a record is
-never dropped (DESIGN §7). The writers themselves live in ``beam_agents.sinks``;
+never dropped (docs/sinks.md, "Delivery and failure"). The writers themselves live in ``beam_agents.sinks``;
 this module only drives their lifecycle from Beam's.
 """
 

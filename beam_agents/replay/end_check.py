@@ -5,7 +5,7 @@ The traced ``ACTIVATION_END`` carries the sha256 of each output
 (``beam_agents.memory_sha256``). Each replayed one is *verified* when its sha256
 equals the traced digest and *differs* when not. Whether a difference is a
 divergence (exit 1) depends on what the re-run started from, because replay
-starts from a snapshot's memory, which is a post-image (seed §4):
+starts from a snapshot's memory, which is a post-image (docs/replay.md §4):
 
 - memory: comparable only when the snapshot's memory *is* this activation's
   committed memory (its digest equals the traced one: the snapshot was taken
@@ -13,7 +13,7 @@ starts from a snapshot's memory, which is a post-image (seed §4):
   (from a post-image such a read returns the activation's own write: ``turns +=
   1`` replays as 2). Otherwise the difference is reported with the reason it
   cannot be judged, and the verdict rests on the events.
-- outputs: compared as-is, like intent arguments (seed §4 states the same
+- outputs: compared as-is, like intent arguments (docs/replay.md §4 states the same
   limit for both); when the re-run read a memory key it also writes, the
   divergence says so, since an output built from such a read differs for that
   reason.

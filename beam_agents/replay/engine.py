@@ -1,6 +1,6 @@
 """``replay(options) -> ReplayResult``: the one function every replay renderer calls.
 
-Steps (DESIGN §8): load and migrate the snapshot; load the event; import the
+Steps (docs/replay.md §3): load and migrate the snapshot; load the event; import the
 agent, its registry and the HITL policy; scan the traces for the key; plan the
 re-run (target, clock, trigger, pre-state — ``reconstruct``); re-run it through
 the pipeline's own ``run_activation`` with a provider that serves nothing,

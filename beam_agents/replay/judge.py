@@ -20,7 +20,7 @@ or its first blocked network attempt. Then:
 
 A what-if has nothing traced: it is ``what-if`` (exit 0) whatever happened, and
 the reason says where it stopped (a pending resume's responses are not minted
-yet, seed §4, so it usually stops at its first model call).
+yet, docs/replay.md §4, so it usually stops at its first model call).
 """
 
 from __future__ import annotations

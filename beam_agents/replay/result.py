@@ -2,7 +2,7 @@
 
 One function (``beam_agents.replay.engine.replay``) produces it; the headless
 report, ``--json`` and the TUI all render it and compute nothing of their own
-(DESIGN §3 rule 3), so they cannot disagree on a verdict.
+(docs/index.md, "How the code is laid out", rule 3), so they cannot disagree on a verdict.
 
 Verdicts and exit codes are the seed page's table:
 
@@ -366,7 +366,7 @@ class ReplayResult:
     """Every replayed event's values, in event order, each marked (``replay.values``)."""
     memory_not_judged: str = ""
     """Why a memory that differs from the traced digest is not a divergence (replay started
-    from a post-image, seed §4); empty when it matches, diverges, or was not traced."""
+    from a post-image, docs/replay.md §4); empty when it matches, diverges, or was not traced."""
     replayed_memory: Any = None
     """The re-run's committed memory (a JSON object), None when it committed nothing."""
     state: StateView | None = None

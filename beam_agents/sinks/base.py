@@ -4,7 +4,7 @@ A writer is made per DoFn instance in ``setup`` (never pickled), opened there,
 written to for each element, flushed in ``finish_bundle`` and closed in
 ``teardown``. ``flush`` is the durability point: it returns only when every
 record written since the last flush has been delivered, and otherwise raises
-``SinkError`` so the runner fails the bundle and retries it (DESIGN §7: a sink
+``SinkError`` so the runner fails the bundle and retries it (docs/sinks.md, "Delivery and failure": a sink
 never drops a record and carries on). Records may therefore arrive more than
 once; they are deterministic bytes, so a consumer can drop copies by content
 or by ``(entity_key, seq, index)``.

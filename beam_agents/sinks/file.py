@@ -1,6 +1,6 @@
 """The ``file:///DIR`` sink: trace-stream files and snapshot files in a local directory.
 
-For laptops, tests and the demo (DESIGN §9). Every file appears whole or not
+For laptops, tests and the demo (docs/sinks.md, file:///DIR). Every file appears whole or not
 at all: it is written under a temporary dot-name, synced, then renamed into
 place, so a reader scanning ``DIR/*.pb`` never takes a half-written file for
 a whole one.

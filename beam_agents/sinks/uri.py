@@ -2,7 +2,7 @@
 
 ``AgentConfig`` calls ``parse_sink_uri`` for ``traces_to`` and ``snapshots_to``
 so a bad URI is refused at construction, naming it and what to write instead
-(DESIGN §7). Pure Python: no client library is imported here.
+(docs/sinks.md). Pure Python: no client library is imported here.
 
 Forms (query parameters are sink options, see ``resolve_sink_options`` and docs/sinks.md)::
 

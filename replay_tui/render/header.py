@@ -1,7 +1,7 @@
 """The header lines and the verdict banner: what was replayed, and what replay concluded.
 
 The verdict, its exit code and its reason are read from the ``ReplayResult``;
-nothing here judges anything (DESIGN §3 rule 3).
+nothing here judges anything (docs/index.md, "How the code is laid out", rule 3).
 """
 
 from __future__ import annotations
