@@ -29,7 +29,7 @@ from beam_agents.errors import TraceStreamError
 from beam_agents.replay.inputs import STDIN, CappedReader, describe_source, open_regular
 from beam_agents.replay.options import Source
 from beam_agents.replay.refusal import InputError
-from beam_agents.trace_events import kind_name, serialize_trace_event
+from beam_agents.trace_events import END_DIGEST_ATTRIBUTES, kind_name, serialize_trace_event
 from beam_agents.trace_stream import StreamSource, read_trace_stream, trace_stream_files
 from beam_agents.trace_view import IntentStaged, LlmCall
 
@@ -297,6 +297,8 @@ def check_complete(events: Sequence[TraceEvent], entity_key: bytes, seq: int) ->
             "not ACTIVATION_END or ACTIVATION_FAILED: it is incomplete",
             advice,
         )
+    if last.kind == TraceEvent.ACTIVATION_END:
+        _check_end_digests(last, where)
     for event in events[:-1]:
         if event.kind in _TERMINAL or (event.kind == TraceEvent.ACTIVATION_START and event.index):
             raise InputError(
@@ -304,3 +306,30 @@ def check_complete(events: Sequence[TraceEvent], entity_key: bytes, seq: int) ->
                 "inside the activation: it is not one activation's trace",
                 "pass the traces of the pipeline the snapshot came from",
             )
+
+
+def _check_end_digests(end: TraceEvent, where: str) -> None:
+    """Refuse an ACTIVATION_END whose output and memory digests are not both there as text.
+
+    Every writer that traces them traces both, as strings (a trace from before them
+    has neither: outputs and memory are then unverifiable, as documented). One
+    without the other, or one of another type, is corruption, and judging it would
+    silently skip that check: a changed output would replay as "reproduced".
+    """
+    present = [name for name in END_DIGEST_ATTRIBUTES if name in end.attributes]
+    if not present:
+        return
+    wrong = [name for name in present if end.attributes[name].WhichOneof("value") != "string_value"]
+    missing = [name for name in END_DIGEST_ATTRIBUTES if name not in end.attributes]
+    if missing or wrong:
+        what = (
+            f"{present[0]!r} but not {missing[0]!r}"
+            if missing
+            else f"{wrong[0]!r} as a {end.attributes[wrong[0]].WhichOneof('value')}, not text"
+        )
+        raise InputError(
+            f"the trace of {where} ends with an ACTIVATION_END holding {what}: every "
+            "beam-agents that traces these digests writes both as text, so this trace event "
+            "is corrupt or edited, and the outputs and memory could not be judged",
+            "collect the trace again from the sink",
+        )

@@ -187,3 +187,36 @@ def test_the_cli_exits_1_for_a_changed_output(tmp_path, capsys) -> None:  # type
     )  # fmt: skip
     assert code == 1
     assert "diverged" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("corruption", ["no outputs digest", "no memory digest", "bytes digest"])
+def test_an_activation_end_with_half_its_digests_is_refused_not_reproduced(
+    corruption: str,
+) -> None:
+    """One flipped bit can drop one digest; judging the rest made a changed output exit 0."""
+    history = KeyHistory(ra.AGENT, ra.TOOLS, ra.make_provider())
+    event = ask()
+    history.send(event)
+    events = []
+    for traced in history.trace:
+        copy = TraceEvent()
+        copy.CopyFrom(traced)
+        if copy.kind == TraceEvent.ACTIVATION_END:
+            if corruption == "no outputs digest":
+                del copy.attributes[ATTR_OUTPUTS_SHA256]
+            elif corruption == "no memory digest":
+                del copy.attributes[ATTR_MEMORY_SHA256]
+            else:
+                text = copy.attributes[ATTR_OUTPUTS_SHA256].string_value
+                copy.attributes[ATTR_OUTPUTS_SHA256].bytes_value = text.encode()
+        events.append(copy)
+    result = replay(
+        options(
+            history.export(),
+            history.trace_bytes(events),
+            event=event,
+            agent="replay_agents:AGENT_OTHER_OUTPUT",  # its output differs from production's
+        )
+    )
+    assert result.verdict is Verdict.USAGE_ERROR and result.exit_code == 2, result.reason
+    assert "ACTIVATION_END holding" in result.reason and "corrupt or edited" in result.reason
