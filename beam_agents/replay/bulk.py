@@ -396,8 +396,10 @@ def _safe(text: str) -> str:
 
 def render_check(report: CheckReport, *, limit: int = 20) -> str:
     """The ``check`` table: groups worst first, each group's files (up to ``limit``)."""
+    # An error row (a file that is not a bundle, a folder without one) is no activation.
+    replayed = sum(1 for row in report.rows if row.seq is not None)
     lines = [
-        f"beam-agents-replay check: {len(report.rows)} activation(s) in {report.bundles} "
+        f"beam-agents-replay check: {replayed} activation(s) in {report.bundles} "
         f"file(s), {report.jobs} job(s), {report.seconds:.1f} s"
     ]
     for group in report.groups:

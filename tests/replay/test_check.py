@@ -71,6 +71,8 @@ def test_rows_groups_and_the_worst_verdict(folder: Path) -> None:
     assert report.groups[0].verdict is Verdict.USAGE_ERROR  # worst first
     text = report.render()
     assert "worst: error (exit 2)" in text and "tool.bundle seq 1" in text
+    # 10 activations replayed; the two unreadable files are rows, not activations.
+    assert text.startswith("beam-agents-replay check: 10 activation(s) in 6 file(s),")
     good = check_bundles([folder / "all.bundle", folder / "tool.bundle", folder / "prompt.bundle"])
     assert good.exit_code == 1  # diverged outranks irreproducible
     assert check_bundles([folder / "prompt.bundle"]).exit_code == 3
@@ -180,5 +182,6 @@ def test_a_directory_without_bundles_is_an_error_row_not_a_pass(
     assert main(["check", str(empty), "--junit", str(junit)]) == 2
     out = capsys.readouterr().out
     assert "worst: error (exit 2)" in out and "directory holds no *.bundle file" in out
+    assert out.startswith("beam-agents-replay check: 0 activation(s) in 0 file(s),")
     suite = ET.fromstring(junit.read_bytes()).find("testsuite")
     assert suite is not None and (suite.get("tests"), suite.get("errors")) == ("1", "1")
