@@ -439,7 +439,7 @@ def check_json(report: CheckReport) -> dict[str, object]:
         "exit_code": report.exit_code,
         "worst": report.worst.value,
         "files": report.bundles,
-        "activations": len(report.rows),
+        "activations": sum(1 for row in report.rows if row.seq is not None),
         "counts": report.counts(),
         "groups": [
             {

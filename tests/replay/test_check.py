@@ -183,5 +183,8 @@ def test_a_directory_without_bundles_is_an_error_row_not_a_pass(
     out = capsys.readouterr().out
     assert "worst: error (exit 2)" in out and "directory holds no *.bundle file" in out
     assert out.startswith("beam-agents-replay check: 0 activation(s) in 0 file(s),")
+    assert main(["check", str(empty), "--json"]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["activations"], doc["files"], doc["counts"]) == (0, 0, {"error": 1})
     suite = ET.fromstring(junit.read_bytes()).find("testsuite")
     assert suite is not None and (suite.get("tests"), suite.get("errors")) == ("1", "1")
