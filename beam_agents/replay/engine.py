@@ -256,6 +256,23 @@ def _replay(inputs: _Inputs, facts: dict[str, Any], attempts: list[NetworkAttemp
         capture=capture,
     )
     judgement = _with_end_check(judgement, end, plan.state.memory, committed, snapshot.seq)
+    # Values explain the verdict and never decide it: a value that cannot be decoded
+    # must not turn a verdict into an internal error (exit 2).
+    values_error = ""
+    try:
+        values = collect_values(
+            plan.traced,
+            result.trace,
+            capture=capture,
+            trigger=plan.trigger,
+            provider=provider_name,
+            cache=plan.state.cache,
+            outputs=end.outputs,
+            memory=end.memory,
+        )
+    except Exception as exc:  # reported on the result, never swallowed silently
+        values = ()
+        values_error = f"{type(exc).__name__}: {exc}"
     return ReplayResult(
         verdict=judgement.verdict,
         reason=judgement.reason,
@@ -270,16 +287,8 @@ def _replay(inputs: _Inputs, facts: dict[str, Any], attempts: list[NetworkAttemp
         memory=end.memory,
         end_digests_traced=end.traced,
         memory_not_judged=end.not_comparable,
-        values=collect_values(
-            plan.traced,
-            result.trace,
-            capture=capture,
-            trigger=plan.trigger,
-            provider=provider_name,
-            cache=plan.state.cache,
-            outputs=end.outputs,
-            memory=end.memory,
-        ),
+        values=values,
+        values_error=values_error,
         replayed_memory=committed,
         state=state_view(
             state,

@@ -217,6 +217,7 @@ def _document(result: ReplayResult) -> dict[str, Any]:
         "outputs": [_blob(o) for o in result.outputs],
         "memory": _blob(result.memory),
         "end_digests_traced": result.end_digests_traced,
+        "values_error": result.values_error or None,
         "values": [
             {
                 "event_index": v.event_index,

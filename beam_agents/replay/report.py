@@ -323,6 +323,11 @@ def render_report(result: ReplayResult, *, full_values: bool = False) -> str:
     # A refusal (migration gap, continuation gone) carries its advice in ``error``.
     lines.append(f"  reason: {safe_text(result.error or result.reason)}")
     lines.extend(_failure_lines(result, width=width))
+    if result.values_error:
+        lines.append(
+            f"  values: not shown — decoding them failed ({safe_text(result.values_error)}); "
+            "the verdict does not depend on them. Please report this"
+        )
     if result.first_divergence is not None:
         lines.extend(_divergence_lines(result.first_divergence, result, width=width))
     if result.cache_miss is not None:

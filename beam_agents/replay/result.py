@@ -364,6 +364,8 @@ class ReplayResult:
     activation, or a what-if."""
     values: tuple[Value, ...] = ()
     """Every replayed event's values, in event order, each marked (``replay.values``)."""
+    values_error: str = ""
+    """Why the values could not be decoded (a bug of ours); the verdict stands without them."""
     memory_not_judged: str = ""
     """Why a memory that differs from the traced digest is not a divergence (replay started
     from a post-image, docs/replay.md §4); empty when it matches, diverges, or was not traced."""

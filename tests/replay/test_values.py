@@ -260,3 +260,24 @@ def test_the_report_of_a_failed_activation_shows_the_message_and_the_line() -> N
     assert failure[0].strip() == "error.type: ValueError  [verified]"
     assert failure[1].strip() == "error.message: cannot handle 'oops'  [unverifiable]"
     assert "replay_agents.py:" in failure[2] and "raise ValueError" in failure[2]
+
+
+def test_a_value_that_cannot_be_decoded_never_changes_the_verdict(
+    monkeypatch,  # type: ignore[no-untyped-def]
+) -> None:
+    from beam_agents.replay import engine
+
+    def broken(*_: object, **__: object) -> tuple[Value, ...]:
+        raise UnicodeError("a value our decoder chokes on")
+
+    monkeypatch.setattr(engine, "collect_values", broken)
+    history = KeyHistory(ra.NOTES, ra.TOOLS, ra.make_provider())
+    event = ask()
+    history.send(event)
+    result = replay(
+        options(history.export(), history.trace_bytes(), event=event, agent="replay_agents:NOTES")
+    )
+    assert result.verdict is Verdict.REPRODUCED and result.exit_code == 0
+    assert result.values == () and "a value our decoder chokes on" in result.values_error
+    assert "values: not shown — decoding them failed (UnicodeError" in render_report(result)
+    assert result_to_dict(result)["values_error"].startswith("UnicodeError")
