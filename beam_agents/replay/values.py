@@ -254,7 +254,10 @@ def _tool_digest(value: Any) -> str | None:
         return _sha(bytes(value))
     if canonical_json.check_json_value(value) is not None:
         return None
-    return _sha(canonical_json.dumps(value))
+    try:
+        return _sha(canonical_json.dumps(value))
+    except ValueError:  # e.g. a lone surrogate (no UTF-8): a tampered recorded result
+        return None
 
 
 def _error_values(b: _Builder, error: BaseException, *, frame: bool) -> None:

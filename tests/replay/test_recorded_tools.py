@@ -155,6 +155,41 @@ def test_a_tampered_recorded_result_diverges_and_is_never_verified(
     assert value.mark is Mark.DIFFERS
 
 
+@pytest.mark.parametrize(
+    "result",
+    [
+        b'{"order_id":"A1","status":"\\ud800"}',  # a lone surrogate: no UTF-8 for its digest
+        b'{"order_id":"A1","status":"\\u001b]0;owned\\u0007\\u202e"}',
+    ],
+)
+def test_a_tampered_result_no_pipeline_could_record_diverges_not_internal_error(
+    history: KeyHistory, service: rec.OrderService, result: bytes
+) -> None:
+    event = ask()
+    history.send(event)
+    snapshot = StateSnapshot.FromString(history.export())
+    blob = VersionedBlob.FromString(snapshot.tool_cache)
+    body = ToolCacheBody.FromString(blob.body)
+    body.entries[0].result = result
+    blob.body = body.SerializeToString(deterministic=True)
+    snapshot.tool_cache = blob.SerializeToString(deterministic=True)
+    replayed = replay(
+        options(
+            snapshot.SerializeToString(deterministic=True),
+            history.trace_bytes(),
+            event=event,
+            agent=AGENT,
+            registry=REGISTRY,
+        )
+    )
+    assert replayed.verdict is Verdict.DIVERGED, replayed.reason
+    divergence = replayed.first_divergence
+    assert divergence is not None and divergence.kind == "TOOL_CALL"
+    report = render_report(replayed, full_values=True)
+    assert "\x1b" not in report and "\u202e" not in report and "\ud800" not in report
+    report.encode("utf-8")  # printable: no lone surrogate reaches the terminal
+
+
 def test_the_same_tool_not_recorded_is_blocked_by_the_network_guard(
     history: KeyHistory, service: rec.OrderService
 ) -> None:
