@@ -50,6 +50,7 @@ __all__ = [
     "TraceView",
     "Trigger",
     "attribute",
+    "attribute_path",
     "attribute_text",
     "decode",
     "error_type_of",
@@ -99,6 +100,11 @@ def attribute(event: TraceEvent, name: str) -> te.AttrValue | None:
     if name not in event.attributes:
         return None
     return te.attribute_value(event.attributes[name])
+
+
+def attribute_path(name: str) -> str:
+    """The path of attribute ``name`` in a ``FieldDiff`` or an ``EventPair`` (``attributes['…']``)."""
+    return f"attributes[{name!r}]"
 
 
 def attribute_text(event: TraceEvent | None, name: str) -> str | None:
@@ -163,6 +169,14 @@ class _View:
         """Decode ``event`` as this kind (the caller has checked ``event.kind``)."""
         values = {f: _READERS[t](event, attr) for f, attr, t in cls.ATTRIBUTES}
         return cls(seq=event.seq, index=event.index, name=event.name, **values)
+
+    @classmethod
+    def path(cls, field_name: str) -> str:
+        """The field path (``attributes['…']``) of this kind's field ``field_name``."""
+        for name, attr, _ in cls.ATTRIBUTES:
+            if name == field_name:
+                return attribute_path(attr)
+        raise KeyError(f"{cls.__name__} has no field {field_name!r}")
 
     def to_attributes(self) -> dict[str, te.AttrValue]:
         """The event's attributes (fields that are None are not written)."""

@@ -39,6 +39,7 @@ from beam_agents.trace_events import (
     kind_name,
     serialize_trace_event,
 )
+from beam_agents.trace_view import attribute_path
 
 __all__ = [
     "NORMALIZED_ATTRIBUTES",
@@ -84,11 +85,6 @@ def normalize(event: TraceEvent) -> TraceEvent:
         if name in copy.attributes:
             copy.attributes[name].bool_value = value
     return copy
-
-
-def attribute_path(name: str) -> str:
-    """The field path of attribute ``name`` in a ``FieldDiff`` or an ``EventPair``."""
-    return f"attributes[{name!r}]"
 
 
 def normalized_paths(traced: TraceEvent, replayed: TraceEvent) -> list[str]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from rich.text import Text
 
-from beam_agents import trace_events as te
+from beam_agents import trace_view as tv
 from beam_agents._protos import TraceEvent
 from beam_agents.replay.result import EventPair
 from replay_tui.render.layout import columns, wrap
@@ -91,77 +91,46 @@ class _Side:
     ending: Ending | None = None
 
     def add(self, position: int, event: TraceEvent) -> None:
-        kind = event.kind
-        if kind == TraceEvent.LLM_CALL:
-            hit = _bool(event, te.ATTR_CACHE_HIT)
-            billed = _bool(event, te.ATTR_BILLED)
+        view = tv.decode(event)
+        if isinstance(view, tv.LlmCall):
+            hit, billed = view.cache_hit, view.billed
             self.llm.append(
                 ModelCall(
                     position,
                     event.name,
-                    _str(event, te.ATTR_CACHE_KEY),
+                    view.cache_key or "",
                     hit,
                     billed,
-                    _str(event, te.ATTR_ERROR_TYPE),
+                    view.error_type or "",
                 )
             )
             self.llm_pos.append(position)
             self.hits_before.append(self.hits_before[-1] + (hit is True))
             self.misses_before.append(self.misses_before[-1] + (hit is False))
             self.billed_before.append(self.billed_before[-1] + (billed is True))
-        elif kind == TraceEvent.TOOL_CALL:
-            self.tools.append(ToolCallRecord(position, event.name, _str(event, te.ATTR_ERROR_TYPE)))
+        elif isinstance(view, tv.ToolCall):
+            self.tools.append(ToolCallRecord(position, event.name, view.error_type or ""))
             self.tools_pos.append(position)
-        elif kind == TraceEvent.INTENT_STAGED:
+        elif isinstance(view, tv.IntentStaged):
             record = IntentRecord(
-                position,
-                _str(event, te.ATTR_INTENT_ID),
-                event.name,
-                _bool(event, te.ATTR_REQUIRES_APPROVAL) is True,
+                position, view.intent_id or "", event.name, view.requires_approval is True
             )
             self.staged.append(record)
             self.staged_pos.append(position)
-        elif kind == TraceEvent.INTENT_RELEASED:
-            record = IntentRecord(position, _str(event, te.ATTR_INTENT_ID), event.name)
+        elif isinstance(view, tv.IntentReleased):
+            record = IntentRecord(position, view.intent_id or "", event.name)
             self.released.append(record)
             self.released_pos.append(position)
             self.released_at.setdefault(record.intent_id, position)
-        elif kind == TraceEvent.SUSPENDED:
-            awaiting = _str(event, te.ATTR_AWAITING)
+        elif isinstance(view, tv.Suspended):
             self.suspensions.append(
-                Suspension(
-                    position,
-                    _int(event, te.ATTR_STEP_INDEX),
-                    tuple(a for a in awaiting.split(",") if a),
-                    _int(event, te.ATTR_DEADLINE_MS),
-                )
+                Suspension(position, view.step_index, view.awaiting or (), view.deadline_ms)
             )
             self.suspensions_pos.append(position)
-        elif kind == TraceEvent.ACTIVATION_END and self.ending is None:
-            self.ending = Ending(position, False, _str(event, te.ATTR_OUTCOME) or event.name)
-        elif kind == TraceEvent.ACTIVATION_FAILED and self.ending is None:
-            self.ending = Ending(position, True, _str(event, te.ATTR_ERROR_TYPE) or event.name)
-
-
-# Targeted reads: ``attributes.get`` never inserts (indexing a message map would).
-def _value(event: TraceEvent, name: str) -> te.AttrValue | None:
-    slot = event.attributes.get(name)
-    return None if slot is None else te.attribute_value(slot)
-
-
-def _str(event: TraceEvent, name: str) -> str:
-    value = _value(event, name)
-    return "" if value is None else value.hex() if isinstance(value, bytes) else str(value)
-
-
-def _bool(event: TraceEvent, name: str) -> bool | None:
-    value = _value(event, name)
-    return value if isinstance(value, bool) else None
-
-
-def _int(event: TraceEvent, name: str) -> int | None:
-    value = _value(event, name)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+        elif isinstance(view, tv.ActivationEnd) and self.ending is None:
+            self.ending = Ending(position, False, view.outcome or event.name)
+        elif isinstance(view, tv.ActivationFailed) and self.ending is None:
+            self.ending = Ending(position, True, view.error_type or event.name)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from rich.text import Text
 
 from beam_agents import trace_events as te
+from beam_agents import trace_view as tv
 from beam_agents._protos import TraceEvent
 from beam_agents.replay.result import EventPair, ReplayResult, Verdict
 from replay_tui.render.literal import clip, literal
@@ -107,21 +108,12 @@ class TimelineRow:
     """The cache key that missed, on the cache-miss row."""
 
 
-def _attr_path(name: str) -> str:
-    return f"attributes['{name}']"
-
-
 def _field_differs(differing: tuple[str, ...], fields: frozenset[str]) -> bool:
     return any(path in fields for path in differing)
 
 
-def _str(attrs: dict[str, te.AttrValue | None], name: str) -> str:
-    value = attrs.get(name)
-    if value is None:
-        return ""
-    if isinstance(value, bytes):
-        return value.hex()
-    return str(value)
+def _text(value: int | None) -> str:
+    return "" if value is None else str(value)
 
 
 def _live(cells: SideCells) -> SideCells:
@@ -134,59 +126,51 @@ def _live(cells: SideCells) -> SideCells:
 
 def side_cells(event: TraceEvent) -> SideCells:
     """The display cells of one trace event."""
-    attrs = te.attributes_dict(event)
+    view = tv.decode(event)
     kind = event.kind
     cache = billed = extra = ""
     shown = {"kind", "name"}
-    error = _str(attrs, te.ATTR_ERROR_TYPE)
-    if kind == TraceEvent.ACTIVATION_START:
-        trigger = _str(attrs, te.ATTR_TRIGGER)
-        detail = (
-            _str(attrs, te.ATTR_EVENT_TYPE)
-            or _str(attrs, te.ATTR_INBOUND_INTENT_ID)
-            or _str(attrs, te.ATTR_DEADLINE_MS)
-        )
-        status = _str(attrs, te.ATTR_INBOUND_STATUS)
-        extra = " ".join(part for part in (trigger, detail, status) if part)
-        shown |= {
-            _attr_path(n) for n in (te.ATTR_TRIGGER, te.ATTR_EVENT_TYPE, te.ATTR_INBOUND_STATUS)
-        }
-    elif kind == TraceEvent.LLM_CALL:
-        hit = attrs.get(te.ATTR_CACHE_HIT)
+    if isinstance(view, tv.ActivationStart):
+        detail = view.event_type or view.inbound_intent_id or _text(view.deadline_ms)
+        parts = (view.trigger, detail, view.inbound_status)
+        extra = " ".join(part for part in parts if part)
+        shown |= {tv.ActivationStart.path(f) for f in ("trigger", "event_type", "inbound_status")}
+    elif isinstance(view, tv.LlmCall):
+        hit = view.cache_hit
         cache = "hit" if hit is True else "MISS" if hit is False else ""
-        billed = "$" if attrs.get(te.ATTR_BILLED) is True else ""
-        key = _str(attrs, te.ATTR_CACHE_KEY)
+        billed = "$" if view.billed is True else ""
+        key = view.cache_key or ""
         extra = f"k={key[:KEY_PREFIX_CHARS]}" if key else ""
-        if error:
-            extra = f"{extra} {error}".strip()
-        shown |= {_attr_path(n) for n in (te.ATTR_CACHE_KEY, te.ATTR_ERROR_TYPE)}
-    elif kind == TraceEvent.TOOL_CALL:
-        extra = error or "ok"
-        shown.add(_attr_path(te.ATTR_ERROR_TYPE))
-        if attrs.get(te.ATTR_TOOL_RECORDED) is True:
+        if view.error_type:
+            extra = f"{extra} {view.error_type}".strip()
+        shown |= {tv.LlmCall.path(f) for f in ("cache_key", "error_type")}
+    elif isinstance(view, tv.ToolCall):
+        extra = view.error_type or "ok"
+        shown.add(tv.ToolCall.path("error_type"))
+        if view.recorded is True:
             # A recorded tool: the pipeline recorded its result ("rec"); build_row marks the
             # replayed side "hit" where the tool cache served it.
             cache = "rec"
-            if attrs.get(te.ATTR_TOOL_DIGEST_ONLY) is True:
+            if view.digest_only is True:
                 extra = f"{extra} digest-only"
-            shown |= {_attr_path(n) for n in (te.ATTR_TOOL_RECORDED, te.ATTR_TOOL_DIGEST_ONLY)}
-    elif kind in (TraceEvent.INTENT_STAGED, TraceEvent.INTENT_RELEASED):
-        extra = _str(attrs, te.ATTR_INTENT_ID)
-        if attrs.get(te.ATTR_REQUIRES_APPROVAL) is True:
+            shown |= {tv.ToolCall.path(f) for f in ("recorded", "digest_only")}
+    elif isinstance(view, tv.IntentStaged | tv.IntentReleased):
+        extra = view.intent_id or ""
+        if isinstance(view, tv.IntentStaged) and view.requires_approval is True:
             extra += " (approval)"
-        shown |= {_attr_path(n) for n in (te.ATTR_INTENT_ID, te.ATTR_REQUIRES_APPROVAL)}
-    elif kind == TraceEvent.SUSPENDED:
-        awaiting = _str(attrs, te.ATTR_AWAITING)
+        shown |= {tv.IntentStaged.path(f) for f in ("intent_id", "requires_approval")}
+    elif isinstance(view, tv.Suspended):
+        awaiting = ",".join(view.awaiting or ())
         extra = f"awaits {awaiting}" if awaiting else "awaits nothing"
-        shown.add(_attr_path(te.ATTR_AWAITING))
-    elif kind == TraceEvent.ACTIVATION_END:
-        outputs = _str(attrs, te.ATTR_OUTPUTS_COUNT) or "0"
-        intents = _str(attrs, te.ATTR_INTENTS_COUNT) or "0"
+        shown.add(tv.Suspended.path("awaiting"))
+    elif isinstance(view, tv.ActivationEnd):
+        outputs = _text(view.outputs_count) or "0"
+        intents = _text(view.intents_count) or "0"
         extra = f"outputs={outputs} intents={intents}"
-        shown |= {_attr_path(n) for n in (te.ATTR_OUTPUTS_COUNT, te.ATTR_INTENTS_COUNT)}
-    elif kind == TraceEvent.ACTIVATION_FAILED:
-        extra = error
-        shown.add(_attr_path(te.ATTR_ERROR_TYPE))
+        shown |= {tv.ActivationEnd.path(f) for f in ("outputs_count", "intents_count")}
+    elif isinstance(view, tv.ActivationFailed):
+        extra = view.error_type or ""
+        shown.add(tv.ActivationFailed.path("error_type"))
     return SideCells(
         kind=KIND_LABELS.get(kind, te.kind_name(kind)),
         kind_code=kind,
