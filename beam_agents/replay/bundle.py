@@ -277,7 +277,12 @@ def load_bundle(source: Source, *, name: str | None = None) -> Bundle:
                 name,
                 f"is {st.st_size} bytes, over the {MAX_BUNDLE_BYTES}-byte limit for a bundle",
             )
-    data = read_source(source, "bundle")
+        if not is_bundle_file(path) and os.access(path, os.R_OK):
+            data = _MAGIC[:0]  # not a bundle: refused below without reading the whole file
+        else:
+            data = read_source(source, "bundle")
+    else:
+        data = source
     if not data.startswith(_MAGIC):
         raise _refuse(
             name,
@@ -328,6 +333,13 @@ def _check_parts(name: str, message: IncidentBundle) -> HitlPolicy:
             f"holds a snapshot of key {snapshot.entity_key.hex()}, but the bundle is of key "
             f"{key.hex()}: its parts disagree",
         )
+    from beam_agents.replay.inputs import load_snapshot_source
+
+    try:  # every blob checked here, so a corrupt one is named by the bundle, not "<N bytes>"
+        load_snapshot_source(message.snapshot)
+    except InputError as exc:
+        reason = exc.reason.replace(f"--snapshot <{len(message.snapshot)} bytes>", "its snapshot")
+        raise _refuse(name, f"holds a snapshot that does not load: {reason}") from None
     by_seq: dict[int, list[TraceEvent]] = {}
     positions: set[tuple[int, int]] = set()
     for number, data in enumerate(message.trace_events):
