@@ -23,7 +23,6 @@ import argparse
 import dataclasses
 import os
 import sys
-import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -31,7 +30,7 @@ from typing import Any, NoReturn
 from beam_agents._version import __version__
 from beam_agents.replay.escape import escape
 from beam_agents.replay.options import ReplayOptions
-from beam_agents.replay.result import ReplayResult, Verdict
+from beam_agents.replay.result import EXIT_OK, EXIT_USAGE, ReplayResult, Verdict
 
 __all__ = ["PROG", "SUBCOMMANDS", "build_parser", "main"]
 
@@ -540,12 +539,7 @@ def _run_bundle(ns: argparse.Namespace) -> int:
     _isolate()
     from beam_agents.replay.engine import replay
 
-    saved = sys.dont_write_bytecode
-    sys.dont_write_bytecode = True
-    try:
-        return _emit(replay(loaded), as_json=ns.json, ns=ns)
-    finally:
-        sys.dont_write_bytecode = saved
+    return _emit(replay(loaded), as_json=ns.json, ns=ns)  # replay() writes no bytecode
 
 
 def _run_bundle_tui(ns: argparse.Namespace) -> int:
@@ -626,14 +620,9 @@ def _run_replay(ns: argparse.Namespace) -> int:
     _isolate()
     from beam_agents.replay.engine import replay
 
-    # Replay reads; it writes nothing, not even bytecode caches of what it imports.
-    saved = sys.dont_write_bytecode
-    sys.dont_write_bytecode = True
-    try:
-        result = replay(options)
-        return _emit(result, as_json=ns.json, ns=ns)
-    finally:
-        sys.dont_write_bytecode = saved
+    # Replay reads; it writes nothing, not even bytecode caches of what it imports
+    # (replay() turns them off while it imports and runs agent code).
+    return _emit(replay(options), as_json=ns.json, ns=ns)
 
 
 def _emit(result: ReplayResult, *, as_json: bool, ns: argparse.Namespace | None = None) -> int:
@@ -739,19 +728,17 @@ def _open_tui(
             f"{PROG}: error: the terminal UI is not available ({exc}); the headless report "
             "works without it (drop the 'tui' subcommand)\n"
         )
-        return 2
+        return EXIT_USAGE
     _isolate()  # after Textual is imported, before the agent is
-    saved = sys.dont_write_bytecode
-    sys.dont_write_bytecode = True  # as headless: replay writes nothing
-    try:
+    from beam_agents.replay.inputs import no_bytecode
+
+    with no_bytecode():  # as headless: replay writes nothing
         extra: dict[str, Any] = {}
         if seqs:
             extra["seqs"] = seqs
         if export_dir is not None:
             extra["export_dir"] = Path(export_dir)
         return int(run_tui(options, **extra))
-    finally:
-        sys.dont_write_bytecode = saved
 
 
 def _refused(command: str, refused: Exception) -> int:
@@ -781,7 +768,7 @@ def _run_ls(ns: argparse.Namespace) -> int:
         sys.stdout.flush()
     except BrokenPipeError:
         _silence_stdout()
-    return 0
+    return EXIT_OK
 
 
 def _write_output(path: str, data: bytes) -> None:
@@ -856,7 +843,7 @@ def _run_bundle_write(ns: argparse.Namespace) -> int:
         f"snapshot at seq {_snapshot_seq(message.snapshot)} -> {escape(ns.output)} "
         f"({len(data)} bytes)\n"
     )
-    return 0
+    return EXIT_OK
 
 
 def _run_check(ns: argparse.Namespace) -> int:
@@ -880,7 +867,7 @@ def _run_check(ns: argparse.Namespace) -> int:
                 f"{prog}: error: cannot write --junit {escape(ns.junit)}: "
                 f"{escape(str(exc.strerror or exc))}\n"
             )
-            return 2
+            return EXIT_USAGE
     try:
         if ns.json:
             sys.stdout.write(json.dumps(check_json(report), indent=2, sort_keys=True) + "\n")
@@ -948,7 +935,7 @@ def _run_convert_bq(ns: argparse.Namespace) -> int:
     sys.stderr.write(
         f"{PROG} convert-bq: {len(events)} trace events of {keys} key(s) -> {escape(out)}\n"
     )
-    return 0
+    return EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -969,18 +956,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"{PROG}: error: {escape(str(exc))}. Run '{exc.prog} --help' for usage.\n")
         if "--json" in args and args[:1] != ["convert-bq"]:
             _usage_error_json(str(exc))
-        return 2
+        return EXIT_USAGE
     except KeyboardInterrupt:
         sys.stderr.write(f"{PROG}: interrupted\n")
         return 130
     except BrokenPipeError:  # outside _emit (help, convert-bq): no verdict to keep
         _silence_stdout()
-        return 2
+        return EXIT_USAGE
     except Exception as exc:  # a bug of ours: a short report, exit 2 (never 0, no traceback)
-        frames = traceback.extract_tb(exc.__traceback__)
-        where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
-        sys.stderr.write(
-            f"{PROG}: internal error: {type(exc).__name__}: {escape(str(exc))}{where}. This is a bug in "
-            f"beam-agents {__version__}, not a verdict; please report it with the command line.\n"
-        )
-        return 2
+        from beam_agents.replay.refusal import internal_error
+
+        sys.stderr.write(f"{PROG}: {escape(internal_error(exc)[1])}\n")
+        return EXIT_USAGE

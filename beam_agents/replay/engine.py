@@ -14,7 +14,6 @@ message. A bug of ours is a ``USAGE_ERROR`` result too, marked as internal
 
 from __future__ import annotations
 
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -40,7 +39,7 @@ from beam_agents.replay.judge import Judgement, judge
 from beam_agents.replay.network_guard import NetworkAttempt, block_network
 from beam_agents.replay.options import ReplayOptions, Source
 from beam_agents.replay.reconstruct import plan_replay
-from beam_agents.replay.refusal import InputError, ReplayRefused
+from beam_agents.replay.refusal import InputError, ReplayRefused, internal_error
 from beam_agents.replay.result import Divergence, ReplayHeader, ReplayResult, Verdict
 from beam_agents.replay.traced import TracedKey, scan_traces
 from beam_agents.replay.values import collect_values
@@ -97,16 +96,10 @@ def _guarded(facts: dict[str, Any], load: Callable[[], _Inputs]) -> ReplayResult
 
 
 def _internal_error(exc: Exception, facts: dict[str, Any]) -> ReplayResult:
-    frames = traceback.extract_tb(exc.__traceback__)
-    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
-    message = (
-        f"internal error in beam-agents-replay {__version__}: {type(exc).__name__}: {exc}{where}. "
-        "This is a bug in beam-agents, not a verdict on the activation; please report it with "
-        "the command line and the input files"
-    )
+    reason, message = internal_error(exc)
     return ReplayResult(
         verdict=Verdict.USAGE_ERROR,
-        reason=f"internal error: {type(exc).__name__}: {exc}",
+        reason=reason,
         header=ReplayHeader(**{k: v for k, v in facts.items() if k in _HEADER_FIELDS}),
         error=message,
     )

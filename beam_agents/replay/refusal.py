@@ -8,8 +8,10 @@ never the same thing as "it cannot be reproduced from these inputs" (exit 3).
 
 from __future__ import annotations
 
+import traceback
 from typing import Any
 
+from beam_agents._version import __version__
 from beam_agents.errors import ReplayError
 from beam_agents.replay.result import Verdict
 
@@ -46,3 +48,18 @@ class CannotReproduce(ReplayRefused):
     """The inputs are right but cannot reproduce the activation (exit 3)."""
 
     verdict = Verdict.IRREPRODUCIBLE
+
+
+def internal_error(exc: BaseException) -> tuple[str, str]:
+    """``(reason, message)`` for a bug of ours: named, located, exit 2, never a traceback.
+
+    The one wording of it, for the engine's result and for the command line alike.
+    """
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    reason = f"internal error: {type(exc).__name__}: {exc}"
+    message = (
+        f"{reason}{where}. This is a bug in beam-agents {__version__}, not a verdict on the "
+        "activation; please report it with the command line and the input files"
+    )
+    return reason, message

@@ -37,12 +37,19 @@ class Verdict(enum.Enum):
         return _EXIT_CODES[self]
 
 
+EXIT_OK = 0
+"""Reproduced, a what-if that ran to its end, or a command (``ls``, ``bundle``) that succeeded."""
+EXIT_DIVERGED = 1
+EXIT_USAGE = 2
+"""Bad input, inputs that do not belong together, a newer snapshot, or a bug of ours."""
+EXIT_IRREPRODUCIBLE = 3
+
 _EXIT_CODES = {
-    Verdict.REPRODUCED: 0,
-    Verdict.WHAT_IF: 0,
-    Verdict.DIVERGED: 1,
-    Verdict.USAGE_ERROR: 2,
-    Verdict.IRREPRODUCIBLE: 3,
+    Verdict.REPRODUCED: EXIT_OK,
+    Verdict.WHAT_IF: EXIT_OK,
+    Verdict.DIVERGED: EXIT_DIVERGED,
+    Verdict.USAGE_ERROR: EXIT_USAGE,
+    Verdict.IRREPRODUCIBLE: EXIT_IRREPRODUCIBLE,
 }
 
 
