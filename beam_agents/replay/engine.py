@@ -46,7 +46,7 @@ from beam_agents.replay.values import collect_values
 from beam_agents.replay.views import intent_ledger, state_view
 from beam_agents.tools import ToolRegistry
 from beam_agents.trace_events import ATTR_OUTPUTS_SHA256, kind_name
-from beam_agents.trace_view import ActivationStart
+from beam_agents.trace_view import ActivationKind, ActivationStart
 
 __all__ = ["UNKNOWN_PROVIDER", "replay"]
 
@@ -287,7 +287,7 @@ def _replay(inputs: _Inputs, facts: dict[str, Any], attempts: list[NetworkAttemp
             state,
             now_ms=plan.now_ms,
             blob_versions=blob_versions,
-            resumed=plan.state.continuation if plan.kind == "resume" else None,
+            resumed=plan.state.continuation if plan.kind is ActivationKind.RESUME else None,
             replayed=result.trace,
             served_tool_events=result.served_tool_events,
             visible_through_seq=plan.seq,

@@ -55,12 +55,12 @@ from beam_agents.key_state import KeyState
 from beam_agents.replay.pending import pending_before, verify_intents
 from beam_agents.replay.refusal import CannotReproduce, InputError
 from beam_agents.replay.traced import TracedKey, check_complete, seq_ranges
-from beam_agents.trace_view import ActivationStart
+from beam_agents.trace_view import ActivationKind, ActivationStart, Trigger
 
 __all__ = ["Plan", "plan_replay"]
 
-_ENVELOPE_TRIGGERS = ("event", "tool_result", "approval")
-_TRIGGERS = (*_ENVELOPE_TRIGGERS, "timeout")
+_TRIGGERS = (Trigger.EVENT, Trigger.TOOL_RESULT, Trigger.APPROVAL, Trigger.TIMEOUT)
+"""The triggers an activation can have (an export request runs none)."""
 
 
 @dataclass(frozen=True)
@@ -69,9 +69,8 @@ class Plan:
 
     seq: int
     now_ms: int
-    kind: str
-    """``start`` or ``resume``."""
-    trigger_name: str
+    kind: ActivationKind
+    trigger_name: Trigger
     """``event``, ``tool_result``, ``approval`` or ``timeout``."""
     trigger: AgentEnvelope | Timeout
     state: KeyState
@@ -125,7 +124,7 @@ def plan_replay(
                 f"{key.hex()}",
                 "the snapshot, the traces and the event must all be of the same key",
             )
-        if trigger_name(event) == "export_request":
+        if trigger_name(event) is Trigger.EXPORT_REQUEST:
             raise InputError(
                 "--event is an export_request, which runs no activation",
                 "pass the envelope that triggered the activation (an event, a tool_result "
@@ -169,7 +168,7 @@ def plan_replay(
 def _what_if_possible(state: KeyState, event: AgentEnvelope | None) -> bool:
     if event is None:
         return state.continuation is not None
-    if trigger_name(event) not in ("tool_result", "approval"):
+    if trigger_name(event) not in (Trigger.TOOL_RESULT, Trigger.APPROVAL):
         return False
     return classify_trigger(state, event).action is TriggerAction.RESUME
 
@@ -185,7 +184,7 @@ def _plan_what_if(snapshot: StateSnapshot, state: KeyState, event: AgentEnvelope
     return Plan(
         seq=snapshot.seq + 1,
         now_ms=now_ms,
-        kind="resume",
+        kind=ActivationKind.RESUME,
         trigger_name=trigger_name(trigger),
         trigger=trigger,
         state=state,
@@ -209,12 +208,13 @@ def _plan_traced(
     check_complete(events, key, seq)
     start = events[0]
     start_view = ActivationStart.of(start)
-    kind = start_view.activation_kind or ""
-    trigger = start_view.trigger or ""
-    if trigger not in _TRIGGERS or kind != ("start" if trigger == "event" else "resume"):
+    traced_kind, traced_trigger = start_view.activation_kind or "", start_view.trigger or ""
+    trigger = Trigger(traced_trigger) if traced_trigger in set(_TRIGGERS) else None
+    kind = ActivationKind.START if trigger is Trigger.EVENT else ActivationKind.RESUME
+    if trigger is None or traced_kind != kind:
         raise InputError(
-            f"the traced ACTIVATION_START of key {key.hex()} seq {seq} says kind {kind!r}, "
-            f"trigger {trigger!r}, which this version cannot replay",
+            f"the traced ACTIVATION_START of key {key.hex()} seq {seq} says kind {traced_kind!r}, "
+            f"trigger {traced_trigger!r}, which this version cannot replay",
             "the trace may come from a newer beam-agents; replay it with that version",
         )
     if snapshot.seq < seq:
@@ -224,7 +224,7 @@ def _plan_traced(
             f"export the key again after seq {seq}, or pass --seq {snapshot.seq} or lower",
         )
     envelope_id = start_view.envelope_id or ""
-    if trigger == "timeout":
+    if trigger is Trigger.TIMEOUT:
         if event is not None:
             raise InputError(
                 f"the activation at seq {seq} was a HITL timeout, which no envelope triggers, "
@@ -253,8 +253,7 @@ def _plan_traced(
             raise CannotReproduce(f"no continuation for the timeout at seq {seq}")
         trigger_obj = hitl_timeout(pre.continuation, start.start_ms)
     decision = classify_trigger(pre, trigger_obj)
-    expected = TriggerAction.START if kind == "start" else TriggerAction.RESUME
-    if decision.action is not expected:
+    if decision.kind is not kind:
         raise InputError(
             f"the state reconstructed from the snapshot for seq {seq} does not accept this "
             f"{trigger}: {decision.reason or decision.action.value}",
@@ -320,14 +319,14 @@ def _pre_state(
     state: KeyState,
     traced: TracedKey,
     seq: int,
-    kind: str,
+    kind: ActivationKind,
     *,
     failed: bool,
 ) -> tuple[KeyState, str]:
     """The key's state just before activation ``seq``, and where its continuation came from."""
     continuation: Continuation | None = None
     source = ""
-    if kind == "start":
+    if kind is ActivationKind.START:
         pending, _ = pending_before(seq, state.pending, state.resume_history, traced)
     else:
         continuation, own, source = _resumed_continuation(snapshot, state, seq, failed=failed)
