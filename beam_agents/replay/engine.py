@@ -125,9 +125,7 @@ class _Inputs:
     what_if: bool
 
 
-def _snapshot_facts(
-    facts: dict[str, Any], snapshot: StateSnapshot, state: KeyState
-) -> None:
+def _snapshot_facts(facts: dict[str, Any], snapshot: StateSnapshot, state: KeyState) -> None:
     facts.update(
         entity_key=snapshot.entity_key,
         snapshot_seq=snapshot.seq,
@@ -224,7 +222,8 @@ def _replay(inputs: _Inputs, facts: dict[str, Any], attempts: list[NetworkAttemp
         )
     except (SystemExit, GeneratorExit) as exc:
         # run_activation turns every Exception into a failure; these are not Exceptions.
-        raise _AgentExited(type(exc).__name__) from None
+        detail = str(exc) if isinstance(exc, SystemExit) and exc.code is not None else ""
+        raise _AgentExited(type(exc).__name__ + (f" ({detail})" if detail else "")) from None
     # Every attempt counts, also one the agent's module made (and caught) at import:
     # module state built from the network is not the state the pipeline had.
     run_attempts = list(attempts)

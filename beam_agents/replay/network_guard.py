@@ -47,7 +47,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from beam_agents import _running
 from beam_agents.errors import NetworkBlockedError
@@ -179,7 +179,9 @@ _WHAT = {
 
 def _command(value: object) -> str:
     if isinstance(value, (list, tuple)):
-        parts = [os.fsdecode(p) if isinstance(p, (str, bytes, os.PathLike)) else str(p) for p in value]
+        parts = [
+            os.fsdecode(p) if isinstance(p, (str, bytes, os.PathLike)) else str(p) for p in value
+        ]
         text = " ".join(parts)
     elif isinstance(value, (str, bytes, os.PathLike)):
         text = os.fsdecode(value)
@@ -266,10 +268,26 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
     )
 
 
+_REAL_EXIT = os._exit
+
+
+def _guarded_exit(status: int) -> NoReturn:
+    """``os._exit`` while a replay runs: SystemExit instead (it has no audit event).
+
+    Agent code calling ``os._exit(0)`` ended the CLI with exit 0 and no verdict
+    (``check --jobs 1`` too): a CI gate read that as "reproduced". Outside any
+    ``block_network()`` (a forked ``check`` worker finishing) it is the real one.
+    """
+    if _GUARD.collectors:
+        raise SystemExit(f"os._exit({status})")
+    _REAL_EXIT(status)
+
+
 def _install() -> None:
     with _GUARD.lock:
         if not _GUARD.installed:
             sys.addaudithook(_audit)
+            os._exit = _guarded_exit
             _GUARD.installed = True
 
 

@@ -93,12 +93,15 @@ def _thread() -> None:
 
 TOOLS_SUBPROCESS = _variant(lambda: subprocess.run(["true"], check=False))
 TOOLS_SYSTEM = _variant(lambda: os.system("true"))
-TOOLS_EXEC = _variant(lambda: os.waitpid(os.posix_spawn("/bin/true", ["true"], dict(os.environ)), 0))
+TOOLS_EXEC = _variant(
+    lambda: os.waitpid(os.posix_spawn("/bin/true", ["true"], dict(os.environ)), 0)
+)
 TOOLS_CTYPES = _variant(_ctypes_getpid)
 TOOLS_CTYPES_LIB = _variant(_ctypes_libc)
 TOOLS_WRITE = _variant(_write)
 TOOLS_THREAD = _variant(_thread)
 TOOLS_ATEXIT = _variant(lambda: atexit.register(_connect_target))
+TOOLS_EXIT = _variant(lambda: os._exit(0))  # ends the process with "success"
 
 
 @tool(name="issue_refund", side_effect=True)

@@ -191,3 +191,29 @@ def test_the_cli_keeps_the_guard_for_its_whole_life(
     assert out.returncode == 0, out.stderr  # the re-run itself matched the trace
     assert "after the re-run, agent code (a thread or an atexit hook) also tried" in out.stderr
     assert f"{host}:{port}" in out.stderr
+
+
+def test_agent_code_ending_the_process_never_makes_the_cli_exit_0(
+    recorded: tuple[KeyHistory, object], tmp_path: Path
+) -> None:
+    """os._exit(0) has no audit event: it ended the CLI (and check --jobs 1) with 0, no verdict."""
+    history, event = recorded
+    snapshot, traces, event_file = tmp_path / "s.pb", tmp_path / "t.pb", tmp_path / "e.pb"
+    snapshot.write_bytes(history.export())
+    traces.write_bytes(history.trace_bytes())
+    event_file.write_bytes(event.SerializeToString())  # type: ignore[attr-defined]
+    out = subprocess.run(
+        [
+            SCRIPT,
+            "--snapshot", str(snapshot), "--traces", str(traces), "--event", str(event_file),
+            "--agent", "replay_agents:AGENT", "--registry", "isolation_agents:TOOLS_EXIT",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 2, (out.returncode, out.stdout, out.stderr)
+    assert "the agent code raised" in out.stderr and "os._exit(0)" in out.stderr
+    # Outside a replay os._exit is the real one; inside it refuses.
+    with block_network(), pytest.raises(SystemExit, match=r"os\._exit\(0\)"):
+        os._exit(0)
