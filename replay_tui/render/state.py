@@ -60,7 +60,7 @@ def memory_image_text(result: ReplayResult) -> Text:
     text.append(f" at seq {h.snapshot_seq}" if h.snapshot_seq is not None else "")
     text.append(
         f": the key's memory when it was exported, after seq {h.snapshot_seq}; the re-run of "
-        f"seq {h.seq} started from it (replay has no pre-image: seed §4)",
+        f"seq {h.seq} started from it (replay has no pre-image: docs/replay.md §4)",
         style="dim",
     )
     return text
