@@ -173,6 +173,7 @@ _WHAT = {
     "ctypes.dlopen": "native library ",
     "ctypes.dlsym": "native symbol ",
     "open": "file write ",
+    "os._exit": "ending the process with ",
     **{event: "file change " for event in _FILE_CHANGES},
 }
 
@@ -220,6 +221,8 @@ class _Guard:
         # isolate_process(): network, processes and native code stay refused after the re-run.
         self.forever = False
         self.late: list[NetworkAttempt] = []
+        # The isolated process (forked check workers inherit ``forever``, not this pid).
+        self.isolated_pid = -1
 
 
 _GUARD = _Guard()
@@ -278,9 +281,16 @@ def _guarded_exit(status: int) -> NoReturn:
     (``check --jobs 1`` too): a CI gate read that as "reproduced". Outside any
     ``block_network()`` (a forked ``check`` worker finishing) it is the real one.
     """
+    call = f"os._exit({status})"
     if _GUARD.collectors:
-        raise SystemExit(f"os._exit({status})")
-    _REAL_EXIT(status)
+        raise SystemExit(call)
+    if _GUARD.forever and os.getpid() == _GUARD.isolated_pid:
+        # After the verdict (an atexit hook, a thread): the CLI's exit code must stay the
+        # verdict's. SystemExit in an atexit hook is reported by Python and ignored.
+        tool, index = _where()
+        _GUARD.late.append(NetworkAttempt("os._exit", call, tool, index))
+        raise SystemExit(call)
+    _REAL_EXIT(status)  # a forked check worker finishing, or a process never isolated
 
 
 def _install() -> None:
@@ -325,6 +335,19 @@ def isolate_process() -> None:
     _install()
     with _GUARD.lock:
         _GUARD.forever = True
+        _GUARD.isolated_pid = os.getpid()
+        previous = sys.unraisablehook
+
+        def quiet_refused_exit(info: Any) -> None:
+            # A refused os._exit in an atexit hook: reported with the late attempts, not
+            # as a traceback.
+            if isinstance(info.exc_value, SystemExit) and str(info.exc_value).startswith(
+                "os._exit("
+            ):
+                return
+            previous(info)
+
+        sys.unraisablehook = quiet_refused_exit
     _running.refuse_side_effects(forever=True)
 
 

@@ -102,6 +102,7 @@ TOOLS_WRITE = _variant(_write)
 TOOLS_THREAD = _variant(_thread)
 TOOLS_ATEXIT = _variant(lambda: atexit.register(_connect_target))
 TOOLS_EXIT = _variant(lambda: os._exit(0))  # ends the process with "success"
+TOOLS_ATEXIT_EXIT = _variant(lambda: atexit.register(os._exit, 0))  # overrides the verdict
 
 
 @tool(name="issue_refund", side_effect=True)

@@ -217,3 +217,29 @@ def test_agent_code_ending_the_process_never_makes_the_cli_exit_0(
     # Outside a replay os._exit is the real one; inside it refuses.
     with block_network(), pytest.raises(SystemExit, match=r"os\._exit\(0\)"):
         os._exit(0)
+
+
+def test_an_atexit_hook_ending_the_process_never_replaces_the_verdicts_exit_code(
+    recorded: tuple[KeyHistory, object], tmp_path: Path
+) -> None:
+    """A hook os._exit(0) after the verdict turned a divergence into exit 0."""
+    history, event = recorded
+    snapshot, traces, event_file = tmp_path / "s.pb", tmp_path / "t.pb", tmp_path / "e.pb"
+    snapshot.write_bytes(history.export())
+    traces.write_bytes(history.trace_bytes())
+    event_file.write_bytes(event.SerializeToString())  # type: ignore[attr-defined]
+    out = subprocess.run(
+        [
+            SCRIPT,
+            "--snapshot", str(snapshot), "--traces", str(traces), "--event", str(event_file),
+            "--agent", "replay_agents:AGENT_OTHER_OUTPUT",  # diverges: exit 1
+            "--registry", "isolation_agents:TOOLS_ATEXIT_EXIT",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 1, (out.returncode, out.stdout, out.stderr)
+    assert out.stdout.splitlines()[4] == "diverged"
+    assert "also tried, and was refused: ending the process with os._exit(0)" in out.stderr
+    assert "Traceback" not in out.stderr
