@@ -789,6 +789,8 @@ def _write_output(path: str, data: bytes) -> None:
 
     from beam_agents.trace_stream import temporary_sibling
 
+    if not path:
+        raise OSError(errno.EINVAL, "the file name is empty")
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
@@ -859,7 +861,7 @@ def _run_check(ns: argparse.Namespace) -> int:
             raise _UsageError(f"{flag} {value!r} is not of the form module:ATTR", prog)
     _cwd_importable()  # before the workers start: they inherit the import path
     report = check_bundles(ns.paths, agent=ns.agent, registry=ns.registry, jobs=ns.jobs)
-    if ns.junit:
+    if ns.junit is not None:
         try:
             _write_output(ns.junit, render_junit(report))
         except OSError as exc:

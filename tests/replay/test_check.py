@@ -153,6 +153,9 @@ def test_junit_output_never_blocks_on_a_fifo_nor_writes_through_a_link(
     assert main(["check", str(folder / "all.bundle"), "--jobs", "1", "--junit", str(fifo)]) == 2
     err = capsys.readouterr().err
     assert f"cannot write --junit {fifo}: it exists and is not a regular file" in err
+    # An empty name was skipped silently (no JUnit written, no error).
+    assert main(["check", str(folder / "all.bundle"), "--jobs", "1", "--junit", ""]) == 2
+    assert "cannot write --junit : the file name is empty" in capsys.readouterr().err
     target = tmp_path / "precious"
     target.write_bytes(b"keep")
     link = tmp_path / "junit.xml"

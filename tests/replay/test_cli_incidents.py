@@ -230,6 +230,8 @@ def test_bundle_output_never_replaces_a_special_file_nor_writes_through_a_link(
     link.symlink_to(target)
     assert run([*args, "-o", str(link)], capsys)[0] == 0
     assert target.read_bytes() == b"keep" and not link.is_symlink()
+    code, _, err = run([*args, "-o", ""], capsys)
+    assert code == 2 and "cannot write : the file name is empty" in err  # was an internal error
     long = tmp_path / ("x" * 250)  # a valid name whose old temporary name was too long
     code, _, err = run([*args, "-o", str(long)], capsys)
     assert code == 0, err
