@@ -413,9 +413,11 @@ def _check_parts(name: str, message: IncidentBundle) -> HitlPolicy:
         envelopes[wanted] += 1
     unused = [i for (i, _), uses in envelopes.items() if uses == 0]
     if unused:
+        shown = ", ".join(repr(i[:80]) for i in unused[:5])  # one paragraph, however many
+        more = f" and {len(unused) - 5} more" if len(unused) > 5 else ""
         raise _refuse(
             name,
-            f"holds envelope(s) no activation of it needs ({', '.join(map(repr, unused))})",
+            f"holds {len(unused)} envelope(s) no activation of it needs ({shown}{more})",
         )
     settings = message.hitl
     try:

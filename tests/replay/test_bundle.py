@@ -298,3 +298,17 @@ def test_a_large_file_that_is_no_bundle_is_refused_without_reading_it(
     monkeypatch.setattr(bd, "read_source", whole_read)
     with pytest.raises(InputError, match="is not an incident bundle"):
         bd.load_bundle(junk)
+
+
+def test_many_unneeded_envelopes_are_refused_in_one_short_paragraph(incident: Incident) -> None:
+    """300k forged envelopes made a 3 MB error message naming every id."""
+    message = IncidentBundle.FromString(incident.make(seq=1))
+    template = AgentEnvelope.FromString(message.envelopes[0])
+    for i in range(2000):
+        template.envelope_id = f"forged-{i}-" + "x" * 500
+        message.envelopes.append(template.SerializeToString(deterministic=True))
+    with pytest.raises(InputError) as info:
+        bd.load_bundle(message.SerializeToString(deterministic=True))
+    text = info.value.message
+    assert "holds 2000 envelope(s) no activation of it needs" in text
+    assert "and 1995 more" in text and len(text) < 1200
