@@ -75,7 +75,7 @@ class EnvelopeIndex:
             InputError: No envelope has that id, or none under it has the traced digest.
         """
         found = self.by_id.get(envelope_id)
-        where = ", ".join(self.sources) or "the --events sources"
+        where = _some(self.sources, "file") or "the --events sources"
         if not found:
             raise InputError(
                 f"--events: the activation at seq {seq} was triggered by envelope_id "
@@ -86,7 +86,7 @@ class EnvelopeIndex:
         for digest, raw in found:
             if digest == sha256:
                 return raw
-        shown = ", ".join(d for d, _ in found)
+        shown = _some([d for d, _ in found], "copy")
         raise InputError(
             f"--events: envelope_id {envelope_id!r} (seq {seq}) is in {where}, but with other "
             f"bytes: sha256 {shown}, the traced one is {sha256}",
@@ -99,6 +99,14 @@ class EnvelopeIndex:
         for envelope_id, found in self.by_id.items():
             for _, raw in found:
                 yield envelope_id, raw
+
+
+def _some(items: Sequence[str], noun: str, limit: int = 3) -> str:
+    """The first ``limit`` items and a count of the rest: a message stays one paragraph."""
+    shown = ", ".join(items[:limit])
+    rest = len(items) - limit
+    plural = {"copy": "copies"}.get(noun, noun + "s") if rest > 1 else noun
+    return f"{shown} and {rest} more {plural}" if rest > 0 else shown
 
 
 def _files(source: Source) -> list[tuple[str, Source]]:

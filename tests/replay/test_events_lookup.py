@@ -126,3 +126,17 @@ def test_only_the_keys_envelopes_are_kept_and_duplicates_once() -> None:
     mine = ask("a", T0, envelope_id="a")
     index = load_envelopes([dump(mine, ask("b", T0, key=OTHER, envelope_id="b"), mine)], KEY)
     assert [(i, raw) for i, raw in index.envelopes()] == [("a", mine.SerializeToString())]
+
+
+def test_refusals_stay_one_paragraph_over_many_files_and_copies(two_asks, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A folder of 500 dumps, or 500 forged copies of one id, once listed every one."""
+    history, sent = two_asks
+    for i in range(500):
+        (tmp_path / f"dump-{i:03}.pb").write_bytes(dump(sent[0]))
+    result = replay(with_events(history, tmp_path, seq=2))
+    assert result.exit_code == 2 and "envelope_id 'm2'" in result.error
+    assert "and 497 more files" in result.error and len(result.error) < 1500
+    forged = [ask(f"and A{i}?", T0 + i, envelope_id="m2") for i in range(500)]
+    result = replay(with_events(history, dump(*forged), seq=2))
+    assert result.exit_code == 2 and "other bytes" in result.error
+    assert "and 497 more copies" in result.error and len(result.error) < 1500
