@@ -71,6 +71,7 @@ class KeyHistory:
             hitl=self.hitl,
             cache_policy=self.cache_policy,
             tool_cache_policy=self.tool_cache_policy,
+            decision=decision,  # as the DoFn does: run what classify_trigger decided
         )
         self.trace.extend(result.trace)
         self.results.append(result)
