@@ -382,6 +382,10 @@ class AgentContext:
                 attrs[te.ATTR_RESULT_SHA256] = entry.result_sha256.hex()
                 if entry.digest_only:
                     attrs[te.ATTR_TOOL_DIGEST_ONLY] = True
+            if is_bytes:
+                # The kind is part of the recorded result's identity: the same bytes decode
+                # to a JSON value or are handed over as bytes, and only this tells them apart.
+                attrs[te.ATTR_TOOL_RESULT_IS_BYTES] = True
             result = bytes(data) if is_bytes else canonical_json.loads(data)
         except Exception as exc:
             attrs[te.ATTR_ERROR_TYPE] = _error_type(exc)

@@ -45,6 +45,9 @@ ATTR_RESULT_SHA256 = "beam_agents.result_sha256"
 ATTR_TOOL_RECORDED = "beam_agents.tool.recorded"
 # ... and set (true) only when the entry kept the result's digest, not the result.
 ATTR_TOOL_DIGEST_ONLY = "beam_agents.tool.digest_only"
+# ... and set (true) only when the recorded result is bytes, not a JSON value: result_sha256
+# hashes the same bytes either way, so this is what tells the two kinds apart in the trace.
+ATTR_TOOL_RESULT_IS_BYTES = "beam_agents.tool.result_is_bytes"
 ATTR_ERROR_TYPE = "error.type"
 ATTR_INTENT_ID = "beam_agents.intent_id"
 ATTR_REQUIRES_APPROVAL = "beam_agents.requires_approval"

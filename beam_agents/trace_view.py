@@ -283,6 +283,7 @@ class ToolCall(_View):
         ("args_sha256", te.ATTR_ARGS_SHA256, str),
         ("result_sha256", te.ATTR_RESULT_SHA256, str),
         ("digest_only", te.ATTR_TOOL_DIGEST_ONLY, bool),
+        ("result_is_bytes", te.ATTR_TOOL_RESULT_IS_BYTES, bool),
         ("error_type", te.ATTR_ERROR_TYPE, str),
     )
 
@@ -291,6 +292,7 @@ class ToolCall(_View):
     args_sha256: str | None = None
     result_sha256: str | None = None
     digest_only: bool | None = None
+    result_is_bytes: bool | None = None
     error_type: str | None = None
 
 

@@ -57,6 +57,7 @@ from beam_agents.trace_events import (
     ATTR_TOOL_NAME,
 )
 from beam_agents.trace_view import IntentStaged, attribute_text
+from beam_agents.trace_view import ToolCall as ToolCallView
 
 __all__ = ["agent_frame", "collect_values"]
 
@@ -260,6 +261,20 @@ def _tool_digest(value: Any) -> str | None:
         return None
 
 
+def _recorded_kind_differs(traced: TraceEvent | None, value: Any) -> bool:
+    """Whether a recorded tool's traced result kind (bytes or JSON) is not ``value``'s.
+
+    The same bytes hash alike as bytes and as canonical JSON, so the digest alone
+    cannot verify a recorded result. Plain tools' events do not trace the kind.
+    """
+    if traced is None:
+        return False
+    call = ToolCallView.of(traced)
+    if not call.recorded:
+        return False
+    return bool(call.result_is_bytes) != isinstance(value, (bytes, bytearray, memoryview))
+
+
 def _error_values(b: _Builder, error: BaseException, *, frame: bool) -> None:
     from beam_agents.context import _error_type
 
@@ -390,7 +405,11 @@ def _event_values(
             b.add("args", item.value, digest=_tool_digest(item.value), attribute=ATTR_ARGS_SHA256)
         elif item.what == "result":
             b.add(
-                "result", item.value, digest=_tool_digest(item.value), attribute=ATTR_RESULT_SHA256
+                "result",
+                item.value,
+                digest=_tool_digest(item.value),
+                attribute=ATTR_RESULT_SHA256,
+                mark=Mark.DIFFERS if _recorded_kind_differs(b.traced, item.value) else None,
             )
         elif item.what == "error":
             _error_values(b, item.value, frame=kind == TraceEvent.ACTIVATION_FAILED)

@@ -12,6 +12,8 @@ Event types (``AGENT``):
     other    read_order(payload + "-X"): the variant ``AGENT_OTHER_ARGS`` does this for "ask"
     bad      read_order_raw(...) returns a set (not JSON): the activation fails
     catch    like bad, but agent code catches the error (the activation still fails)
+    peek     read_order(payload) (JSON) and read_label(payload) (bytes); the output says only
+             whether each was truthy (a value of the other kind would pass unnoticed)
     hold     stages an approval-gated ``escalate`` and suspends; its resume reads
              read_order(payload + "-R"), a call never recorded (a what-if stops there)
 
@@ -100,13 +102,19 @@ def read_order_raw(order_id: str) -> Any:
     return {order_id}
 
 
+@tool(recorded=True)
+def read_label(order_id: str) -> bytes:
+    """A shipping label's bytes (canonical JSON text, so only the recorded kind tells them apart)."""
+    return json.dumps({"label": order_id}, separators=(",", ":")).encode()
+
+
 @tool(side_effect=True, requires_approval=True)
 def escalate(order_id: str) -> dict[str, Any]:  # pragma: no cover - never run by the pipeline
     """A side effect, performed by an executor after approval."""
     raise AssertionError("a side-effect tool must never run")
 
 
-TOOLS = ToolRegistry([read_order, read_order_raw, escalate])
+TOOLS = ToolRegistry([read_order, read_order_raw, read_label, escalate])
 TOOLS_PLAIN = ToolRegistry([read_order_plain, read_order_raw, escalate])
 
 
@@ -130,6 +138,10 @@ class OrderAgent(Agent):
         if event.type == "catch":
             with contextlib.suppress(RecordedResultError):
                 ctx.call("read_order_raw", order_id=order_id)
+        if event.type == "peek":
+            order = ctx.call("read_order", order_id=order_id)
+            label = ctx.call("read_label", order_id=order_id)
+            return Done(output=f"{bool(order)}:{bool(label)}".encode())
         if event.type == "hold":
             intent = ctx.act("escalate", order_id=order_id)
             return Suspend(state={"order_id": order_id}, awaiting=[intent])

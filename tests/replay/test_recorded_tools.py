@@ -30,7 +30,9 @@ from beam_agents.trace_events import (
     ATTR_ARGS_SHA256,
     ATTR_RESULT_SHA256,
     ATTR_TOOL_DIGEST_ONLY,
+    ATTR_TOOL_NAME,
     ATTR_TOOL_RECORDED,
+    ATTR_TOOL_RESULT_IS_BYTES,
 )
 
 AGENT = "recorded_agents:AGENT"
@@ -153,6 +155,48 @@ def test_a_tampered_recorded_result_diverges_and_is_never_verified(
         v for v in result.values if v.event_index == divergence.index and v.path == "result"
     ]
     assert value.mark is Mark.DIFFERS
+
+
+@pytest.mark.parametrize("flipped_tool", ["read_order", "read_label"])
+def test_a_flipped_result_kind_diverges_at_the_tool_call(
+    history: KeyHistory, service: rec.OrderService, flipped_tool: str
+) -> None:
+    # The same bytes served as bytes instead of the JSON value (or the reverse) hash alike;
+    # an agent that only tests truthiness would replay "reproduced" with a value production
+    # never saw unless the trace covers the result's kind.
+    event = ask(type="peek")
+    recorded = history.send(event)
+    assert isinstance(recorded, ActivationCommit)
+    kinds = {
+        c.attributes[ATTR_TOOL_NAME].string_value: ATTR_TOOL_RESULT_IS_BYTES in c.attributes
+        for c in tool_calls(recorded.trace)
+    }
+    assert kinds == {"read_order": False, "read_label": True}
+    assert run_replay(history, event).verdict is Verdict.REPRODUCED
+    snapshot = StateSnapshot.FromString(history.export())
+    blob = VersionedBlob.FromString(snapshot.tool_cache)
+    body = ToolCacheBody.FromString(blob.body)
+    (entry,) = [e for e in body.entries if e.tool == flipped_tool]
+    entry.result_is_bytes = not entry.result_is_bytes  # data and its digest kept as recorded
+    blob.body = body.SerializeToString(deterministic=True)
+    snapshot.tool_cache = blob.SerializeToString(deterministic=True)
+    result = replay(
+        options(
+            snapshot.SerializeToString(deterministic=True),
+            history.trace_bytes(),
+            event=event,
+            agent=AGENT,
+            registry=REGISTRY,
+        )
+    )
+    assert result.verdict is Verdict.DIVERGED, result.reason
+    divergence = result.first_divergence
+    assert divergence is not None and divergence.kind == "TOOL_CALL"
+    assert [row.path for row in divergence.fields] == [
+        f"attributes[{ATTR_TOOL_RESULT_IS_BYTES!r}]"
+    ]
+    values = [v for v in result.values if v.event_index == divergence.index and v.path == "result"]
+    assert all(v.mark is not Mark.VERIFIED for v in values)
 
 
 @pytest.mark.parametrize(
