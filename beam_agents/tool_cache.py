@@ -35,7 +35,7 @@ from typing import Any
 from beam_agents import canonical_json
 from beam_agents._protos import ToolCacheBody, ToolCacheEntry
 from beam_agents.entry_cache import EntryCache, LookupStatus, entry_status
-from beam_agents.errors import ConfigError, RecordedResultError
+from beam_agents.errors import ConfigError, CorruptBlobError, RecordedResultError
 
 DEFAULT_TOOL_CACHE_MAX_ENTRIES = 64
 DEFAULT_TOOL_CACHE_TTL_MS = 6 * 3600 * 1000
@@ -277,6 +277,29 @@ class ToolCache(EntryCache[ToolCacheEntry]):
         while self.stored_bytes() > policy.max_total_bytes:
             self._evict_least_recent()
         return entry
+
+    def check_keys(self) -> None:
+        """Replay's check of a loaded tool cache: each entry is filed under its own call's key.
+
+        Replay serves an entry by its cache key alone and explains a miss with the
+        entry's ``tool`` and ``args_sha256``; an entry whose fields disagree with its key
+        was not written by the pipeline (``ToolCache.record`` derives the key from them).
+        The pipeline does not run this (it never serves, and it loads the cell per activation).
+
+        Raises:
+            CorruptBlobError: An entry's ``tool``/``args_sha256`` do not give its cache key.
+        """
+        for key, entry in self._entries.items():
+            try:
+                expected = tool_cache_key(entry.tool, entry.args_sha256)
+            except (UnicodeEncodeError, UnicodeDecodeError):
+                expected = ""
+            if expected != key:
+                raise CorruptBlobError(
+                    "tool_cache",
+                    f"the entry under cache key {key} is for tool {entry.tool!r} with args "
+                    f"digest {entry.args_sha256!r}, whose cache key is {expected or '(none)'}",
+                )
 
     def stored_bytes(self) -> int:
         """The bytes of stored results in all (what ``max_total_bytes`` bounds)."""

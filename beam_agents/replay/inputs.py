@@ -204,6 +204,7 @@ def load_snapshot_source(source: Source) -> tuple[StateSnapshot, KeyState, dict[
     data = read_source(source, "--snapshot")
     try:
         snapshot, state = load_snapshot(data)
+        state.tool_cache.check_keys()
     except BlobTooNewError as exc:
         raise InputError(f"--snapshot {name}: {exc}") from None
     except MigrationGapError as exc:

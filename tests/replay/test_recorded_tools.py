@@ -438,3 +438,35 @@ def test_a_what_if_stops_at_a_recorded_call_that_was_never_recorded(
     assert result.tool_miss is not None and result.tool_miss.status == "absent"
     assert "recorded tool 'read_order'" in result.reason
     assert service.requests == 0, "neither the hold nor its what-if read the service"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("tool", "read_label"), ("args_sha256", "0" * 64), ("args_sha256", "\u00e9" * 64)],
+)
+def test_an_entry_filed_under_another_calls_key_is_a_corrupt_blob(
+    history: KeyHistory, service: rec.OrderService, field: str, value: str
+) -> None:
+    # Replay serves by cache key alone: an entry whose tool/args disagree with its key
+    # would be served for a call it does not record (and name the wrong nearest call).
+    event = ask()
+    history.send(event)
+    snapshot = StateSnapshot.FromString(history.export())
+    blob = VersionedBlob.FromString(snapshot.tool_cache)
+    body = ToolCacheBody.FromString(blob.body)
+    setattr(body.entries[0], field, value)
+    key = body.entries[0].cache_key
+    blob.body = body.SerializeToString(deterministic=True)
+    snapshot.tool_cache = blob.SerializeToString(deterministic=True)
+    result = replay(
+        options(
+            snapshot.SerializeToString(deterministic=True),
+            history.trace_bytes(),
+            event=event,
+            agent=AGENT,
+            registry=REGISTRY,
+        )
+    )
+    assert result.verdict is Verdict.USAGE_ERROR, result.reason
+    message = result.error or result.reason
+    assert "corrupt tool_cache" in message and key in message, message
