@@ -63,8 +63,26 @@ def encode_blob(kind: str, body: bytes) -> bytes:
     Returns:
         Deterministic bytes: the same body always gives the same blob.
     """
-    blob = VersionedBlob(kind=kind, schema_version=_current_version(kind), body=body)
-    return blob.SerializeToString(deterministic=True)
+    head = VersionedBlob(kind=kind, schema_version=_current_version(kind))
+    if not body:
+        return head.SerializeToString(deterministic=True)
+    # Field 3 (body) comes last in deterministic order, so these are the bytes of the
+    # whole message, without copying a large body into a message and out again.
+    return b"".join(
+        (head.SerializeToString(deterministic=True), _BODY_TAG, _varint(len(body)), body)
+    )
+
+
+_BODY_TAG = bytes([(3 << 3) | 2])  # VersionedBlob.body: field 3, length-delimited
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
 
 
 # The cells an empty value is dumped to (what dump_memory({}), dump_pending([]) and

@@ -142,13 +142,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--attributes", type=int, default=500_000)
+    parser.add_argument("--cases", default="abc", help="which cases to run, e.g. 'ac' (default: abc)")
+    parser.add_argument("--keep", metavar="DIR", help="write the inputs under DIR and keep them")
     args = parser.parse_args()
     script = str(Path(sys.executable).parent / "beam-agents-replay")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
     env[CALLS_ENV] = str(args.events)
     cases: list[tuple[str, list[str], int, str]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
+        root = Path(args.keep or tmp)
         os.environ[CALLS_ENV] = str(args.events)
         snap, trace, event, _ = _record(MANY_CALLS, ScriptedProvider(lambda r: "x"))
         flags = _write(root / "a", snap, trace, event)
@@ -177,6 +179,8 @@ def main() -> None:
         print(f"baseline: python importing the replay CLI: {base_rss:.0f} MB peak RSS, {base_s:.2f} s")
         print(f"{'case':45} {'input MB':>9} {'peak MB':>8} {'x input':>8} {'s':>6} {'exit':>4} {'stdout MB':>9}  target")
         for name, argv, size, target in cases:
+            if name[1] not in args.cases:
+                continue
             run_env = env_b if name.startswith("(b)") else env
             rss, seconds, code, out = _measure([script, *argv], run_env)
             print(

@@ -446,3 +446,16 @@ def test_an_empty_cell_of_another_kind_is_still_refused() -> None:
         load_resume_history(dump_pending([]))
     with pytest.raises(CorruptBlobError, match="kind 'memory'"):
         load_pending(dump_memory({}))
+
+
+@pytest.mark.parametrize("size", [0, 1, 127, 128, 16383, 16384, 2**21 + 5])
+def test_encode_blob_is_the_versioned_blob_serialization(size: int) -> None:
+    # encode_blob writes the body's field by hand (no copy of a large body into a
+    # message): the bytes must stay those of the message, serialized deterministically.
+    from beam_agents._protos import VersionedBlob
+    from beam_agents.blobs import CURRENT_VERSIONS, encode_blob
+
+    body = bytes(i % 251 for i in range(size))
+    for kind, version in CURRENT_VERSIONS.items():
+        expected = VersionedBlob(kind=kind, schema_version=version, body=body)
+        assert encode_blob(kind, body) == expected.SerializeToString(deterministic=True)

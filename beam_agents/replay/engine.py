@@ -248,13 +248,18 @@ def _replay(inputs: _Inputs, facts: dict[str, Any], attempts: list[NetworkAttemp
         capture=capture,
     )
     judgement = _with_end_check(judgement, end, plan.state.memory, committed, snapshot.seq)
+    # Only the trace and the served tool events are read below: drop the committed
+    # cells and post-state (a large cache's encoded blob and parsed body) before the
+    # values are collected (issue 14: peak memory ~ the snapshot's size).
+    trace, served_tool_events = result.trace, result.served_tool_events
+    del result, commit_cells
     # Values explain the verdict and never decide it: a value that cannot be decoded
     # must not turn a verdict into an internal error (exit 2).
     values_error = ""
     try:
         values = collect_values(
             plan.traced,
-            result.trace,
+            trace,
             capture=capture,
             trigger=plan.trigger,
             provider=provider_name,
@@ -273,8 +278,8 @@ def _replay(inputs: _Inputs, facts: dict[str, Any], attempts: list[NetworkAttemp
         first_divergence=judgement.first_divergence,
         cache_miss=judgement.cache_miss,
         tool_miss=judgement.tool_miss,
-        served_tool_events=result.served_tool_events,
-        intents=intent_ledger(plan.traced, result.trace),
+        served_tool_events=served_tool_events,
+        intents=intent_ledger(plan.traced, trace),
         outputs=end.outputs,
         memory=end.memory,
         end_digests_traced=end.traced,
@@ -287,8 +292,8 @@ def _replay(inputs: _Inputs, facts: dict[str, Any], attempts: list[NetworkAttemp
             now_ms=plan.now_ms,
             blob_versions=blob_versions,
             resumed=plan.state.continuation if plan.kind is ActivationKind.RESUME else None,
-            replayed=result.trace,
-            served_tool_events=result.served_tool_events,
+            replayed=trace,
+            served_tool_events=served_tool_events,
             visible_through_seq=plan.seq,
         ),
         provider_calls=provider.calls,

@@ -225,7 +225,13 @@ def load_snapshot_source(source: Source) -> tuple[StateSnapshot, KeyState, dict[
         ) from None
     except StateError as exc:
         raise InputError(f"--snapshot {name} cannot be used: {exc}") from None
-    return snapshot, state, _stored_versions(snapshot)
+    del data
+    versions = _stored_versions(snapshot)
+    # The state holds these blobs migrated and parsed; nothing reads the stored bytes
+    # again. Keeping them would hold a large cache twice (issue 14: memory ~ snapshot).
+    snapshot.ClearField("llm_cache")
+    snapshot.ClearField("tool_cache")
+    return snapshot, state, versions
 
 
 def _stored_versions(snapshot: StateSnapshot) -> dict[str, int]:
