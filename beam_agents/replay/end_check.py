@@ -126,7 +126,7 @@ class EndCheck:
     fields: tuple[FieldDiff, ...] = ()
     """The digests that differ *and* can be judged: a divergence at ACTIVATION_END."""
     not_comparable: str = ""
-    """Why a differing memory cannot be judged (empty when none)."""
+    """Why a differing memory cannot be judged, one clause without ``;`` (empty when none)."""
     self_read: str = ""
     """Which memory keys the re-run read and also wrote (a hint at an output divergence)."""
 
@@ -172,7 +172,7 @@ def check_end(
     why: list[str] = []
     read_why = (
         f"the re-run read memory {', '.join(repr(k) for k in self_read)}, which it also "
-        "writes: from the snapshot's post-image it read this activation's own write"
+        "writes, so from the snapshot's post-image it read this activation's own write"
     )
     replayed_outputs = outputs_digest_text(tuple(outputs))
     if digests.outputs is not None and replayed_outputs != ",".join(digests.outputs):
@@ -186,12 +186,11 @@ def check_end(
     if memory.mark is Mark.DIFFERS:
         if memory_digest(before) != digests.memory:
             why.append(
-                f"memory: the snapshot's memory (seq {snapshot_seq}) is not the memory this "
-                "activation committed (later activations changed it), so the re-run did not "
-                "start from it"
+                f"the snapshot holds the memory after seq {snapshot_seq}, not the memory this "
+                "activation committed, so the re-run did not start from it"
             )
         elif self_read:
-            why.append(f"memory: {read_why}")
+            why.append(read_why)
         else:
             fields.append(
                 FieldDiff(

@@ -371,7 +371,7 @@ def _with_end_check(
     if end.not_comparable:
         return replace(
             judgement,
-            reason=f"{judgement.reason}; not judged: {end.not_comparable} (docs/replay.md §4)",
+            reason=f"{judgement.reason}; memory not judged: {end.not_comparable} (docs/replay.md §4)",
         )
     return judgement
 

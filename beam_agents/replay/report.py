@@ -61,12 +61,13 @@ def digest_note(result: ReplayResult, digest: BlobDigest) -> str:
     if digest.mark is Mark.VERIFIED:
         return "(matches the traced digest)"
     if digest.mark is Mark.DIFFERS:
-        why = (
-            "; not judged, see reason"
-            if digest is result.memory and result.memory_not_judged
-            else ""
-        )
-        return f"(differs: traced sha256={digest.traced_sha256}{why})"
+        if digest is result.memory and result.memory_not_judged:
+            # Not a divergence: say so, and why, before the digest that differs.
+            return (
+                f"(not judged: {result.memory_not_judged}; "
+                f"traced sha256={digest.traced_sha256})"
+            )
+        return f"(differs: traced sha256={digest.traced_sha256})"
     return NOT_TRACED if older_trace(result) else NOT_DIFFED
 
 

@@ -125,7 +125,7 @@ def memory_delta_text(result: ReplayResult) -> Text:
     rows = memory_delta(result.state.memory, result.replayed_memory)
     if result.memory is not None:
         text.append(
-            f"   {digest_note(result, result.memory)}", style=_NOTE_STYLES[result.memory.mark]
+            f"   {digest_note(result, result.memory)}", style=_memory_style(result)
         )
     if not rows:
         text.append("\n  no change: the re-run wrote back what the snapshot holds", style="dim")
@@ -459,13 +459,23 @@ def output_rows(result: ReplayResult) -> list[tuple[Text, ...]]:
                 Text("memory blob", style="bold"),
                 Text(f"{result.memory.size} bytes"),
                 Text(result.memory.sha256),
-                Text(digest_note(result, result.memory), style=_NOTE_STYLES[result.memory.mark]),
+                Text(digest_note(result, result.memory), style=_memory_style(result)),
             )
         )
     return rows
 
 
 _NOTE_STYLES = {Mark.VERIFIED: "green", Mark.DIFFERS: "bold red", Mark.UNVERIFIABLE: "dim"}
+
+
+def _memory_style(result: ReplayResult) -> str:
+    """A memory that differs but is not judged is a note, not an alarm: yellow, not red."""
+    memory = result.memory
+    if memory is None:
+        return _NOTE_STYLES[Mark.UNVERIFIABLE]
+    if memory.mark is Mark.DIFFERS and result.memory_not_judged:
+        return "yellow"
+    return _NOTE_STYLES[memory.mark]
 
 
 def payload_as_text(blob: BlobDigest, limit: int = PAYLOAD_VIEW_BYTES) -> Text:

@@ -226,10 +226,11 @@ def test_the_report_has_the_seeds_shape(inputs: Inputs, capsys: pytest.CaptureFi
     # The agent does turns += 1: from the snapshot's post-image its memory cannot match.
     assert re.fullmatch(
         rf"  memory blob: \d+ bytes, sha256={HEX64} "
-        rf"\(differs: traced sha256={HEX64}; not judged, see reason\)",
+        rf"\(not judged: the re-run read memory 'turns', which it also writes, so from the "
+        rf"snapshot's post-image it read this activation's own write; traced sha256={HEX64}\)",
         lines[7],
     )
-    assert "not judged: memory: the re-run read memory 'turns'" in lines[8]
+    assert "; memory not judged: the re-run read memory 'turns'" in lines[8]
     assert "  registry: replay_agents:TOOLS" in lines
     assert any(line.startswith("  hitl policy: default (intent_ttl_ms=") for line in lines)
     assert run(["--headless", *inputs.flags()], capsys)[1] == out

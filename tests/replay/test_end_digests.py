@@ -17,6 +17,7 @@ from beam_agents._protos import AgentEnvelope, TraceEvent
 from beam_agents.activation import ActivationCommit
 from beam_agents.replay.cli import main
 from beam_agents.replay.engine import replay
+from beam_agents.replay.json_report import result_to_dict
 from beam_agents.replay.report import render_report
 from beam_agents.replay.result import Mark, Verdict
 from beam_agents.testing import event_envelope
@@ -140,7 +141,18 @@ def test_a_snapshot_taken_after_later_activations_does_not_judge_memory() -> Non
     )
     # The snapshot holds seq 2's memory: seq 1's re-run cannot be compared with its digest.
     assert result.verdict is Verdict.REPRODUCED, result.reason
-    assert "is not the memory this activation committed" in result.reason
+    why = "the snapshot holds the memory after seq 2, not the memory this activation committed"
+    assert f"memory not judged: {why}" in result.reason
+    # The report's memory line leads with "not judged" and why; the mark stays DIFFERS (the
+    # digests do differ) and --json says why in memory_not_judged.
+    assert result.memory is not None and result.memory.mark is Mark.DIFFERS
+    assert result.memory_not_judged.startswith(why)
+    line = next(x for x in render_report(result).splitlines() if "memory blob:" in x)
+    assert f"(not judged: {why}" in line and "differs" not in line
+    assert line.endswith(f"; traced sha256={result.memory.traced_sha256})")
+    report = result_to_dict(result)
+    assert report["memory"]["mark"] == "differs"
+    assert report["memory_not_judged"] == result.memory_not_judged
 
 
 @pytest.mark.parametrize("agent", ["AGENT_OTHER_OUTPUT", "AGENT"])

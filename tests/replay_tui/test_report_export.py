@@ -37,7 +37,8 @@ def test_markdown_names_the_divergence_the_miss_and_the_outputs(real: Callable[[
     assert missed.cache_miss.cache_key in text and "messages[0]" in text
     reproduced = report_markdown(real("reproduced"))
     assert "## Outputs and memory" in reproduced
-    assert "- memory blob: " in reproduced and "(differs: traced sha256=" in reproduced
+    assert "- memory blob: " in reproduced and "(not judged: " in reproduced
+    assert "(differs: traced sha256=" not in reproduced
 
 
 def test_markdown_of_hostile_strings_holds_no_escape_sequences(injection: ReplayResult) -> None:

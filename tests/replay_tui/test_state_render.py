@@ -147,4 +147,5 @@ def test_the_memory_tab_names_its_image_and_the_replayed_delta(
     before, after = result.state.memory["turns"], result.replayed_memory["turns"]
     assert before != after
     assert f'["turns"]: {before} → {after}' in delta
-    assert "(differs: traced sha256=" in delta  # and it says the digest does not match
+    # It says the digest does not match, and first that this is not judged, and why.
+    assert f"(not judged: {result.memory_not_judged}; traced sha256=" in delta
