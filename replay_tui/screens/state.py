@@ -65,6 +65,11 @@ class StateScreen(Screen[None]):
                 yield KeyedDataTable(id="cache-table", cursor_type="row", zebra_stripes=True)
             with TabPane(f"3 pending ({len(state.pending)})", id="pending"):
                 yield KeyedDataTable(id="pending-table", cursor_type="row", zebra_stripes=True)
+                if not state.pending:
+                    yield Static(
+                        Text("  no pending intents: the snapshot holds none", style="dim"),
+                        id="pending-empty",
+                    )
             with TabPane("4 continuation", id="continuation"), VerticalScroll():
                 yield Static(continuation_text(state.continuation, self.result.header.now_ms))
                 if state.resumed_continuation is not None:
@@ -76,6 +81,11 @@ class StateScreen(Screen[None]):
                 yield Static(versions_text(self.result, state))
             with TabPane(f"6 tools ({len(state.tool_cache_entries)})", id="tools"):
                 yield KeyedDataTable(id="tool-cache-table", cursor_type="row", zebra_stripes=True)
+                if not state.tool_cache_entries:
+                    yield Static(
+                        Text("  nothing recorded: the snapshot's tool cache is empty", style="dim"),
+                        id="tools-empty",
+                    )
         yield Footer()
 
     def on_mount(self) -> None:

@@ -3,13 +3,13 @@ tool-cache miss is marked like a cache miss, and the state view lists the tool c
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import real_results  # noqa: F401  (puts tests/replay on sys.path)
 import recorded_agents as rec
 from replay_harness import KEY, T0, KeyHistory, options
-from textual.widgets import DataTable, TabbedContent
+from textual.widgets import DataTable, Static, TabbedContent
 
 from beam_agents._protos import TraceEvent
 from beam_agents.replay.engine import replay
@@ -101,3 +101,26 @@ async def test_the_state_screen_has_a_tool_cache_tab(history: KeyHistory) -> Non
         table = app.screen.query_one("#tool-cache-table", DataTable)
         assert table.row_count == len(result.state.tool_cache_entries) == 1
         assert str(table.get_row_at(0)[1]) == "read_order"
+
+
+async def test_empty_tabs_say_so_and_full_ones_do_not(history: KeyHistory) -> None:
+    result = run(history, "recorded_agents:AGENT")
+    assert result.state is not None and result.state.tool_cache_entries
+    assert not result.state.pending
+    app = ReplayApp(result)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("s", "3")
+        line = app.screen.query_one("#pending-empty", Static)
+        assert "no pending intents" in str(line.render())
+        # One recorded call: the tools tab holds its row and no "nothing recorded" line.
+        assert not app.screen.query("#tools-empty")
+
+
+async def test_an_empty_tool_cache_says_nothing_recorded(real: Callable[[str], ReplayResult]) -> None:
+    result = real("reproduced")
+    assert result.state is not None and not result.state.tool_cache_entries
+    app = ReplayApp(result)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("s", "6")
+        line = app.screen.query_one("#tools-empty", Static)
+        assert "nothing recorded" in str(line.render())
