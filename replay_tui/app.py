@@ -180,7 +180,9 @@ class ReplayApp(App[int]):
         if isinstance(self.screen, HelpScreen):
             self.pop_screen()
         else:
-            self.push_screen(HelpScreen())
+            self.push_screen(
+                HelpScreen(seq_switching=self.check_action("switch_seq", (1,)) is True)
+            )
 
     def action_show(self, name: str) -> None:
         """Open the state, intents or outputs screen; the same key closes it again."""

@@ -84,14 +84,21 @@ HELP: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
 )
 
 
-def help_table() -> Table:
-    """All of ``HELP`` as one table."""
+SEQ_KEYS = "[ ]"
+"""The row of ``HELP`` that is left out when there is no other activation to switch to."""
+
+
+def help_table(*, seq_switching: bool = True) -> Table:
+    """All of ``HELP`` as one table; without ``[ ]`` when they do nothing (the footer hides
+    them then too)."""
     table = Table(box=None, expand=True, padding=(0, 2), show_header=False)
     table.add_column("key", style="bold cyan", no_wrap=True)
     table.add_column("what it does", ratio=1)
     for section, keys in HELP:
         table.add_row(Text(section, style="bold underline"), Text(""))
         for key, what in keys:
+            if key == SEQ_KEYS and not seq_switching:
+                continue
             table.add_row(Text(key), Text(what))
         table.add_row(Text(""), Text(""))
     return table
@@ -108,6 +115,11 @@ class HelpScreen(ModalScreen[None]):
         Binding("G", "scroll('end')", "Bottom", show=False),
     ]
 
+    def __init__(self, *, seq_switching: bool = True) -> None:
+        super().__init__()
+        self.seq_switching = seq_switching
+        """``[`` / ``]`` switch activations here (else the help leaves them out)."""
+
     def action_scroll(self, where: str) -> None:
         box = self.query_one("#help-box", VerticalScroll)
         {
@@ -120,4 +132,4 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-box"):
             yield Static(Text("beam-agents-replay tui — keys", style="bold"), id="help-title")
-            yield Static(help_table())
+            yield Static(help_table(seq_switching=self.seq_switching))

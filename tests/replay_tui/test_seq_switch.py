@@ -59,3 +59,25 @@ async def test_one_activation_or_a_finished_result_has_nowhere_to_switch(real: A
         assert app.result is real("reproduced") and isinstance(app.screen, MainScreen)
         assert app.check_action("switch_seq", (1,)) is False
         await pilot.press("q")
+
+
+def help_keys(app: ReplayApp) -> list[str]:
+    from replay_tui.screens.help import HelpScreen, help_table
+
+    assert isinstance(app.screen, HelpScreen)
+    table = help_table(seq_switching=app.screen.seq_switching)
+    return [str(cell) for cell in table.columns[0].cells]
+
+
+async def test_help_lists_the_brackets_only_where_they_switch(real: Any) -> None:
+    app = ReplayApp(real("reproduced"))
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.press("question_mark")
+        keys = help_keys(app)
+        assert "?" in keys and "[ ]" not in keys  # the footer hides them too
+    bundle = load_bundle(Incident().make(all_seqs=True))
+    app = ReplayApp(options=bundle_options(bundle, seq=2), seqs=bundle.seqs)
+    async with app.run_test(size=WIDE) as pilot:
+        await wait_for(pilot, lambda: shown_seq(app) == 2)
+        await pilot.press("question_mark")
+        assert "[ ]" in help_keys(app)
