@@ -49,6 +49,33 @@ exit codes:
 A FILE of - is read from standard input (for one flag at most).
 See docs/replay.md for the report fields and the --json schema."""
 
+_LS_EXIT_CODES_HELP = """\
+exit codes:
+  0  listed (a line that cannot replay is a listing, not an error)
+  2  usage error, unreadable traces or snapshot, or a --key no traced activation has
+  3  the snapshot has a migration gap (nothing it holds can be replayed)"""
+
+_BUNDLE_EXIT_CODES_HELP = """\
+exit codes:
+  0  the bundle was written (-o FILE)
+  2  usage error, inputs that do not belong together, an envelope not in --events,
+     or FILE cannot be written
+  3  the snapshot has a migration gap (a bundle of it could not replay)"""
+
+_CONVERT_BQ_EXIT_CODES_HELP = """\
+exit codes:
+  0  the trace stream was written
+  2  usage error, rows that are not trace-table rows, or OUT cannot be written"""
+
+
+class _ExitCodesFormatter(argparse.HelpFormatter):
+    """Wraps the description as usual, keeps an ``exit codes:`` epilog's layout as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith("exit codes:"):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
 
 class _UsageError(Exception):
     """A command line argparse (or our own checks) refuses; ``prog`` is whose ``--help`` to run."""
@@ -219,6 +246,8 @@ def _register_convert_bq(commands: argparse._SubParsersAction[_Parser]) -> None:
             "stream for --traces. Rows are sorted by (entity_key, seq, index); exact duplicates "
             "are kept once."
         ),
+        epilog=_CONVERT_BQ_EXIT_CODES_HELP,
+        formatter_class=_ExitCodesFormatter,
         allow_abbrev=False,
     )
     parser.add_argument("rows", metavar="ROWS", help="the rows file, or - for standard input")
@@ -243,6 +272,8 @@ def _register_ls(commands: argparse._SubParsersAction[_Parser]) -> None:
             "activation's billed response), continuation-gone, after-snapshot, "
             "incomplete-trace, or the key's pending-resume (a what-if). See docs/incidents.md."
         ),
+        epilog=_LS_EXIT_CODES_HELP,
+        formatter_class=_ExitCodesFormatter,
         allow_abbrev=False,
     )
     parser.add_argument(
@@ -273,6 +304,8 @@ def _register_bundle(commands: argparse._SubParsersAction[_Parser]) -> None:
             "package version. The same inputs give the same bytes. Replay it with "
             "beam-agents-replay FILE, tui FILE, or check FILE."
         ),
+        epilog=_BUNDLE_EXIT_CODES_HELP,
+        formatter_class=_ExitCodesFormatter,
         allow_abbrev=False,
     )
     required = parser.add_argument_group("required flags")

@@ -267,3 +267,48 @@ def test_bundle_and_junit_paths_never_drive_the_terminal(
     code, _, err = run(["check", str(evil), "--jobs", "1", "--junit", str(folder)], capsys)
     assert code == 2 and "cannot write --junit" in err and "is a directory" in err
     assert "\x1b" not in err and "junit\\x1b[2J" in err
+
+
+@pytest.mark.parametrize("command", ["ls", "bundle", "convert-bq"])
+def test_each_command_help_names_its_exit_codes(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run([command, "--help"], capsys)
+    assert code == 0
+    codes = out.split("\nexit codes:\n", 1)[1]
+    listed = [line.split()[0] for line in codes.splitlines() if line[:3].strip().isdigit()]
+    assert listed == (["0", "2"] if command == "convert-bq" else ["0", "2", "3"])
+
+
+def test_ls_and_bundle_of_a_snapshot_with_a_migration_gap_exit_3(
+    files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from beam_agents._protos import StateSnapshot, VersionedBlob
+
+    snapshot = StateSnapshot.FromString(files["snapshot"].read_bytes())
+    snapshot.memory = VersionedBlob(kind="memory", schema_version=0, body=b"{}").SerializeToString()
+    gap = tmp_path / "gap.pb"
+    gap.write_bytes(snapshot.SerializeToString())
+    traces = str(files["traces"])
+    code, out, err = run(["ls", "--traces", traces, "--snapshot", str(gap)], capsys)
+    assert (code, out) == (3, "") and "migration gap" in err
+    out_file = tmp_path / "x.bundle"
+    code, _, err = run(
+        [
+            "bundle",
+            "-o",
+            str(out_file),
+            "--snapshot",
+            str(gap),
+            "--traces",
+            traces,
+            "--events",
+            str(files["events"]),
+            "--agent",
+            AGENT,
+            "--registry",
+            TOOLS,
+        ],
+        capsys,
+    )
+    assert code == 3 and "migration gap" in err and not out_file.exists()
