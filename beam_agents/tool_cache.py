@@ -41,6 +41,10 @@ DEFAULT_TOOL_CACHE_MAX_ENTRIES = 64
 DEFAULT_TOOL_CACHE_TTL_MS = 6 * 3600 * 1000
 DEFAULT_MAX_RESULT_BYTES = 64 * 1024
 DEFAULT_MAX_TOTAL_BYTES = 1 << 20
+# The most any ToolCachePolicy may allow per key. Replay refuses a tool cache beyond them
+# (no pipeline writes one), before serving from it or listing it.
+MAX_TOOL_CACHE_ENTRIES = 10_000
+MAX_TOOL_CACHE_TOTAL_BYTES = 32 << 20
 
 _KEY_DOMAIN = b"beam-agents/tool-cache/v1\x00"
 _ARG_DOMAIN = b"beam-agents/tool-cache/arg\x00"
@@ -71,6 +75,16 @@ class ToolCachePolicy:
             raise ConfigError(
                 f"ToolCachePolicy.retain_payloads must be a bool, got {self.retain_payloads!r}"
             )
+        for name, most in (
+            ("max_entries", MAX_TOOL_CACHE_ENTRIES),
+            ("max_total_bytes", MAX_TOOL_CACHE_TOTAL_BYTES),
+        ):
+            if getattr(self, name) > most:
+                raise ConfigError(
+                    f"ToolCachePolicy.{name} is {getattr(self, name)}, over the most any "
+                    f"policy may allow ({most}): a key's tool cache lives in its state and "
+                    "in every snapshot; record reads, not bulk downloads"
+                )
         if self.max_result_bytes > self.max_total_bytes:
             raise ConfigError(
                 f"ToolCachePolicy.max_result_bytes ({self.max_result_bytes}) is over "
@@ -279,7 +293,9 @@ class ToolCache(EntryCache[ToolCacheEntry]):
         return entry
 
     def check_keys(self) -> None:
-        """Replay's check of a loaded tool cache: each entry is filed under its own call's key.
+        """Replay's check of a loaded tool cache: within the bounds any ``ToolCachePolicy``
+        allows (``MAX_TOOL_CACHE_ENTRIES``, ``MAX_TOOL_CACHE_TOTAL_BYTES``), and each entry
+        filed under its own call's key.
 
         Replay serves an entry by its cache key alone and explains a miss with the
         entry's ``tool`` and ``args_sha256``; an entry whose fields disagree with its key
@@ -287,8 +303,22 @@ class ToolCache(EntryCache[ToolCacheEntry]):
         The pipeline does not run this (it never serves, and it loads the cell per activation).
 
         Raises:
-            CorruptBlobError: An entry's ``tool``/``args_sha256`` do not give its cache key.
+            CorruptBlobError: Over a bound, or an entry's ``tool``/``args_sha256`` do not
+                give its cache key.
         """
+        if len(self._entries) > MAX_TOOL_CACHE_ENTRIES:
+            raise CorruptBlobError(
+                "tool_cache",
+                f"it holds {len(self._entries)} entries, over the {MAX_TOOL_CACHE_ENTRIES} any "
+                "ToolCachePolicy allows (max_entries), so no pipeline wrote it",
+            )
+        stored = self.stored_bytes()
+        if stored > MAX_TOOL_CACHE_TOTAL_BYTES:
+            raise CorruptBlobError(
+                "tool_cache",
+                f"its results hold {stored} bytes, over the {MAX_TOOL_CACHE_TOTAL_BYTES} any "
+                "ToolCachePolicy allows (max_total_bytes), so no pipeline wrote it",
+            )
         for key, entry in self._entries.items():
             try:
                 expected = tool_cache_key(entry.tool, entry.args_sha256)
@@ -328,6 +358,8 @@ class ToolCache(EntryCache[ToolCacheEntry]):
 
 __all__ = [
     "DEFAULT_TOOL_CACHE_POLICY",
+    "MAX_TOOL_CACHE_ENTRIES",
+    "MAX_TOOL_CACHE_TOTAL_BYTES",
     "ToolCache",
     "ToolCachePolicy",
     "ToolLookup",

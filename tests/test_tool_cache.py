@@ -166,6 +166,8 @@ def test_unrecordable_results_are_refused_with_a_clear_error(result: Any, needle
         {"max_result_bytes": True},
         {"retain_payloads": "yes"},
         {"max_result_bytes": 10, "max_total_bytes": 5},
+        {"max_entries": 10_001},
+        {"max_total_bytes": (32 << 20) + 1},
     ],
 )
 def test_bad_policies_are_refused(kwargs: dict[str, Any]) -> None:

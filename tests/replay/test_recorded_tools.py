@@ -25,7 +25,12 @@ from beam_agents.replay.json_report import render_json
 from beam_agents.replay.report import render_report
 from beam_agents.replay.result import Mark, ReplayResult, Verdict
 from beam_agents.testing import approval_envelope, event_envelope
-from beam_agents.tool_cache import ToolCachePolicy
+from beam_agents.tool_cache import (
+    MAX_TOOL_CACHE_ENTRIES,
+    MAX_TOOL_CACHE_TOTAL_BYTES,
+    ToolCachePolicy,
+    tool_cache_key,
+)
 from beam_agents.trace_events import (
     ATTR_ARGS_SHA256,
     ATTR_RESULT_SHA256,
@@ -470,3 +475,41 @@ def test_an_entry_filed_under_another_calls_key_is_a_corrupt_blob(
     assert result.verdict is Verdict.USAGE_ERROR, result.reason
     message = result.error or result.reason
     assert "corrupt tool_cache" in message and key in message, message
+
+
+@pytest.mark.parametrize("over", ["entries", "bytes"])
+def test_a_tool_cache_over_any_policys_bound_is_refused_naming_it(
+    history: KeyHistory, service: rec.OrderService, over: str
+) -> None:
+    event = ask()
+    history.send(event)
+    snapshot = StateSnapshot.FromString(history.export())
+    blob = VersionedBlob.FromString(snapshot.tool_cache)
+    body = ToolCacheBody.FromString(blob.body)
+    (entry,) = body.entries
+    if over == "entries":
+        for i in range(MAX_TOOL_CACHE_ENTRIES):
+            extra = body.entries.add()
+            extra.CopyFrom(entry)
+            extra.args_sha256 = f"{i:064x}"
+            extra.cache_key = tool_cache_key(extra.tool, extra.args_sha256)
+        needle = f"over the {MAX_TOOL_CACHE_ENTRIES} any ToolCachePolicy allows (max_entries)"
+    else:
+        entry.result = b'"' + b"x" * MAX_TOOL_CACHE_TOTAL_BYTES + b'"'
+        needle = (
+            f"over the {MAX_TOOL_CACHE_TOTAL_BYTES} any ToolCachePolicy allows (max_total_bytes)"
+        )
+    blob.body = body.SerializeToString(deterministic=True)
+    snapshot.tool_cache = blob.SerializeToString(deterministic=True)
+    result = replay(
+        options(
+            snapshot.SerializeToString(deterministic=True),
+            history.trace_bytes(),
+            event=event,
+            agent=AGENT,
+            registry=REGISTRY,
+        )
+    )
+    assert result.verdict is Verdict.USAGE_ERROR, result.reason
+    message = result.error or result.reason
+    assert "corrupt tool_cache" in message and needle in message, message
