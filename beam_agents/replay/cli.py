@@ -865,6 +865,9 @@ def _run_bundle_write(ns: argparse.Namespace) -> int:
         bundle = load_bundle(data)  # what we wrote must be what every reader accepts
     except ReplayRefused as refused:
         return _refused("bundle", refused)
+    # An existing FILE is replaced (docs/incidents.md: a bundle is a function of its inputs, so
+    # re-running the command is the way to refresh it), and the summary says so.
+    replaced = os.path.lexists(ns.output)
     try:
         _write_output(ns.output, data)
     except OSError as exc:
@@ -876,7 +879,7 @@ def _run_bundle_write(ns: argparse.Namespace) -> int:
         f"{PROG} bundle: key {bundle.entity_key.hex()} seq {seq_ranges(bundle.seqs)}: "
         f"{len(message.trace_events)} trace events, {len(message.envelopes)} envelope(s), "
         f"snapshot at seq {_snapshot_seq(message.snapshot)} -> {escape(ns.output)} "
-        f"({len(data)} bytes)\n"
+        f"({len(data)} bytes{', replaced the existing file' if replaced else ''})\n"
     )
     return EXIT_OK
 

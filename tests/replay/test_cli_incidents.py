@@ -312,3 +312,32 @@ def test_ls_and_bundle_of_a_snapshot_with_a_migration_gap_exit_3(
         capsys,
     )
     assert code == 3 and "migration gap" in err and not out_file.exists()
+
+
+def test_bundle_replaces_an_existing_file_says_so_and_a_failed_run_keeps_it(
+    files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = [
+        "bundle",
+        "--traces",
+        str(files["traces"]),
+        "--events",
+        str(files["events"]),
+        "--agent",
+        AGENT,
+        "--registry",
+        TOOLS,
+    ]
+    out_file = tmp_path / "incident.bundle"
+    code, _, err = run([*args, "--snapshot", str(files["snapshot"]), "-o", str(out_file)], capsys)
+    assert code == 0 and "bytes)\n" in err and "replaced" not in err
+    first = out_file.read_bytes()
+    out_file.write_bytes(b"an older bundle")
+    code, _, err = run([*args, "--snapshot", str(files["snapshot"]), "-o", str(out_file)], capsys)
+    assert code == 0 and err.endswith(", replaced the existing file)\n")
+    assert out_file.read_bytes() == first  # documented choice: re-running refreshes the file
+    code, _, err = run(
+        [*args, "--snapshot", str(tmp_path / "nope.pb"), "-o", str(out_file)], capsys
+    )
+    assert code == 2 and "replaced" not in err
+    assert out_file.read_bytes() == first  # a refused run leaves it as it was
