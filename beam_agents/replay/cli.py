@@ -740,13 +740,13 @@ def _open_tui(
     ]
     if stdin_flags:
         raise _UsageError(
-            f"{PROG} tui reads its keys from the terminal, so {stdin_flags[0]} cannot be - "
+            f"the TUI reads its keys from the terminal, so {stdin_flags[0]} cannot be - "
             "(standard input); save the input to a file, or drop 'tui' for the headless report",
             f"{PROG} tui",
         )
     if not _has_terminal():
         raise _UsageError(
-            f"{PROG} tui needs a terminal (standard input and output are not both one); "
+            "the TUI needs a terminal (standard input and output are not both one); "
             "for scripts and pipes use the headless report: drop 'tui' (or add --headless, "
             "or --json)",
             f"{PROG} tui",
@@ -872,7 +872,7 @@ def _run_bundle_write(ns: argparse.Namespace) -> int:
         _write_output(ns.output, data)
     except OSError as exc:
         raise _UsageError(
-            f"bundle: cannot write {ns.output}: {exc.strerror or exc}", f"{PROG} bundle"
+            f"cannot write {ns.output}: {exc.strerror or exc}", f"{PROG} bundle"
         ) from None
     message = bundle.message
     sys.stderr.write(
@@ -936,15 +936,15 @@ def _run_convert_bq(ns: argparse.Namespace) -> int:
         try:  # a regular file within the ROWS cap: not /dev/zero, not a FIFO, not a directory
             open_regular(ns.rows, "ROWS").close()
         except InputError as exc:
-            raise _UsageError(f"convert-bq: {exc.message}", _CONVERT_BQ) from None
+            raise _UsageError(f"{exc.message}", _CONVERT_BQ) from None
     try:
         events = rows_to_trace_events(read_bigquery_rows(source), source=name)
     except TraceStreamError as exc:
-        raise _UsageError(f"convert-bq: {exc}", _CONVERT_BQ) from None
+        raise _UsageError(f"{exc}", _CONVERT_BQ) from None
     if ns.output == "-":
         if sys.stdout.isatty():
             raise _UsageError(
-                "convert-bq writes a binary trace stream: pass -o FILE or redirect standard output",
+                "it writes a binary trace stream: pass -o FILE or redirect standard output",
                 _CONVERT_BQ,
             )
         try:
@@ -952,21 +952,21 @@ def _run_convert_bq(ns: argparse.Namespace) -> int:
             write_trace_stream(sys.stdout.buffer, events)
             sys.stdout.buffer.flush()
         except FrameTooLargeError as exc:
-            raise _UsageError(f"convert-bq: {exc}", _CONVERT_BQ) from None
+            raise _UsageError(f"{exc}", _CONVERT_BQ) from None
         except BrokenPipeError:
             raise
         except OSError as exc:  # e.g. a full disk (ENOSPC) behind standard output
             raise _UsageError(
-                f"convert-bq: cannot write standard output: {exc.strerror or exc}", _CONVERT_BQ
+                f"cannot write standard output: {exc.strerror or exc}", _CONVERT_BQ
             ) from None
     else:
         try:
             write_trace_stream(ns.output, events)
         except FrameTooLargeError as exc:
-            raise _UsageError(f"convert-bq: {exc} (nothing was written)", _CONVERT_BQ) from None
+            raise _UsageError(f"{exc} (nothing was written)", _CONVERT_BQ) from None
         except OSError as exc:
             raise _UsageError(
-                f"convert-bq: cannot write {ns.output}: {exc.strerror or exc}", _CONVERT_BQ
+                f"cannot write {ns.output}: {exc.strerror or exc}", _CONVERT_BQ
             ) from None
     keys = len({e.entity_key for e in events})
     out = "standard output" if ns.output == "-" else ns.output
@@ -991,7 +991,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _Exit as exc:
         return exc.code
     except _UsageError as exc:
-        sys.stderr.write(f"{PROG}: error: {escape(str(exc))}. Run '{exc.prog} --help' for usage.\n")
+        # Prefixed with the command whose --help it points to (`beam-agents-replay ls: error:`),
+        # like a subcommand's own refusals (_refused), argparse's errors included.
+        sys.stderr.write(
+            f"{exc.prog}: error: {escape(str(exc))}. Run '{exc.prog} --help' for usage.\n"
+        )
         if "--json" in args and args[:1] != ["convert-bq"]:
             _usage_error_json(str(exc))
         return EXIT_USAGE

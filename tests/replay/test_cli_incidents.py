@@ -341,3 +341,23 @@ def test_bundle_replaces_an_existing_file_says_so_and_a_failed_run_keeps_it(
     )
     assert code == 2 and "replaced" not in err
     assert out_file.read_bytes() == first  # a refused run leaves it as it was
+
+
+@pytest.mark.parametrize(
+    ("argv", "prog"),
+    [
+        (["ls"], "beam-agents-replay ls"),  # argparse's own error
+        (["ls", "--traces", "no-such-dir-xyz"], "beam-agents-replay ls"),  # the command's refusal
+        (["bundle", "--seq", "x"], "beam-agents-replay bundle"),
+        (["convert-bq", "no-such-rows-xyz.json"], "beam-agents-replay convert-bq"),
+        (["check"], "beam-agents-replay check"),
+        (["--no-such-flag"], "beam-agents-replay"),
+    ],
+)
+def test_an_error_is_prefixed_with_the_command_it_belongs_to(
+    argv: list[str], prog: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(argv, capsys)
+    assert (code, out) == (2, "") and err.count("\n") == 1
+    assert err.startswith(f"{prog}: error: ")
+    assert not err.startswith(f"{prog}: error: {prog.split()[-1]}:")  # said once, not twice
