@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Self
 
 from beam_agents import canonical_json
 from beam_agents._protos import SamplingParams
@@ -15,6 +15,33 @@ from beam_agents.errors import (
     ProviderTimeoutError,
     ProviderUnavailableError,
 )
+
+
+class SdkClientOwner:
+    """Lifecycle of a provider that owns an SDK client in ``self._client``.
+
+    ``close()`` (RunAgent's DoFn calls it in ``teardown``), ``with`` blocks and the repr
+    are the same for every SDK; each provider builds its own client.
+    """
+
+    _client: Any
+    name: str
+
+    def close(self) -> None:
+        """Close the SDK client's connections (RunAgent's DoFn calls it in ``teardown``)."""
+        self._client.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(name={self.name!r}, "
+            f"base_url={str(self._client.base_url)!r})"
+        )
 
 
 def extra_fields(params: SamplingParams) -> dict[str, Any]:

@@ -16,6 +16,7 @@ import anthropic
 from beam_agents._protos import ChatMessage, LlmRequest, LlmResponse, ToolCall, Usage
 from beam_agents.errors import ConfigError, ProviderRequestError, ProviderResponseError
 from beam_agents.providers._common import (
+    SdkClientOwner,
     canonical_arguments,
     extra_fields,
     map_sdk_error,
@@ -29,7 +30,7 @@ DEFAULT_MAX_RETRIES = 2
 DEFAULT_MAX_TOKENS = 4096
 
 
-class AnthropicMessagesProvider:
+class AnthropicMessagesProvider(SdkClientOwner):
     """A ``Provider`` calling ``POST {base_url}/v1/messages`` through the ``anthropic`` SDK.
 
     Mapping (``LlmRequest`` -> body): ``model``; ``system`` messages, in order, become
@@ -98,22 +99,6 @@ class AnthropicMessagesProvider:
             except anthropic.AnthropicError as exc:
                 raise ConfigError(f"AnthropicMessagesProvider: {exc}") from exc
         self._client = client
-
-    def close(self) -> None:
-        """Close the SDK client's connections (RunAgent's DoFn calls it in ``teardown``)."""
-        self._client.close()
-
-    def __enter__(self) -> AnthropicMessagesProvider:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return (
-            f"AnthropicMessagesProvider(name={self.name!r}, "
-            f"base_url={str(self._client.base_url)!r})"
-        )
 
     def request_body(self, request: LlmRequest) -> dict[str, Any]:
         """The JSON body this provider sends for ``request`` (what the tests assert)."""

@@ -16,6 +16,7 @@ import openai
 from beam_agents._protos import ChatMessage, LlmRequest, LlmResponse, ToolCall, Usage
 from beam_agents.errors import ConfigError, ProviderRequestError, ProviderResponseError
 from beam_agents.providers._common import (
+    SdkClientOwner,
     canonical_arguments,
     extra_fields,
     map_sdk_error,
@@ -28,7 +29,7 @@ DEFAULT_TIMEOUT_S = 60.0
 DEFAULT_MAX_RETRIES = 2
 
 
-class OpenAIChatProvider:
+class OpenAIChatProvider(SdkClientOwner):
     """A ``Provider`` calling ``POST {base_url}/chat/completions`` through the ``openai`` SDK.
 
     Mapping (``LlmRequest`` -> body): ``model``; ``messages`` (``system``/``user``
@@ -100,19 +101,6 @@ class OpenAIChatProvider:
             except openai.OpenAIError as exc:
                 raise ConfigError(f"OpenAIChatProvider: {exc}") from exc
         self._client = client
-
-    def close(self) -> None:
-        """Close the SDK client's connections (RunAgent's DoFn calls it in ``teardown``)."""
-        self._client.close()
-
-    def __enter__(self) -> OpenAIChatProvider:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"OpenAIChatProvider(name={self.name!r}, base_url={str(self._client.base_url)!r})"
 
     def request_body(self, request: LlmRequest) -> dict[str, Any]:
         """The JSON body this provider sends for ``request`` (what the tests assert)."""
