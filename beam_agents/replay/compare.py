@@ -31,7 +31,7 @@ from typing import Any
 
 from beam_agents._protos import TraceEvent
 from beam_agents.replay.event_data import attribute_text, event_to_dict
-from beam_agents.replay.result import Divergence, EventPair, FieldDiff
+from beam_agents.replay.result import Divergence, DivergenceKind, EventPair, FieldDiff
 from beam_agents.trace_events import (
     ATTR_BILLED,
     ATTR_CACHE_HIT,
@@ -278,7 +278,7 @@ def describe_divergence(pair: EventPair) -> Divergence:
             kind=kind_name(ev.kind),
             name=ev.name,
             fields=(),
-            extra=True,
+            how=DivergenceKind.EXTRA,
             detail="\n".join(
                 [
                     "the re-run produced this event; the trace ends before it:",
@@ -293,7 +293,7 @@ def describe_divergence(pair: EventPair) -> Divergence:
             kind=kind_name(ev.kind),
             name=ev.name,
             fields=(),
-            missing=True,
+            how=DivergenceKind.MISSING,
             detail="\n".join(
                 [
                     "the trace has this event; the re-run ended before it:",

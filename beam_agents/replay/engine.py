@@ -40,7 +40,7 @@ from beam_agents.replay.network_guard import NetworkAttempt, block_network
 from beam_agents.replay.options import ReplayOptions, Source
 from beam_agents.replay.reconstruct import plan_replay
 from beam_agents.replay.refusal import InputError, ReplayRefused, internal_error
-from beam_agents.replay.result import Divergence, ReplayHeader, ReplayResult, Verdict
+from beam_agents.replay.result import Divergence, ReplayHeader, ReplayResult, TargetFacts, Verdict
 from beam_agents.replay.traced import TracedKey, scan_traces
 from beam_agents.replay.values import collect_values
 from beam_agents.replay.views import intent_ledger, state_view
@@ -67,16 +67,26 @@ def replay(options: ReplayOptions) -> ReplayResult:
         The result; ``result.exit_code`` is the CLI's exit code. Never raises for
         bad input, and never for a bug of ours either (see the module docstring).
     """
-    facts: dict[str, Any] = {
-        "version": __version__,
-        "agent_path": options.agent,
-        "registry_path": options.registry,
-        "hitl_source": options.hitl or "default",
-    }
+    facts = HeaderSoFar(
+        ReplayHeader(
+            version=__version__,
+            agent_path=options.agent,
+            registry_path=options.registry,
+            hitl_source=options.hitl or "default",
+        )
+    )
     return _guarded(facts, lambda: _load_options(options, facts))
 
 
-def _guarded(facts: dict[str, Any], load: Callable[[], _Inputs]) -> ReplayResult:
+class HeaderSoFar:
+    """The header as one replay learns it: a typed ``ReplayHeader`` replaced field by field,
+    so a refusal or an internal error reports everything known up to that point."""
+
+    def __init__(self, header: ReplayHeader) -> None:
+        self.header = header
+
+
+def _guarded(facts: HeaderSoFar, load: Callable[[], _Inputs]) -> ReplayResult:
     """Load (``load``) and replay under the network guard; every failure becomes a result."""
     # Importing agent code must not write bytecode: the guard reports file writes in
     # the activation's context, and replay writes nothing.
@@ -84,28 +94,24 @@ def _guarded(facts: dict[str, Any], load: Callable[[], _Inputs]) -> ReplayResult
         with no_bytecode(), block_network() as attempts:
             return _replay(load(), facts, attempts)
     except ReplayRefused as refused:
-        facts.update(refused.header)
         return ReplayResult(
             verdict=refused.verdict,
             reason=refused.reason,
-            header=ReplayHeader(**facts),
+            header=facts.header.with_target(refused.target),
             error=refused.message,
         )
     except Exception as exc:  # a bug of ours: say so, exit 2, never 0, never a traceback
         return _internal_error(exc, facts)
 
 
-def _internal_error(exc: Exception, facts: dict[str, Any]) -> ReplayResult:
+def _internal_error(exc: Exception, facts: HeaderSoFar) -> ReplayResult:
     reason, message = internal_error(exc)
     return ReplayResult(
         verdict=Verdict.USAGE_ERROR,
         reason=reason,
-        header=ReplayHeader(**{k: v for k, v in facts.items() if k in _HEADER_FIELDS}),
+        header=facts.header,
         error=message,
     )
-
-
-_HEADER_FIELDS = frozenset(ReplayHeader.__dataclass_fields__)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -125,8 +131,9 @@ class _Inputs:
     what_if: bool
 
 
-def _snapshot_facts(facts: dict[str, Any], snapshot: StateSnapshot, state: KeyState) -> None:
-    facts.update(
+def _snapshot_facts(facts: HeaderSoFar, snapshot: StateSnapshot, state: KeyState) -> None:
+    facts.header = replace(
+        facts.header,
         entity_key=snapshot.entity_key,
         snapshot_seq=snapshot.seq,
         snapshot_at_ms=snapshot.snapshot_at_ms,
@@ -136,7 +143,7 @@ def _snapshot_facts(facts: dict[str, Any], snapshot: StateSnapshot, state: KeySt
     )
 
 
-def _load_options(options: ReplayOptions, facts: dict[str, Any]) -> _Inputs:
+def _load_options(options: ReplayOptions, facts: HeaderSoFar) -> _Inputs:
     """The CLI's inputs: files read, ``module:ATTR`` paths imported (under the guard)."""
     snapshot, state, blob_versions = load_snapshot_source(options.snapshot)
     _snapshot_facts(facts, snapshot, state)
@@ -145,7 +152,7 @@ def _load_options(options: ReplayOptions, facts: dict[str, Any]) -> _Inputs:
     registry = import_object(options.registry, "--registry", ToolRegistry)
     if options.hitl_policy is not None:
         hitl = options.hitl_policy
-        facts["hitl_source"] = options.hitl_label or "given"
+        facts.header = replace(facts.header, hitl_source=options.hitl_label or "given")
     elif options.hitl is not None:
         hitl = import_object(options.hitl, "--hitl", HitlPolicy)
     else:
@@ -170,10 +177,10 @@ def _load_options(options: ReplayOptions, facts: dict[str, Any]) -> _Inputs:
     )
 
 
-def _replay(inputs: _Inputs, facts: dict[str, Any], attempts: list[NetworkAttempt]) -> ReplayResult:
+def _replay(inputs: _Inputs, facts: HeaderSoFar, attempts: list[NetworkAttempt]) -> ReplayResult:
     snapshot, state, blob_versions = inputs.snapshot, inputs.state, inputs.blob_versions
     event, agent, registry, hitl = inputs.event, inputs.agent, inputs.registry, inputs.hitl
-    facts["hitl_policy"] = hitl.describe()
+    facts.header = replace(facts.header, hitl_policy=hitl.describe())
 
     traced = scan_traces(inputs.traces, snapshot.entity_key, seq=inputs.seq)
     if inputs.events:
@@ -187,9 +194,10 @@ def _replay(inputs: _Inputs, facts: dict[str, Any], attempts: list[NetworkAttemp
             "a model call the snapshot's cache cannot serve); without the flag a script can "
             "never mistake a what-if for a reproduction",
         )
-        refused.header.update(seq=plan.seq, kind=plan.kind, trigger=plan.trigger_name)
+        refused.target = TargetFacts(seq=plan.seq, kind=plan.kind, trigger=plan.trigger_name)
         raise refused
-    facts.update(
+    facts.header = replace(
+        facts.header,
         seq=plan.seq,
         now_ms=plan.now_ms,
         kind=plan.kind,
@@ -201,7 +209,7 @@ def _replay(inputs: _Inputs, facts: dict[str, Any], attempts: list[NetworkAttemp
     if not provider_name:
         newest = state.cache.entries_by_recency()
         provider_name = newest[0].provider if newest else UNKNOWN_PROVIDER
-    facts["provider"] = provider_name
+    facts.header = replace(facts.header, provider=provider_name)
 
     provider = UnservableProvider(provider_name)
     capture = ValueCapture()
@@ -273,7 +281,7 @@ def _replay(inputs: _Inputs, facts: dict[str, Any], attempts: list[NetworkAttemp
     return ReplayResult(
         verdict=judgement.verdict,
         reason=judgement.reason,
-        header=ReplayHeader(**facts),
+        header=facts.header,
         events=judgement.comparison.pairs,
         first_divergence=judgement.first_divergence,
         cache_miss=judgement.cache_miss,

@@ -54,6 +54,7 @@ from beam_agents.agent import Timeout
 from beam_agents.key_state import KeyState
 from beam_agents.replay.pending import pending_before, verify_intents
 from beam_agents.replay.refusal import CannotReproduce, InputError
+from beam_agents.replay.result import TargetFacts
 from beam_agents.replay.traced import TracedKey, check_complete, seq_ranges
 from beam_agents.trace_view import ActivationKind, ActivationStart, Trigger
 
@@ -237,7 +238,7 @@ def _plan_traced(
         failed = events[-1].kind == TraceEvent.ACTIVATION_FAILED
         pre, source = _pre_state(snapshot, state, traced, seq, kind, failed=failed)
     except CannotReproduce as gone:
-        gone.header.update(
+        gone.target = TargetFacts(
             seq=seq,
             now_ms=start.start_ms,
             kind=kind,

@@ -9,11 +9,10 @@ never the same thing as "it cannot be reproduced from these inputs" (exit 3).
 from __future__ import annotations
 
 import traceback
-from typing import Any
 
 from beam_agents._version import __version__
 from beam_agents.errors import ReplayError
-from beam_agents.replay.result import Verdict
+from beam_agents.replay.result import TargetFacts, Verdict
 
 
 class ReplayRefused(ReplayError):
@@ -26,8 +25,8 @@ class ReplayRefused(ReplayError):
         """One line: what is wrong."""
         self.detail = detail
         """More sentences: what to do about it (may be empty)."""
-        self.header: dict[str, Any] = {}
-        """``ReplayHeader`` fields already known when replay stopped (e.g. the target seq)."""
+        self.target = TargetFacts()
+        """What was already known about the target activation when replay stopped."""
         super().__init__(self.message)
 
     @property

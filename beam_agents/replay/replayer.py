@@ -16,17 +16,16 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterable
-from typing import Any
 
 from beam_agents._protos import AgentEnvelope, StateSnapshot, TraceEvent
 from beam_agents._version import __version__
 from beam_agents.agent import Agent
 from beam_agents.errors import ConfigError
 from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
-from beam_agents.replay.engine import _guarded, _Inputs, _snapshot_facts
+from beam_agents.replay.engine import HeaderSoFar, _guarded, _Inputs, _snapshot_facts
 from beam_agents.replay.inputs import load_event_source, load_snapshot_source
 from beam_agents.replay.options import Source
-from beam_agents.replay.result import ReplayResult
+from beam_agents.replay.result import ReplayHeader, ReplayResult
 from beam_agents.tools import ToolRegistry
 from beam_agents.trace_stream import write_trace_stream
 
@@ -112,12 +111,14 @@ class Replayer:
         Returns:
             The result (never raises for bad input; see the class docstring).
         """
-        facts: dict[str, Any] = {
-            "version": __version__,
-            "agent_path": self._agent_label,
-            "registry_path": self._registry_label,
-            "hitl_source": self._hitl_label,
-        }
+        facts = HeaderSoFar(
+            ReplayHeader(
+                version=__version__,
+                agent_path=self._agent_label,
+                registry_path=self._registry_label,
+                hitl_source=self._hitl_label,
+            )
+        )
 
         def load() -> _Inputs:
             data = (

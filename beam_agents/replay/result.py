@@ -18,10 +18,11 @@ Verdicts and exit codes are the seed page's table:
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
 
 from beam_agents._protos import TraceEvent
+from beam_agents.trace_view import ActivationKind, Trigger
 
 
 class Verdict(enum.Enum):
@@ -103,9 +104,9 @@ class ReplayHeader:
     seq: int | None = None
     now_ms: int | None = None
     """The activation clock: the traced ACTIVATION_START.start_ms (for a what-if: the event's time)."""
-    kind: str = ""
+    kind: ActivationKind | Literal[""] = ""
     """``start`` or ``resume``."""
-    trigger: str = ""
+    trigger: Trigger | Literal[""] = ""
     """``event``, ``tool_result``, ``approval`` or ``timeout``."""
     hitl_policy: str = ""
     """The HitlPolicy the re-run used, every setting on one line."""
@@ -123,6 +124,31 @@ class ReplayHeader:
     """The provider name the re-run's cache keys were computed with (the traced one)."""
     envelope_id: str = ""
     """The triggering envelope's id (empty for a HITL timeout)."""
+
+    def with_target(self, target: TargetFacts) -> ReplayHeader:
+        """This header with what ``target`` knows about the replayed activation."""
+        return replace(
+            self,
+            seq=self.seq if target.seq is None else target.seq,
+            now_ms=self.now_ms if target.now_ms is None else target.now_ms,
+            kind=target.kind or self.kind,
+            trigger=target.trigger or self.trigger,
+            envelope_id=target.envelope_id or self.envelope_id,
+        )
+
+
+@dataclass(kw_only=True)
+class TargetFacts:
+    """What replay knew about the target activation when it refused (``ReplayRefused.target``).
+
+    Empty values mean "not known yet"; ``ReplayHeader.with_target`` keeps the header's own.
+    """
+
+    seq: int | None = None
+    now_ms: int | None = None
+    kind: ActivationKind | Literal[""] = ""
+    trigger: Trigger | Literal[""] = ""
+    envelope_id: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,21 +178,41 @@ class EventPair:
     difference. Decided by ``compare_events``; renderers keep no list of their own."""
 
 
+class DivergenceKind(enum.StrEnum):
+    """How the first diverging event disagrees (decided by ``compare.describe_divergence``)."""
+
+    FIELDS = "fields"
+    """Both sides have the event; the fields listed in ``Divergence.fields`` differ."""
+    MISSING = "missing"
+    """The trace has an event here and the re-run did not produce one."""
+    EXTRA = "extra"
+    """The re-run produced an event the trace does not have."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Divergence:
     """The first event where the re-run and the trace disagree."""
 
     index: int
     kind: str
-    """Kind name of the traced event (or of the replayed one if the trace has none there)."""
+    """Kind name of the traced event (or of the replayed one if the trace has none there);
+    ``KIND_<n>`` for a kind number this version does not know."""
     name: str
     fields: tuple[FieldDiff, ...]
-    missing: bool = False
-    """The trace has an event here and the re-run did not produce one."""
-    extra: bool = False
-    """The re-run produced an event the trace does not have."""
+    how: DivergenceKind = DivergenceKind.FIELDS
+    """Fields differ, or the event is missing from / extra in the re-run."""
     detail: str = ""
     """A human-readable structured diff of the event (deepdiff, rendered)."""
+
+    @property
+    def missing(self) -> bool:
+        """The trace has an event here and the re-run did not produce one."""
+        return self.how is DivergenceKind.MISSING
+
+    @property
+    def extra(self) -> bool:
+        """The re-run produced an event the trace does not have."""
+        return self.how is DivergenceKind.EXTRA
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -60,7 +60,7 @@ def header_lines(header: ReplayHeader) -> list[Text]:
     second = Text()
     _field(second, "key", key_label(header.entity_key))
     _field(second, "seq", "?" if header.seq is None else str(header.seq))
-    kind = header.kind or "?"
+    kind: str = header.kind or "?"
     if header.trigger:
         kind = f"{kind} ({header.trigger})"
     _field(second, "kind", kind)
