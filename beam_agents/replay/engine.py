@@ -14,10 +14,13 @@ message. A bug of ours is a ``USAGE_ERROR`` result too, marked as internal
 
 from __future__ import annotations
 
+import contextvars
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
+from beam_agents import _running
 from beam_agents._protos import AgentEnvelope, StateSnapshot
 from beam_agents._version import __version__
 from beam_agents.activation import ActivationCommit, run_activation
@@ -36,10 +39,10 @@ from beam_agents.replay.inputs import (
     no_bytecode,
 )
 from beam_agents.replay.judge import Judgement, judge
-from beam_agents.replay.network_guard import NetworkAttempt, block_network
+from beam_agents.replay.network_guard import NetworkAttempt, block_network, keep_blocked
 from beam_agents.replay.options import ReplayOptions, Source
 from beam_agents.replay.reconstruct import plan_replay
-from beam_agents.replay.refusal import InputError, ReplayRefused, internal_error
+from beam_agents.replay.refusal import CannotReproduce, InputError, ReplayRefused, internal_error
 from beam_agents.replay.result import Divergence, ReplayHeader, ReplayResult, TargetFacts, Verdict
 from beam_agents.replay.traced import TracedKey, scan_traces
 from beam_agents.replay.values import collect_values
@@ -129,6 +132,7 @@ class _Inputs:
     hitl: HitlPolicy
     seq: int | None
     what_if: bool
+    time_limit: float | None
 
 
 def _snapshot_facts(facts: HeaderSoFar, snapshot: StateSnapshot, state: KeyState) -> None:
@@ -148,15 +152,24 @@ def _load_options(options: ReplayOptions, facts: HeaderSoFar) -> _Inputs:
     snapshot, state, blob_versions = load_snapshot_source(options.snapshot)
     _snapshot_facts(facts, snapshot, state)
     event = load_event_source(options.event) if options.event is not None else None
-    agent = import_object(options.agent, "--agent", Agent)
-    registry = import_object(options.registry, "--registry", ToolRegistry)
+
+    def import_code() -> tuple[Agent, ToolRegistry, HitlPolicy | None]:
+        agent = import_object(options.agent, "--agent", Agent)
+        registry = import_object(options.registry, "--registry", ToolRegistry)
+        hitl = None
+        if options.hitl_policy is None and options.hitl is not None:
+            hitl = import_object(options.hitl, "--hitl", HitlPolicy)
+        return agent, registry, hitl
+
+    # Importing agent code runs it (module bodies): limited like the re-run.
+    agent, registry, imported_hitl = _within_limit(
+        import_code, options.time_limit, lambda _: _ImportRanPast(options.time_limit or 0)
+    )
     if options.hitl_policy is not None:
         hitl = options.hitl_policy
         facts.header = replace(facts.header, hitl_source=options.hitl_label or "given")
-    elif options.hitl is not None:
-        hitl = import_object(options.hitl, "--hitl", HitlPolicy)
     else:
-        hitl = DEFAULT_HITL_POLICY
+        hitl = imported_hitl or DEFAULT_HITL_POLICY
     if options.event is not None and options.events:
         raise InputError(
             "both --event and --events were given",
@@ -174,6 +187,7 @@ def _load_options(options: ReplayOptions, facts: HeaderSoFar) -> _Inputs:
         hitl=hitl,
         seq=options.seq,
         what_if=options.what_if,
+        time_limit=options.time_limit,
     )
 
 
@@ -213,8 +227,9 @@ def _replay(inputs: _Inputs, facts: HeaderSoFar, attempts: list[NetworkAttempt])
 
     provider = UnservableProvider(provider_name)
     capture = ValueCapture()
-    try:
-        result = run_activation(
+
+    def rerun() -> Any:
+        return run_activation(
             agent,
             registry,
             provider,
@@ -227,6 +242,13 @@ def _replay(inputs: _Inputs, facts: HeaderSoFar, attempts: list[NetworkAttempt])
             cache_visible_through_seq=plan.seq,
             serve_recorded_tools=True,
             capture=capture,
+        )
+
+    try:
+        result = _within_limit(
+            rerun,
+            inputs.time_limit,
+            lambda ctx: _RerunRanPast(inputs.time_limit or 0, ctx, plan.traced),
         )
     except (SystemExit, GeneratorExit) as exc:
         # run_activation turns every Exception into a failure; these are not Exceptions.
@@ -382,6 +404,90 @@ def _with_end_check(
             reason=f"{judgement.reason}; memory not judged: {end.not_comparable} (docs/replay.md §4)",
         )
     return judgement
+
+
+_T = TypeVar("_T")
+
+
+def _within_limit(
+    run: Callable[[], _T],
+    limit: float | None,
+    stopped: Callable[[Any], ReplayRefused],
+) -> _T:
+    """``run()`` in a thread of its own, waited for at most ``limit`` seconds (None, 0: forever).
+
+    Python cannot stop a thread: past the limit the thread is abandoned (a daemon, so it
+    never holds the interpreter's exit) and ``stopped(ctx)`` is raised, ``ctx`` being the
+    ``AgentContext`` it was running (None if it had not started one). Until that thread
+    ends, everything the guard refuses stays refused process-wide (``keep_blocked``): the
+    agent code in it stays as isolated as during the re-run. What ``run`` raises (a
+    ``SystemExit`` too) is raised here. It runs in a copy of this context.
+    """
+    if not limit:
+        return run()
+    context = contextvars.copy_context()
+    outcome: dict[str, Any] = {}
+    lock = threading.Lock()
+    held: list[Callable[[], None]] = []
+
+    def target() -> None:
+        try:
+            outcome["value"] = context.run(run)
+        except BaseException as exc:  # handed to the caller, SystemExit included
+            outcome["error"] = exc
+        finally:
+            with lock:
+                outcome["done"] = True
+            for release in held:
+                release()
+
+    thread = threading.Thread(target=target, name="beam-agents-replay agent code", daemon=True)
+    thread.start()
+    thread.join(limit)
+    with lock:
+        if "done" not in outcome:
+            held.append(keep_blocked())
+    if held:
+        raise stopped(context.get(_running.ACTIVATION))
+    if "error" in outcome:
+        raise outcome["error"]
+    value: _T = outcome["value"]
+    return value
+
+
+_RAISE_IT = (
+    "agent code that loops, sleeps or waits on something that never answers does not end; "
+    "if the activation is only slow, raise the limit with --time-limit SECONDS (0: no limit; "
+    "Replayer(time_limit=...) from Python)"
+)
+
+
+class _RerunRanPast(CannotReproduce):
+    """The re-run did not end within the time limit: it is not judged (exit 3)."""
+
+    def __init__(self, limit: float, ctx: Any, traced: tuple[Any, ...] | None) -> None:
+        events = list(ctx.events) if ctx is not None else []
+        if events:
+            last = events[-1]
+            where = f"it had reached event {last.index} ({kind_name(last.kind)} {last.name!r})"
+        else:
+            where = "it had not recorded its first event"
+        of = f" of the {len(traced)} traced" if traced is not None else ""
+        super().__init__(
+            f"the re-run ran past the time limit of {limit:g} s and was not judged: {where}{of}",
+            _RAISE_IT,
+        )
+
+
+class _ImportRanPast(CannotReproduce):
+    """Importing the agent code did not end within the time limit (exit 3)."""
+
+    def __init__(self, limit: float) -> None:
+        super().__init__(
+            f"importing the agent code (--agent, --registry, --hitl) ran past the time limit "
+            f"of {limit:g} s, so nothing was re-run or judged",
+            _RAISE_IT,
+        )
 
 
 class _AgentExited(ReplayRefused):

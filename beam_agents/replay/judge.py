@@ -398,11 +398,13 @@ def _network_reason(attempt: NetworkAttempt, count: int) -> str:
         what = f"write the file {attempt.address}"
     elif attempt.operation.startswith("ctypes."):
         what = f"load native code {attempt.address}"
+    elif attempt.operation in ("os.kill", "os.killpg", "signal.pthread_kill"):
+        what = f"send {attempt.address}"
     else:
         what = f"start the process {attempt.address}"
     return (
         f"blocked: {who} tried to {what} ({attempt.operation}){more}; replay runs agent code "
-        "isolated (no network, processes, native code or file writes), so what that did "
+        "isolated (no network, processes, signals, native code or file writes), so what that did "
         "originally cannot be re-done or seen"
     )
 

@@ -45,7 +45,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -57,8 +57,11 @@ __all__ = [
     "PROCESS_OPERATIONS",
     "NetworkAttempt",
     "block_network",
+    "end_process",
     "isolate_process",
+    "keep_blocked",
     "late_attempts",
+    "still_running",
 ]
 
 
@@ -126,6 +129,9 @@ _PROCESS: dict[str, Callable[[tuple[Any, ...]], str]] = {
     "os.fork": lambda args: "fork()",
     "os.forkpty": lambda args: "forkpty()",
     "os.startfile": lambda args: _command(args[0]),
+    "os.kill": lambda args: _signal_to(args),
+    "os.killpg": lambda args: _signal_to(args, group=True),
+    "signal.pthread_kill": lambda args: f"a signal ({args[1]}) to thread {args[0]}",
     "_winapi.CreateProcess": lambda args: _command(args[1] or args[0]),
     "ctypes.dlopen": lambda args: str(args[0]),
     "ctypes.dlsym": lambda args: f"{args[1]}" if len(args) > 1 else str(args[0]),
@@ -169,13 +175,26 @@ PROCESS_OPERATIONS = frozenset(_PROCESS)
 """Audit events the guard refuses as starting a process or loading native code."""
 
 _WHAT = {
-    **{event: "process " for event in _PROCESS if not event.startswith("ctypes.")},
+    **{
+        event: "process "
+        for event in _PROCESS
+        if not event.startswith(("ctypes.", "os.kill", "signal."))
+    },
+    "os.kill": "",
+    "os.killpg": "",
+    "signal.pthread_kill": "",
     "ctypes.dlopen": "native library ",
     "ctypes.dlsym": "native symbol ",
     "open": "file write ",
     "os._exit": "ending the process with ",
     **{event: "file change " for event in _FILE_CHANGES},
 }
+
+
+def _signal_to(args: tuple[Any, ...], *, group: bool = False) -> str:
+    pid, sig = (*args, None, None)[:2]
+    whom = "this process" if pid == os.getpid() else f"process {'group ' if group else ''}{pid}"
+    return f"signal {sig} to {whom}"
 
 
 def _command(value: object) -> str:
@@ -223,6 +242,9 @@ class _Guard:
         self.late: list[NetworkAttempt] = []
         # The isolated process (forked check workers inherit ``forever``, not this pid).
         self.isolated_pid = -1
+        # What re-runs left running past their time limit tried (keep_blocked()); one list
+        # each, in ``collectors`` until that run's thread ends.
+        self.held: list[list[NetworkAttempt]] = []
 
 
 _GUARD = _Guard()
@@ -352,5 +374,56 @@ def isolate_process() -> None:
 
 
 def late_attempts() -> list[NetworkAttempt]:
-    """What was refused outside any ``block_network()`` under ``isolate_process()``."""
-    return list(_GUARD.late)
+    """What was refused outside any ``block_network()`` under ``isolate_process()``, and what
+    a re-run left running past its time limit tried afterwards (``keep_blocked()``)."""
+    return [*_GUARD.late, *(a for held in _GUARD.held for a in held)]
+
+
+def keep_blocked() -> Callable[[], None]:
+    """Keep everything ``block_network()`` refuses refused until the returned function is called.
+
+    For a re-run abandoned at its time limit: Python cannot stop a thread, so the
+    agent code in it keeps running after ``block_network()`` has exited, and must
+    stay as isolated as it was (network, processes, native code, side effects,
+    file writes in its activation's context). The engine calls the returned
+    function when that thread ends, if ever. While any is held, ``still_running()``
+    is true. Calling it twice is harmless.
+    """
+    _install()
+    attempts: list[NetworkAttempt] = []
+    with _GUARD.lock:
+        _GUARD.collectors = (*_GUARD.collectors, attempts)
+        _GUARD.held.append(attempts)
+    _running.refuse_side_effects()
+    released = threading.Event()
+
+    def release() -> None:
+        with _GUARD.lock:
+            if released.is_set():
+                return
+            released.set()
+            _GUARD.collectors = tuple(c for c in _GUARD.collectors if c is not attempts)
+            _GUARD.held = [h for h in _GUARD.held if h is not attempts]
+            # What it tried stays reported with the late attempts.
+            _GUARD.late.extend(attempts)
+        _running.allow_side_effects()
+
+    return release
+
+
+def still_running() -> bool:
+    """True while a re-run abandoned at its time limit is still running agent code."""
+    return bool(_GUARD.held)
+
+
+def end_process(code: int) -> NoReturn:
+    """Flush standard output and error, then end the process now with ``code``.
+
+    For the command line only, when a re-run was abandoned at its time limit: its
+    thread cannot be stopped, and a normal interpreter exit would wait on it (or
+    let it run ``atexit`` hooks) and could change the verdict's exit code.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        with suppress(OSError, ValueError):
+            stream.flush()
+    _REAL_EXIT(code)

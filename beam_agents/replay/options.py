@@ -12,6 +12,9 @@ if TYPE_CHECKING:
 Source = str | os.PathLike[str] | bytes
 """A file: its path, ``"-"`` for standard input, or its bytes."""
 
+DEFAULT_TIME_LIMIT = 60.0
+"""Seconds of wall time agent code may run in one replay (docs/replay.md, "Time limit")."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class ReplayOptions:
@@ -40,3 +43,7 @@ class ReplayOptions:
     """Where ``hitl_policy`` came from, for the report's header (e.g. ``bundle (default)``)."""
     what_if: bool = False
     """Allow a what-if: replaying a pending resume, which was never traced (``--what-if``)."""
+    time_limit: float | None = DEFAULT_TIME_LIMIT
+    """Seconds of wall time the agent code may take: importing it, then the re-run (each
+    limited on its own). Past it the replay is irreproducible (exit 3). None or 0: no limit
+    (``--time-limit``)."""

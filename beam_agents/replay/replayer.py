@@ -24,7 +24,7 @@ from beam_agents.errors import ConfigError
 from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
 from beam_agents.replay.engine import HeaderSoFar, _guarded, _Inputs, _snapshot_facts
 from beam_agents.replay.inputs import load_event_source, load_snapshot_source
-from beam_agents.replay.options import Source
+from beam_agents.replay.options import DEFAULT_TIME_LIMIT, Source
 from beam_agents.replay.result import ReplayHeader, ReplayResult
 from beam_agents.tools import ToolRegistry
 from beam_agents.trace_stream import write_trace_stream
@@ -58,6 +58,7 @@ class Replayer:
         agent_label: str | None = None,
         registry_label: str | None = None,
         hitl_label: str | None = None,
+        time_limit: float | None = DEFAULT_TIME_LIMIT,
     ) -> None:
         """Build a replayer (validated here, not at the first replay).
 
@@ -69,7 +70,16 @@ class Replayer:
                 defaults to the agent's class.
             registry_label: The same for the registry.
             hitl_label: The same for the HITL policy (``default`` when not given).
+            time_limit: Seconds of wall time each re-run may take (None or 0: no limit).
+                Past it the result is irreproducible (exit 3) naming the last event
+                the re-run reached. Python cannot stop a thread: the re-run runs in a
+                daemon thread of its own, which is abandoned, not stopped, and keeps
+                the replay guard in force in this process (no network, processes,
+                native code or side effects) until it ends, if ever. Run replays of
+                code that may hang in a process you can end (``check`` does).
         """
+        if time_limit is not None and not (time_limit >= 0):
+            raise ConfigError(f"Replayer time_limit= must be 0 or more seconds, got {time_limit!r}")
         for name, value, expected in (
             ("agent", agent, Agent),
             ("registry", registry, ToolRegistry),
@@ -83,6 +93,7 @@ class Replayer:
         self.agent = agent
         self.registry = registry
         self.hitl = hitl
+        self.time_limit = time_limit or None
         self._agent_label = agent_label or _label(agent)
         self._registry_label = registry_label or _label(registry)
         given = hitl is not DEFAULT_HITL_POLICY
@@ -145,6 +156,7 @@ class Replayer:
                 hitl=self.hitl,
                 seq=seq,
                 what_if=what_if,
+                time_limit=self.time_limit,
             )
 
         return _guarded(facts, load)

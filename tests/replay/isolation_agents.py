@@ -13,6 +13,16 @@ replay must not allow, swallowing the error as careless tool code would:
     TOOLS_WRITE       writes the file named by $BEAM_AGENTS_TEST_WRITE_TARGET
     TOOLS_THREAD      starts a thread that connects to $BEAM_AGENTS_TEST_NETWORK_TARGET later
     TOOLS_ATEXIT      registers an atexit hook that connects to it
+    TOOLS_KILL        sends SIGKILL to its own process
+
+These never end (replay's time limit must stop waiting for them); in-process tests
+end them by setting ``RELEASE`` (a thread cannot be stopped), in a subprocess they
+run until the process ends:
+
+    TOOLS_LOOP        a busy loop
+    TOOLS_SLEEP       blocks (waits on an event nobody sets)
+    TOOLS_LOOP_THEN_CONNECT  waits $BEAM_AGENTS_TEST_HANG_SECONDS (default 1), then connects
+                      to $BEAM_AGENTS_TEST_NETWORK_TARGET, then blocks
 
 ``DIRECT_REFUND_*`` agents perform the side-effect tool ``issue_refund`` around
 ``ctx.act``: calling the tool object, ``registry.get(...)``, or ``.fn``.
@@ -23,6 +33,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import threading
@@ -101,6 +112,27 @@ TOOLS_CTYPES_LIB = _variant(_ctypes_libc)
 TOOLS_WRITE = _variant(_write)
 TOOLS_THREAD = _variant(_thread)
 TOOLS_ATEXIT = _variant(lambda: atexit.register(_connect_target))
+TOOLS_KILL = _variant(lambda: os.kill(os.getpid(), signal.SIGKILL))
+
+RELEASE = threading.Event()
+"""Set by in-process tests to end the hanging tools below."""
+HANG_SECONDS_ENV = "BEAM_AGENTS_TEST_HANG_SECONDS"
+
+
+def _spin() -> None:
+    while not RELEASE.is_set():
+        pass
+
+
+def _connect_later() -> None:
+    RELEASE.wait(float(os.environ.get(HANG_SECONDS_ENV, "1")))
+    _connect_target()
+    RELEASE.wait()
+
+
+TOOLS_LOOP = _variant(_spin)
+TOOLS_SLEEP = _variant(RELEASE.wait)
+TOOLS_LOOP_THEN_CONNECT = _variant(_connect_later)
 TOOLS_EXIT = _variant(lambda: os._exit(0))  # ends the process with "success"
 TOOLS_ATEXIT_EXIT = _variant(lambda: atexit.register(os._exit, 0))  # overrides the verdict
 

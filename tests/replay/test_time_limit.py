@@ -1,0 +1,140 @@
+"""Replay's per-activation time limit: agent code that never ends is irreproducible (exit 3).
+
+The hanging tools of ``isolation_agents`` end only when ``RELEASE`` is set: each test
+sets it when done, and waits for the abandoned thread to end (a thread cannot be stopped).
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import time
+from collections.abc import Iterator
+
+import isolation_agents as ia
+import pytest
+import replay_agents as ra
+from replay_harness import KEY, T0, KeyHistory, options
+
+from beam_agents.replay import Replayer
+from beam_agents.replay.engine import replay
+from beam_agents.replay.network_guard import late_attempts, still_running
+from beam_agents.replay.result import Verdict
+from beam_agents.testing import event_envelope
+
+
+@pytest.fixture(autouse=True)
+def _release() -> Iterator[None]:
+    ia.RELEASE.clear()
+    yield
+    ia.RELEASE.set()
+    deadline = time.monotonic() + 10
+    while still_running() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not still_running(), "the abandoned re-run did not end once released"
+
+
+@pytest.fixture
+def recorded() -> tuple[KeyHistory, object]:
+    history = KeyHistory(ra.AGENT, ra.TOOLS, ra.make_provider())
+    event = event_envelope(KEY, "ask", b"where is A1?", time_ms=T0)
+    history.send(event)
+    return history, event
+
+
+def _replay(recorded: tuple[KeyHistory, object], registry: str, limit: float | None):  # type: ignore[no-untyped-def]
+    history, event = recorded
+    opts = options(
+        history.export(),
+        history.trace_bytes(),
+        event=event,  # type: ignore[arg-type]
+        registry=registry if ":" in registry else f"isolation_agents:{registry}",
+    )
+    from dataclasses import replace
+
+    return replay(replace(opts, time_limit=limit))
+
+
+@pytest.mark.parametrize("registry", ["TOOLS_LOOP", "TOOLS_SLEEP"])
+def test_agent_code_that_never_ends_is_irreproducible_naming_the_limit_and_the_last_event(
+    recorded: tuple[KeyHistory, object], registry: str
+) -> None:
+    started = time.monotonic()
+    result = _replay(recorded, registry, 0.3)
+    assert time.monotonic() - started < 10
+    assert result.verdict is Verdict.IRREPRODUCIBLE, result.reason
+    assert result.exit_code == 3
+    # The tool runs after ACTIVATION_START (event 0): the last event the re-run recorded.
+    assert result.reason == (
+        "the re-run ran past the time limit of 0.3 s and was not judged: it had reached "
+        "event 0 (ACTIVATION_START 'start') of the 4 traced"
+    ), result.reason
+    assert "--time-limit SECONDS" in result.error
+    assert result.header.seq == 1  # the header says which activation it was
+    assert still_running()  # abandoned, not stopped: the guard stays in force meanwhile
+
+
+def test_within_the_limit_the_verdict_is_the_comparisons(
+    recorded: tuple[KeyHistory, object],
+) -> None:
+    assert _replay(recorded, "replay_agents:TOOLS", 30).verdict is Verdict.REPRODUCED
+    assert _replay(recorded, "replay_agents:TOOLS", None).verdict is Verdict.REPRODUCED
+    assert _replay(recorded, "replay_agents:TOOLS", 0).verdict is Verdict.REPRODUCED  # 0: no limit
+
+
+def test_the_abandoned_re_run_stays_isolated_after_the_replay_returned(
+    recorded: tuple[KeyHistory, object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    host, port = server.getsockname()[:2]
+    monkeypatch.setenv(ra.NETWORK_TARGET_ENV, f"{host}:{port}")
+    monkeypatch.setenv(ia.HANG_SECONDS_ENV, "0.5")
+    try:
+        result = _replay(recorded, "TOOLS_LOOP_THEN_CONNECT", 0.1)
+        assert result.verdict is Verdict.IRREPRODUCIBLE, result.reason
+        deadline = time.monotonic() + 10  # it connects ~0.4 s after replay() returned
+        while not any(f"{host}:{port}" in a.address for a in late_attempts()):
+            assert time.monotonic() < deadline, "the abandoned re-run never tried to connect"
+            time.sleep(0.02)
+        readable, _, _ = select.select([server], [], [], 0.2)
+        assert not readable, "the abandoned re-run reached the network"
+    finally:
+        server.close()
+
+
+def test_the_replayer_takes_the_limit(recorded: tuple[KeyHistory, object]) -> None:
+    history, event = recorded
+    replayer = Replayer(agent=ra.AGENT, registry=ia.TOOLS_SLEEP, time_limit=0.2)
+    result = replayer.replay(history.export(), history.trace_bytes(), event)  # type: ignore[arg-type]
+    assert result.verdict is Verdict.IRREPRODUCIBLE
+    assert "ran past the time limit of 0.2 s" in result.reason
+    with pytest.raises(Exception, match="time_limit= must be 0 or more seconds"):
+        Replayer(agent=ra.AGENT, registry=ra.TOOLS, time_limit=-1)
+
+
+def test_an_import_that_never_ends_is_irreproducible(recorded: tuple[KeyHistory, object]) -> None:
+    history, event = recorded
+    from dataclasses import replace
+
+    opts = options(
+        history.export(),
+        history.trace_bytes(),
+        event=event,  # type: ignore[arg-type]
+        agent="hang_at_import:AGENT",
+    )
+    result = replay(replace(opts, time_limit=0.2))
+    assert result.verdict is Verdict.IRREPRODUCIBLE, result.reason
+    assert result.reason == (
+        "importing the agent code (--agent, --registry, --hitl) ran past the time limit of "
+        "0.2 s, so nothing was re-run or judged"
+    )
+
+
+def test_agent_code_ending_the_process_inside_the_limit_is_still_refused(
+    recorded: tuple[KeyHistory, object],
+) -> None:
+    result = _replay(recorded, "TOOLS_EXIT", 30)
+    assert result.verdict is Verdict.USAGE_ERROR
+    assert "os._exit(0)" in result.reason
