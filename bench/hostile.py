@@ -175,7 +175,7 @@ def main() -> None:
                       [*flags_c, "--agent", "hostile:BIG_ANSWERS", "--registry", "hostile:TOOLS", "--json"],
                       size_c, f"<= 3x snapshot = {3 * size_c / MB:.0f} MB"))  # fmt: skip
         env_b = {**env, CALLS_ENV: "2"}
-        base_rss, base_s, _, _ = _measure([sys.executable, "-c", "import beam_agents.replay.cli"], env)
+        base_rss, base_s, _, _ = _measure([sys.executable, "-c", "import beam_agents.cli"], env)
         print(f"baseline: python importing the replay CLI: {base_rss:.0f} MB peak RSS, {base_s:.2f} s")
         print(f"{'case':45} {'input MB':>9} {'peak MB':>8} {'x input':>8} {'s':>6} {'exit':>4} {'stdout MB':>9}  target")
         for name, argv, size, target in cases:

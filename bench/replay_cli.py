@@ -234,11 +234,11 @@ def main() -> None:
 
         # 3. memory of that replay, in a fresh process.
         code = (
-            "import sys\nfrom beam_agents.replay.cli import main\n"
+            "import sys\nfrom beam_agents.cli import main\n"
             f"sys.exit(main({replay_argv(directory / 'snapshot.pb', big, directory / 'event.pb')!r}))\n"
         )
         peak = child_peak_rss_mb(code, env)
-        baseline = child_peak_rss_mb("import beam_agents.replay.cli\n", env)
+        baseline = child_peak_rss_mb("import beam_agents.cli\n", env)
         verdict = "ok" if peak <= RSS_TARGET_MB else "MISSED"
         print(
             f"3. peak RSS of that replay: {peak:.1f} MB (interpreter + imports alone: "

@@ -36,7 +36,7 @@ def _child(target: str, argv: list[str]) -> None:
 
     with atheris.instrument_imports(include=["beam_agents", "replay_tui"]):
         import beam_agents.bigquery_rows
-        import beam_agents.replay.cli
+        import beam_agents.cli
         import beam_agents.replay.engine
         import beam_agents.replay.inputs
         import beam_agents.replay.traced  # noqa: F401

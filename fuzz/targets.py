@@ -90,7 +90,7 @@ def rows(data: bytes) -> None:
 
 def cli(data: bytes) -> None:
     """The console entry point on three files cut from ``data`` (2-byte lengths first)."""
-    from beam_agents.replay.cli import main
+    from beam_agents.cli import main
 
     parts: list[bytes] = []
     rest = data

@@ -26,8 +26,8 @@ from wire_server import Received, Reply, wire_server
 
 from beam_agents import AgentConfig, RunAgent
 from beam_agents._protos import TraceEvent
+from beam_agents.cli import main
 from beam_agents.providers import OpenAIChatProvider
-from beam_agents.replay.cli import main
 from beam_agents.testing import event_envelope, export_request_envelope
 from beam_agents.trace_stream import read_trace_stream
 

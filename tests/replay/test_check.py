@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from incident_history import Incident
 
+from beam_agents.cli import main
 from beam_agents.replay.bulk import check_bundles, render_junit
-from beam_agents.replay.cli import main
 from beam_agents.replay.result import Verdict
 
 

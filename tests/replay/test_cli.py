@@ -17,7 +17,7 @@ from replay_harness import KEY, T0, KeyHistory
 
 from beam_agents._protos import AgentEnvelope
 from beam_agents.bigquery_rows import trace_event_to_row
-from beam_agents.replay.cli import main
+from beam_agents.cli import main
 from beam_agents.replay.options import ReplayOptions
 from beam_agents.testing import event_envelope
 from beam_agents.trace_stream import read_trace_stream
@@ -89,6 +89,21 @@ def test_version_and_help(capsys: pytest.CaptureFixture[str]) -> None:
     ):
         assert flag in out
     assert "3  irreproducible" in out
+
+
+def test_python_dash_m_is_the_console_script() -> None:
+    # `python -m beam_agents.cli` and the console script are one program: same bytes, same code.
+    for args in (["--version"], ["ls"]):
+        script = subprocess.run([SCRIPT, *args], capture_output=True, timeout=60)
+        module = subprocess.run(
+            [sys.executable, "-m", "beam_agents.cli", *args], capture_output=True, timeout=60
+        )
+        assert (module.returncode, module.stdout, module.stderr) == (
+            script.returncode,
+            script.stdout,
+            script.stderr,
+        )
+    assert script.returncode == 2 and b"beam-agents-replay ls: error:" in script.stderr
 
 
 def test_help_lists_the_commands_and_marks_the_required_flags(
@@ -192,7 +207,7 @@ def test_a_subcommand_is_one_registering_function(
     """How a new command is added: a function adding its parser, appended to SUBCOMMANDS."""
     import argparse
 
-    from beam_agents.replay import cli
+    from beam_agents import cli
 
     def register(commands: Any) -> None:
         parser = commands.add_parser("echo", help="print NAME")
@@ -539,7 +554,7 @@ def test_convert_bq_reads_rows_from_stdin(inputs: Inputs, tmp_path: Path) -> Non
 def test_a_replay_imports_nothing_heavy(inputs: Inputs, registry: str) -> None:
     code = (
         "import sys\n"
-        "from beam_agents.replay.cli import main\n"
+        "from beam_agents.cli import main\n"
         f"rc = main({inputs.flags(registry=registry)!r})\n"
         f"heavy = sorted(m for m in sys.modules if m.startswith({HEAVY!r}))\n"
         "print(rc, heavy, 'deepdiff' in sys.modules, file=sys.stderr)\n"

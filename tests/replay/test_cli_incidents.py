@@ -10,7 +10,7 @@ import pytest
 from incident_history import AGENT, TOOLS, Incident
 
 from beam_agents._protos import IncidentBundle
-from beam_agents.replay.cli import main
+from beam_agents.cli import main
 
 
 @pytest.fixture(scope="module")

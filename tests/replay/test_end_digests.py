@@ -15,7 +15,7 @@ from replay_harness import KEY, T0, KeyHistory, options
 from beam_agents import canonical_json
 from beam_agents._protos import AgentEnvelope, TraceEvent
 from beam_agents.activation import ActivationCommit
-from beam_agents.replay.cli import main
+from beam_agents.cli import main
 from beam_agents.replay.engine import replay
 from beam_agents.replay.json_report import result_to_dict
 from beam_agents.replay.report import render_report

@@ -31,7 +31,7 @@ from apache_beam.transforms.window import TimestampedValue
 
 from beam_agents import AgentConfig, RunAgent
 from beam_agents._protos import AgentEnvelope, StateSnapshot, TraceEvent
-from beam_agents.replay.cli import main
+from beam_agents.cli import main
 from beam_agents.testing import (
     approval_envelope,
     event_envelope,

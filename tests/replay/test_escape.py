@@ -53,7 +53,7 @@ def test_escaped_text_of_everything_hostile_is_ascii() -> None:
 
 
 def test_cli_usage_error_shows_a_hostile_path_escaped(capsys: pytest.CaptureFixture[str]) -> None:
-    from beam_agents.replay.cli import main
+    from beam_agents.cli import main
 
     code = main(["convert-bq", "/nonexistent/\x1b]0;owned\x07\u202e.json"])
     err = capsys.readouterr().err

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from replay_harness import KEY, T0, KeyHistory, options
 
-from beam_agents.replay.cli import main
+from beam_agents.cli import main
 from beam_agents.replay.engine import replay
 from beam_agents.replay.inputs import load_event_source, load_snapshot_source
 from beam_agents.replay.refusal import ReplayRefused

@@ -19,8 +19,8 @@ import replay_agents as ra
 from replay_harness import KEY, T0, KeyHistory, options
 from test_cli import Inputs, run
 
+from beam_agents import cli
 from beam_agents._protos import TraceEvent
-from beam_agents.replay import cli
 from beam_agents.replay.engine import replay
 from beam_agents.replay.result import Verdict
 from beam_agents.testing import event_envelope

@@ -30,8 +30,8 @@ from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
 
 from beam_agents import AgentConfig, RunAgent
 from beam_agents._protos import AgentEnvelope, StateSnapshot
+from beam_agents.cli import main
 from beam_agents.context import derive_intent_id
-from beam_agents.replay.cli import main
 from beam_agents.testing import (
     approval_envelope,
     event_envelope,

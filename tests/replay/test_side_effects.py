@@ -14,7 +14,7 @@ import pytest
 import replay_agents as ra
 from replay_harness import KEY, T0, KeyHistory
 
-from beam_agents.replay.cli import main
+from beam_agents.cli import main
 from beam_agents.testing import event_envelope
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC

@@ -134,7 +134,7 @@ def test_tui_export_dir_flag_reaches_the_app(
 
     import real_results
 
-    from beam_agents.replay import cli
+    from beam_agents import cli
 
     seen: list[dict[str, Any]] = []
     fake = types.ModuleType("replay_tui.app")

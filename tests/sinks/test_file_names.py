@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from beam_agents.replay.cli import main
+from beam_agents.cli import main
 from beam_agents.sinks import open_sink
 from beam_agents.sinks.file import snapshot_file_name
 from beam_agents.trace_stream import NAME_MAX_BYTES, read_trace_stream, temporary_sibling
