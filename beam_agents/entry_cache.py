@@ -87,7 +87,8 @@ def entry_status(
 
 def _recency_order(entry: CacheEntry) -> tuple[int, str]:
     # Least recent first; equal ticks (only possible in hand-made bodies) fall back
-    # to the key so that eviction never depends on dict order.
+    # to the key so that eviction never depends on dict order. Evictions run on a
+    # private body only (after _own_body()), where no use is kept aside.
     return (entry.last_used_tick, entry.cache_key)
 
 
@@ -106,7 +107,13 @@ class EntryCache(Generic[EntryT]):
 
     ``copy()`` is copy-on-write: the two caches share one body until either changes
     it, and that one first takes a private copy (``_own_body``). So an activation
-    that never changes its cache never copies it.
+    that never changes its cache never copies it. A hit is not such a change: while
+    the body is shared, the recency a hit gives its entry (``last_used_ms``,
+    ``last_used_tick``, the body's tick) is kept aside in ``_touched`` and
+    ``_tick``, and written into the body when the cache takes its private copy
+    (before any other change, and before its body is read out). So an activation
+    whose cache only serves hits copies no body unless its cells are dumped: replay
+    of a key with a large cache holds the body once (issue 14).
 
     Invariants (``body_bytes`` and ``to_body`` rely on them; every method keeps them):
 
@@ -118,12 +125,16 @@ class EntryCache(Generic[EntryT]):
     4. If ``_sorted``, ``_body.entries`` are in cache-key order.
     5. If ``_shared``, another cache may hold this ``_body`` and ``_entries``:
        neither is changed before ``_own_body()`` replaced them with private copies.
+    6. ``_touched`` (cache key -> ``(last_used_ms, last_used_tick)``) and ``_tick``
+       (None, or the body's tick) are this cache's uses of a shared body, newer than
+       what the body holds; both are empty unless ``_shared``. Recency is read
+       through ``_used_tick``, and ``_own_body()`` writes them into the private copy.
 
     Subclasses set ``BODY`` (the body message class) and ``KIND`` (the blob kind,
     for errors) and add their own ``insert``.
     """
 
-    __slots__ = ("_body", "_entries", "_shared", "_sorted")
+    __slots__ = ("_body", "_entries", "_shared", "_sorted", "_tick", "_touched")
 
     BODY: ClassVar[Callable[..., Any]]
     """The body message class (``LlmCacheBody``, ``ToolCacheBody``)."""
@@ -136,6 +147,8 @@ class EntryCache(Generic[EntryT]):
         self._entries: dict[str, EntryT] = {}
         self._shared = False
         self._sorted = True
+        self._touched: dict[str, tuple[int, int]] = {}
+        self._tick: int | None = None
 
     @classmethod
     def empty(cls: type[CacheT]) -> CacheT:
@@ -219,6 +232,8 @@ class EntryCache(Generic[EntryT]):
         twin._body = self._body
         twin._entries = self._entries
         twin._sorted = self._sorted
+        twin._touched = dict(self._touched)
+        twin._tick = self._tick
         twin._shared = self._shared = True
         return twin
 
@@ -228,16 +243,35 @@ class EntryCache(Generic[EntryT]):
         return (type(self).from_body_bytes, (self.body_bytes(),))
 
     def _own_body(self) -> None:
-        """Make ``_body`` and ``_entries`` this cache's own; call before any change."""
+        """Make ``_body`` and ``_entries`` this cache's own; call before any change.
+
+        The uses kept aside while the body was shared (``_touched``, ``_tick``) are
+        written into the private copy: it is then what the in-place hits would have made.
+        """
         if self._shared:
             body = self.BODY()
             body.CopyFrom(self._body)
             self._body = body
-            self._entries = {entry.cache_key: entry for entry in body.entries}
+            self._entries = entries = {entry.cache_key: entry for entry in body.entries}
             self._shared = False
+            for key, (used_ms, used_tick) in self._touched.items():
+                entry = entries[key]
+                entry.last_used_ms = used_ms
+                entry.last_used_tick = used_tick
+            if self._tick is not None:
+                body.tick = self._tick
+            self._touched = {}
+            self._tick = None
+
+    def _used_tick(self, entry: CacheEntry) -> int:
+        """``entry``'s recency tick, counting this cache's uses kept aside (``_touched``)."""
+        touched = self._touched.get(entry.cache_key) if self._touched else None
+        return entry.last_used_tick if touched is None else touched[1]
 
     def _sorted_body(self) -> Any:
         """``_body`` with its entries in cache-key order (sorting it first if needed)."""
+        if self._touched:
+            self._own_body()  # the uses kept aside belong in the body
         if not self._sorted:
             self._own_body()  # reordering is a change like any other
             self._body.entries.sort(key=_by_cache_key)
@@ -254,7 +288,9 @@ class EntryCache(Generic[EntryT]):
         """The entry under ``cache_key`` whatever its state, without touching its recency.
 
         The entry is owned by the cache (and may be shared with its copies): read
-        it, do not change it.
+        it, do not change it. Its ``last_used_ms`` and ``last_used_tick`` may predate
+        this cache's own hits while the body is shared (they are kept aside until the
+        body is copied); ``entries_by_recency`` and the dumped body count them.
         """
         return self._entries.get(cache_key)
 
@@ -263,6 +299,20 @@ class EntryCache(Generic[EntryT]):
         self._body.tick += 1
         tick: int = self._body.tick
         return tick
+
+    def _touch(self, entry: EntryT, now_ms: int) -> None:
+        """Make ``entry`` (this cache's) the most recently used, at ``now_ms``.
+
+        On a shared body the use is kept aside (``_touched``, ``_tick``) instead of
+        copying the whole body for two integers; ``_own_body()`` writes it in later.
+        """
+        if self._shared:
+            tick = (self._body.tick if self._tick is None else self._tick) + 1
+            self._tick = tick
+            self._touched[entry.cache_key] = (now_ms, tick)
+            return
+        entry.last_used_ms = now_ms
+        entry.last_used_tick = self._next_tick()
 
     def _find(
         self, cache_key: str, *, now_ms: int, visible_through_seq: int | None
@@ -279,10 +329,7 @@ class EntryCache(Generic[EntryT]):
         status = entry_status(entry, now_ms=now_ms, visible_through_seq=visible_through_seq)
         if status is not LookupStatus.HIT:
             return status, entry
-        self._own_body()
-        entry = self._entries[cache_key]  # the same key's entry in the (now) private body
-        entry.last_used_ms = now_ms
-        entry.last_used_tick = self._next_tick()
+        self._touch(entry, now_ms)
         return LookupStatus.HIT, entry
 
     def _add(self, cache_key: str, **fields: Any) -> EntryT:
@@ -332,4 +379,4 @@ class EntryCache(Generic[EntryT]):
 
     def entries_by_recency(self) -> list[EntryT]:
         """The entries, most recently used first (LRU rank 1 is index 0)."""
-        return sorted(self._entries.values(), key=lambda e: (-e.last_used_tick, e.cache_key))
+        return sorted(self._entries.values(), key=lambda e: (-self._used_tick(e), e.cache_key))

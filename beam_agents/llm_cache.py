@@ -187,7 +187,7 @@ class ReplayCache(EntryCache[LlmCacheEntry]):
         for entry in self._entries.values():
             differences = fingerprint_differences(entry.fingerprint, fingerprint)
             unavailable = 0 if entry.fingerprint.key_format else 1
-            rank = (unavailable, len(differences), -entry.last_used_tick, entry.cache_key)
+            rank = (unavailable, len(differences), -self._used_tick(entry), entry.cache_key)
             if best is None or rank < best[0]:
                 best = (rank, entry, differences)
         return None if best is None else (best[1], best[2])

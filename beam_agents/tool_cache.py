@@ -350,7 +350,7 @@ class ToolCache(EntryCache[ToolCacheEntry]):
             if entry.tool != tool:
                 continue
             differences = _arg_differences(entry.arg_digests, wanted)
-            rank = (len(differences), -entry.last_used_tick, entry.cache_key)
+            rank = (len(differences), -self._used_tick(entry), entry.cache_key)
             if best is None or rank < best[0]:
                 best = (rank, entry, differences)
         return None if best is None else (best[1], best[2])

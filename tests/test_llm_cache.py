@@ -14,7 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from beam_agents._protos import LlmCacheBody, LlmCacheEntry, LlmRequest, LlmResponse
-from beam_agents.cache_key import FINGERPRINT_UNAVAILABLE, cache_key_and_fingerprint
+from beam_agents.cache_key import (
+    FINGERPRINT_UNAVAILABLE,
+    cache_key_and_fingerprint,
+    fingerprint_differences,
+)
 from beam_agents.errors import ConfigError, CorruptBlobError
 from beam_agents.llm_cache import (
     DEFAULT_TTL_MS,
@@ -400,6 +404,30 @@ def test_a_hit_on_a_copy_leaves_the_original_unchanged() -> None:
     assert original.entries_by_recency()[0].cache_key != key
 
 
+def test_hits_on_a_copy_copy_no_body_until_it_is_dumped() -> None:
+    original = _populated()
+    before = original.body_bytes()
+    keys = [e.cache_key for e in original.entries_by_recency()]
+    twin = original.copy()
+
+    for offset, key in enumerate(keys[-1:-4:-1]):  # the three least recent, in turn
+        assert twin.lookup(key, now_ms=T0 + 200 + offset).status is LookupStatus.HIT
+
+    assert twin._body is original._body  # the hits were kept aside: no copy of the body
+    assert [e.cache_key for e in twin.entries_by_recency()[:3]] == keys[-3:]
+    assert original.body_bytes() == before
+    dumped = LlmCacheBody.FromString(twin.body_bytes())
+    assert twin._body is not original._body
+    used = {e.cache_key: (e.last_used_ms, e.last_used_tick) for e in dumped.entries}
+    tick = LlmCacheBody.FromString(before).tick
+    assert [used[key] for key in keys[-1:-4:-1]] == [
+        (T0 + 200, tick + 1),
+        (T0 + 201, tick + 2),
+        (T0 + 202, tick + 3),
+    ]
+    assert dumped.tick == tick + 3
+
+
 def test_a_change_to_the_original_after_a_copy_leaves_the_copy_unchanged() -> None:
     original = _populated()
     twin = original.copy()
@@ -592,11 +620,35 @@ OPERATION = st.one_of(
 )
 
 
-@settings(max_examples=150, deadline=None)
-@given(st.lists(OPERATION, max_size=40))
-def test_every_operation_sequence_matches_the_reference_cache(
-    operations: list[tuple[Any, ...]],
-) -> None:
+def _recency_keys(reference: ReferenceCache) -> list[str]:
+    by_recency = sorted(reference.entries.values(), key=lambda e: (-e.last_used_tick, e.cache_key))
+    return [e.cache_key for e in by_recency]
+
+
+def _nearest_key(reference: ReferenceCache, fingerprint: Any) -> str | None:
+    """The reference's ``nearest``: fewest differences, then most recently used, then key."""
+    ranked = sorted(
+        (
+            0 if entry.fingerprint.key_format else 1,
+            len(fingerprint_differences(entry.fingerprint, fingerprint)),
+            -entry.last_used_tick,
+            entry.cache_key,
+        )
+        for entry in reference.entries.values()
+    )
+    return ranked[0][3] if ranked else None
+
+
+def _check_recency(caches: list[ReplayCache], references: list[ReferenceCache]) -> None:
+    """Recency as read without dumping (a hit on a shared body keeps it aside)."""
+    wanted = cache_key_and_fingerprint(request(99, extra_messages=1), provider=PROVIDER)[1]
+    for each, expected in zip(caches, references, strict=True):
+        assert [e.cache_key for e in each.entries_by_recency()] == _recency_keys(expected)
+        nearest = each.nearest(wanted)
+        assert (nearest[0].cache_key if nearest else None) == _nearest_key(expected, wanted)
+
+
+def _run_against_reference(operations: list[tuple[Any, ...]], *, dump_every_step: bool) -> None:
     caches, references = [ReplayCache.empty()], [ReferenceCache({}, 0)]
     for operation in operations:
         kind, which = operation[0], operation[1] % len(caches)
@@ -618,14 +670,31 @@ def test_every_operation_sequence_matches_the_reference_cache(
         else:
             assert cache.to_body().SerializeToString(deterministic=True) == reference.to_bytes()
         # Every cache, not only the one changed: a copy must never see another's change.
-        for each, expected in zip(caches, references, strict=True):
-            assert each.body_bytes() == expected.to_bytes()
-            assert [e.cache_key for e in each.entries_by_recency()] == [
-                e.cache_key
-                for e in sorted(
-                    expected.entries.values(), key=lambda e: (-e.last_used_tick, e.cache_key)
-                )
-            ]
+        _check_recency(caches, references)
+        if dump_every_step:
+            for each, expected in zip(caches, references, strict=True):
+                assert each.body_bytes() == expected.to_bytes()
+    for each, expected in zip(caches, references, strict=True):
+        assert each.body_bytes() == expected.to_bytes()
+    _check_recency(caches, references)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(OPERATION, max_size=40))
+def test_every_operation_sequence_matches_the_reference_cache(
+    operations: list[tuple[Any, ...]],
+) -> None:
+    _run_against_reference(operations, dump_every_step=True)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(OPERATION, max_size=40))
+def test_hits_kept_aside_on_a_shared_body_match_the_reference_until_dumped(
+    operations: list[tuple[Any, ...]],
+) -> None:
+    # Dumping writes the uses kept aside into a private body; here they pile up (hits
+    # on copies, copies of copies with uses kept aside) until the end.
+    _run_against_reference(operations, dump_every_step=False)
 
 
 def test_a_body_whose_tick_lags_its_entries_continues_after_the_newest_use() -> None:

@@ -147,6 +147,27 @@ def test_copies_are_independent_and_pickle_through_their_bytes() -> None:
     assert key in cache
 
 
+def test_a_hit_on_a_copy_ranks_its_entry_first_and_leaves_the_original_as_it_was() -> None:
+    cache = ToolCache()
+    older = record(cache, {"s": 1}, seq=1, order_id="A1", region="eu")
+    newer = record(cache, {"s": 2}, seq=2, order_id="A2", region="eu")
+    before = cache.body_bytes()
+    wanted = arg_digests({"order_id": "A3", "region": "eu"})  # one argument off from both
+    twin = cache.copy()
+
+    assert twin.lookup(older, now_ms=T0 + 5_000, visible_through_seq=None).status is (
+        LookupStatus.HIT
+    )
+
+    # Ties go to the most recently used: the hit counts on the copy, not on the original.
+    assert [e.cache_key for e in twin.entries_by_recency()] == [older, newer]
+    assert twin.nearest("read_order", wanted)[0].cache_key == older  # type: ignore[index]
+    assert cache.nearest("read_order", wanted)[0].cache_key == newer  # type: ignore[index]
+    assert cache.body_bytes() == before != twin.body_bytes()
+    used = {e.cache_key: e.last_used_ms for e in twin.to_body().entries}
+    assert used[older] == T0 + 5_000
+
+
 @pytest.mark.parametrize(
     ("result", "needle"),
     [({1, 2}, "set"), ({"n": float("nan")}, "not finite"), ("x" * 70_000, "max_result_bytes")],
