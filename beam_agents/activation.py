@@ -151,7 +151,8 @@ class ActivationCommit:
     state: KeyState
     """The key's state after the activation (in memory)."""
     cells: StateCells
-    """The same state as the bytes the state cells hold, at the current blob versions."""
+    """The same state as the bytes the state cells hold, at the current blob versions
+    (the two cache cells empty when run with ``encode_cache_cells=False``)."""
     trace: tuple[TraceEvent, ...]
     outputs: tuple[bytes, ...] = ()
     released_intents: tuple[ToolIntent, ...] = ()
@@ -211,6 +212,7 @@ def run_activation(
     serve_recorded_tools: bool = False,
     capture: ValueCapture | None = None,
     decision: TriggerDecision | None = None,
+    encode_cache_cells: bool = True,
 ) -> ActivationResult:
     """Run one activation of ``agent`` for ``entity_key`` at ``seq`` on the clock ``now_ms``.
 
@@ -224,6 +226,9 @@ def run_activation(
     tools are served from the key's tool cache and never run (the pipeline runs
     them and records their results under ``tool_cache_policy``). ``capture`` is
     for replay too: it receives the value behind every digest the activation traces.
+    ``encode_cache_cells=False`` is for replay too: the commit's ``llm_cache`` and
+    ``tool_cache`` cells stay empty instead of holding the caches encoded (replay
+    reads only the memory cell; encoding a large cache would hold it twice more).
     """
     if decision is None:
         decision = classify_trigger(state, trigger)
@@ -257,7 +262,7 @@ def run_activation(
     # guard finds this context (and ctx.call's tool) through these ContextVars.
     running = _running.ACTIVATION.set(ctx)
     try:
-        return _run(agent, ctx, state, work, trigger, kind, hitl, capture)
+        return _run(agent, ctx, state, work, trigger, kind, hitl, capture, encode_cache_cells)
     except Exception as exc:
         index = ctx.record(
             TraceEvent.ACTIVATION_FAILED, _error_type(exc), {te.ATTR_ERROR_TYPE: _error_type(exc)}
@@ -339,6 +344,7 @@ def _run(
     kind: ActivationKind,
     hitl: HitlPolicy,
     capture: ValueCapture | None,
+    encode_cache_cells: bool,
 ) -> ActivationCommit:
     ctx.record(TraceEvent.ACTIVATION_START, kind.value, _start_attributes(trigger, kind, state))
     pre_cont = state.continuation
@@ -414,7 +420,7 @@ def _run(
 
     # Serialize everything before emitting the closing events, so a value that cannot
     # be stored fails the activation instead of committing half of it.
-    cells = dump_key_state(work)
+    cells = dump_key_state(work, caches=encode_cache_cells)
 
     for intent in released:
         ctx.record(TraceEvent.INTENT_RELEASED, intent.tool, {te.ATTR_INTENT_ID: intent.intent_id})

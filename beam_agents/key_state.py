@@ -117,19 +117,24 @@ def load_key_state(cells: StateCells) -> KeyState:
     )
 
 
-def dump_key_state(state: KeyState) -> StateCells:
+def dump_key_state(state: KeyState, *, caches: bool = True) -> StateCells:
     """The cells holding ``state``: every blob at its current version, deterministic bytes.
+
+    Args:
+        state: The state to dump.
+        caches: False leaves the ``llm_cache`` and ``tool_cache`` cells empty instead
+            of encoding the caches (for replay, which reads only the other cells).
 
     Raises:
         MemoryValueError: ``state.memory`` holds a value that is not JSON.
     """
     return StateCells(
         memory=dump_memory(state.memory),
-        llm_cache=dump_llm_cache(state.cache),
+        llm_cache=dump_llm_cache(state.cache) if caches else b"",
         continuation=dump_continuation(state.continuation),
         pending=dump_pending(state.pending),
         resume_history=dump_resume_history(state.resume_history),
-        tool_cache=dump_tool_cache(state.tool_cache),
+        tool_cache=dump_tool_cache(state.tool_cache) if caches else b"",
     )
 
 

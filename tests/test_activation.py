@@ -7,13 +7,14 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from core_agents import AGENT, TOOLS, make_provider
 
-from beam_agents import Agent, Done, Suspend
+from beam_agents import Agent, Done, Suspend, ToolRegistry, tool
 from beam_agents._protos import Event, ToolResult
 from beam_agents.activation import (
     ActivationCommit,
@@ -340,3 +341,50 @@ def test_a_state_that_shares_its_cache_with_a_result_stays_apart_from_it() -> No
     assert cache_bytes(pre) == pre_bytes == cache_bytes(quiet.state)
     assert dump_key_state(quiet.state) == quiet.cells == quiet_cells
     assert cache_bytes(later.state) != pre_bytes
+
+
+# --- encode_cache_cells=False (replay): the cache cells stay empty, nothing else changes ------
+
+
+@tool(recorded=True)
+def read_note(n: int) -> dict[str, int]:
+    """A recorded read-only tool: its result lands in the key's tool cache."""
+    return {"n": n}
+
+
+class AsksAndReads(Agent):
+    """One model call (the same request each time) and one recorded tool call."""
+
+    def start(self, ctx: Any, event: Event) -> Any:
+        ctx.complete(chat_request("m-1", ("user", "same question")))
+        ctx.memory["note"] = ctx.call("read_note", n=1)
+        return Done(output=b"read")
+
+
+def test_encode_cache_cells_false_leaves_the_cache_cells_empty_and_the_rest_identical() -> None:
+    registry = ToolRegistry([read_note])
+
+    def go(state: KeyState, seq: int, **options: Any) -> ActivationCommit:
+        result = run_activation(
+            AsksAndReads(),
+            registry,
+            make_provider(),
+            state,
+            event_envelope(KEY, "m", time_ms=T0 + seq),
+            now_ms=T0 + seq,
+            seq=seq,
+            entity_key=KEY,
+            **options,
+        )
+        assert isinstance(result, ActivationCommit), result
+        return result
+
+    warm = load_key_state(go(empty_state(), 1).cells)
+    full, skipped = go(warm, 2), go(warm, 2, encode_cache_cells=False)
+
+    assert full.cells.llm_cache and full.cells.tool_cache  # a hit, a recorded result
+    assert skipped.cells == replace(full.cells, llm_cache=b"", tool_cache=b"")
+    assert [serialize_trace_event(e) for e in skipped.trace] == [
+        serialize_trace_event(e) for e in full.trace
+    ]
+    assert dump_key_state(skipped.state) == full.cells  # the state itself is the same

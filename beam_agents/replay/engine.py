@@ -242,6 +242,7 @@ def _replay(inputs: _Inputs, facts: HeaderSoFar, attempts: list[NetworkAttempt])
             cache_visible_through_seq=plan.seq,
             serve_recorded_tools=True,
             capture=capture,
+            encode_cache_cells=False,  # only the memory cell is read (issue 14: memory)
         )
 
     try:
