@@ -18,11 +18,19 @@ irreproducible (3), reproduced/what-if (0). A broken input outranks a
 divergence (the check itself could not do its job), and a divergence — a
 definite behaviour change — outranks "could not be judged".
 
-Parallelism is processes (``jobs > 1``: a ``concurrent.futures`` process pool;
-``fork`` from a single-threaded caller such as the CLI, else ``forkserver``), not threads: the replay
-network guard is a process-wide audit hook and agent modules keep module
-state, so two replays must never share an interpreter. Each worker imports
-the agent once and replays many bundles. Nothing here opens the TUI.
+Parallelism is processes (``jobs > 1``, or ``isolate=True`` as the CLI does
+even for one job; ``fork`` from a single-threaded caller such as the CLI, else
+``forkserver``), not threads: the replay network guard is a process-wide audit
+hook and agent modules keep module state, so two replays must never share an
+interpreter. Each worker isolates its whole life (``isolate_process()``) before
+it imports agent code, then imports the agent once and replays many bundles,
+one bundle at a time, saying which activation it starts. A worker that dies
+(agent code crashed or ended it) costs that activation an ``error`` row, and a
+fresh worker goes on with the bundle's later activations; a worker whose re-run
+ran past the time limit (an abandoned thread it cannot stop) reports that row
+(irreproducible) and is replaced; one stuck so hard that even its own limit
+cannot answer is killed past twice the limit and 30 s. No row is lost, and
+``check`` never hangs on agent code with a limit set. Nothing here opens the TUI.
 """
 
 from __future__ import annotations
@@ -33,11 +41,14 @@ import os
 import re
 import sys
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
 from pathlib import Path
+from typing import Any
 
+from beam_agents.replay.options import DEFAULT_TIME_LIMIT, RAN_PAST
 from beam_agents.replay.result import ReplayResult, Verdict
 
 __all__ = [
@@ -161,6 +172,8 @@ def result_cause(result: ReplayResult) -> str:
             return f"{where}: extra in the re-run"
         return f"{where}: {', '.join(f.path for f in divergence.fields) or 'differs'}"
     miss = result.cache_miss
+    if verdict is Verdict.IRREPRODUCIBLE and result.reason.startswith(RAN_PAST):
+        return result.reason.partition(" and was not judged")[0]  # not the event it reached
     if verdict is Verdict.IRREPRODUCIBLE and miss is not None:
         if miss.nearest is not None and miss.nearest.differences:
             return f"cache miss ({miss.status}): {', '.join(miss.nearest.differences)}"
@@ -227,10 +240,19 @@ def _refused_row(path: str, refused: Exception, seconds: float) -> CheckRow:
     )
 
 
-def check_one(path: str, agent: str | None = None, registry: str | None = None) -> list[CheckRow]:
-    """Replay every activation of one bundle; a file that cannot be read is one row.
+def check_one(
+    path: str,
+    agent: str | None = None,
+    registry: str | None = None,
+    *,
+    time_limit: float | None = DEFAULT_TIME_LIMIT,
+    after_seq: int | None = None,
+    on_start: Callable[[int], None] | None = None,
+) -> Iterator[CheckRow]:
+    """Replay every activation of one bundle (those after ``after_seq``), one row each.
 
-    Never raises for bad input (a bug of ours becomes an ``error`` row too).
+    A file that cannot be read is one row. ``on_start(seq)`` is called before each
+    re-run. Never raises for bad input (a bug of ours becomes an ``error`` row too).
     """
     from beam_agents.replay.bundle import bundle_options, load_bundle
     from beam_agents.replay.engine import replay
@@ -240,25 +262,28 @@ def check_one(path: str, agent: str | None = None, registry: str | None = None) 
     try:
         bundle = load_bundle(path)
     except ReplayRefused as refused:
-        return [_refused_row(path, refused, time.perf_counter() - started)]
+        yield _refused_row(path, refused, time.perf_counter() - started)
+        return
     except Exception as exc:  # a bug of ours: a row that says so, never a stopped run
-        return [_internal_row(path, exc, time.perf_counter() - started)]
-    rows: list[CheckRow] = []
+        yield _internal_row(path, exc, time.perf_counter() - started)
+        return
     for seq in bundle.seqs:
+        if after_seq is not None and seq <= after_seq:
+            continue
+        if on_start is not None:
+            on_start(seq)
         started = time.perf_counter()
-        result = replay(bundle_options(bundle, seq=seq, agent=agent, registry=registry))
-        rows.append(
-            CheckRow(
-                path=path,
-                seq=seq,
-                entity_key=bundle.entity_key,
-                verdict=result.verdict,
-                cause=result_cause(result).replace(path, "FILE"),
-                detail=result.error or result.reason,
-                seconds=time.perf_counter() - started,
-            )
+        options = bundle_options(bundle, seq=seq, agent=agent, registry=registry)
+        result = replay(replace(options, time_limit=time_limit))
+        yield CheckRow(
+            path=path,
+            seq=seq,
+            entity_key=bundle.entity_key,
+            verdict=result.verdict,
+            cause=result_cause(result).replace(path, "FILE"),
+            detail=result.error or result.reason,
+            seconds=time.perf_counter() - started,
         )
-    return rows
 
 
 def _internal_row(path: str, exc: Exception, seconds: float) -> CheckRow:
@@ -274,40 +299,223 @@ def _internal_row(path: str, exc: Exception, seconds: float) -> CheckRow:
     )
 
 
-def _check_chunk(args: tuple[list[str], str | None, str | None]) -> list[CheckRow]:
-    paths, agent, registry = args
+def _check_in_process(
+    files: Sequence[str], agent: str | None, registry: str | None, time_limit: float | None
+) -> list[CheckRow]:
+    saved = sys.dont_write_bytecode
     sys.dont_write_bytecode = True  # replay writes nothing, not even bytecode caches
-    rows: list[CheckRow] = []
-    for path in paths:
-        rows.extend(check_one(path, agent, registry))
-    return rows
+    try:
+        rows: list[CheckRow] = []
+        for path in files:
+            rows.extend(check_one(path, agent, registry, time_limit=time_limit))
+        return rows
+    finally:
+        sys.dont_write_bytecode = saved
 
 
-def _warm(files: Sequence[str], agent: str | None, registry: str | None) -> None:
-    """Import the engine and the first bundle's agent code once, before forking the workers.
+def _worker_main(
+    conn: Connection, agent: str | None, registry: str | None, time_limit: float | None
+) -> None:
+    """A ``check`` worker: isolated for life, then replays the bundles it is sent.
 
-    Each forked worker then starts with them imported instead of importing them again
-    (with DeepDiff, which renders divergences: bulk runs usually meet one).
-    Only an optimisation: any failure here is left for the workers to report as rows.
+    Tasks are ``(path, after_seq)``; it answers ``("start", seq)`` before each re-run,
+    ``("row", row)`` after it and ``("done",)`` after the bundle. After a re-run
+    abandoned at its time limit it ends (a thread it cannot stop runs on).
     """
-    from beam_agents.agent import Agent
-    from beam_agents.replay.bundle import load_bundle
-    from beam_agents.replay.engine import replay  # noqa: F401
-    from beam_agents.replay.inputs import import_object
-    from beam_agents.replay.refusal import ReplayRefused
-    from beam_agents.tools import ToolRegistry
+    from beam_agents.replay.network_guard import end_process, isolate_process, still_running
 
-    # The divergence detail's differ (it pulls in numpy): every worker that meets a
-    # divergence would import it on its own, ~0.3 s of CPU each.
-    with contextlib.suppress(ImportError):
-        importlib.import_module("deepdiff")
-    for path in files[:1]:
+    isolate_process()  # before any agent code is imported: network, processes, side effects
+    sys.dont_write_bytecode = True
+    try:
+        while True:
+            try:
+                task = conn.recv()
+            except EOFError:  # the parent went away
+                break
+            if task is None:
+                break
+            path, after_seq = task
+            for row in check_one(
+                path,
+                agent,
+                registry,
+                time_limit=time_limit,
+                after_seq=after_seq,
+                on_start=lambda seq: conn.send(("start", seq)),
+            ):
+                conn.send(("row", row))
+                if still_running():
+                    end_process(0)  # the parent replaces this worker and goes on
+            conn.send(("done",))
+    except BaseException:  # the parent turns a lost worker into a row
+        end_process(1)
+    end_process(0)  # the real exit: isolate_process() refuses os._exit, which multiprocessing uses
+
+
+BACKSTOP_GRACE = 30.0
+"""Seconds past twice the time limit after which ``check`` kills a worker that neither
+finished an activation nor reported it ran past the limit."""
+
+
+@dataclass
+class _Worker:
+    process: Any
+    conn: Connection
+    task: tuple[str, int | None] | None = None
+    seq: int | None = None
+    """The activation being replayed (None while the bundle loads)."""
+    seq_started: float = 0.0
+    finished: bool = False
+    """The row of ``seq`` arrived."""
+
+
+def _lost_row(path: str, seq: int | None, how: str, seconds: float) -> CheckRow:
+    return CheckRow(
+        path=path,
+        seq=seq,
+        entity_key=b"",
+        verdict=Verdict.USAGE_ERROR,
+        cause=f"the worker process ended during the re-run ({how})",
+        detail=f"the worker process replaying {path}"
+        + (f" seq {seq}" if seq is not None else "")
+        + f" ended ({how}) during the re-run: replay cannot judge an activation whose code "
+        "ends (or crashes) the process; the pipeline would have lost its worker there",
+        seconds=seconds,
+    )
+
+
+def _stuck_row(path: str, seq: int, limit: float, seconds: float) -> CheckRow:
+    return CheckRow(
+        path=path,
+        seq=seq,
+        entity_key=b"",
+        verdict=Verdict.IRREPRODUCIBLE,
+        cause=f"{RAN_PAST} {limit:g} s",
+        detail=f"{RAN_PAST} {limit:g} s and was not judged: the worker replaying it did not "
+        f"answer for {seconds:.0f} s and was killed. Agent code that loops, sleeps or waits "
+        "on something that never answers does not end; if the activation is only slow, raise "
+        "the limit with --time-limit SECONDS (0: no limit)",
+        seconds=seconds,
+    )
+
+
+def _exit_how(exitcode: int | None) -> str:
+    import signal
+
+    if exitcode is None:
+        return "no exit code"
+    if exitcode < 0:
         try:
-            message = load_bundle(path).message
-            import_object(agent or message.agent, "--agent", Agent)
-            import_object(registry or message.registry, "--registry", ToolRegistry)
-        except ReplayRefused:
-            pass
+            return f"killed by signal {-exitcode}, {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exit code {exitcode}"
+
+
+def _check_in_workers(
+    files: Sequence[str],
+    agent: str | None,
+    registry: str | None,
+    time_limit: float | None,
+    workers: int,
+) -> list[CheckRow]:
+    """Replay ``files`` in ``workers`` isolated processes; every activation gets its row."""
+    from collections import deque
+    from multiprocessing.connection import wait
+
+    context = _context()
+    if context.get_start_method() == "fork":
+        _warm()
+    tasks: deque[tuple[str, int | None]] = deque((path, None) for path in files)
+    rows: list[CheckRow] = []
+    pool: list[_Worker] = []
+    # Past this, a worker that sent neither a row nor a timeout is killed: its own limit
+    # (import and re-run, each ``time_limit``) could not answer (native code holding the GIL).
+    backstop = 2 * time_limit + BACKSTOP_GRACE if time_limit else None
+
+    def start() -> _Worker:
+        parent, child = context.Pipe()
+        process = context.Process(  # type: ignore[attr-defined]
+            target=_worker_main, args=(child, agent, registry, time_limit), daemon=True
+        )
+        process.start()
+        child.close()
+        return _Worker(process=process, conn=parent)
+
+    def assign(worker: _Worker) -> None:
+        worker.task = tasks.popleft()
+        worker.seq, worker.finished, worker.seq_started = None, False, time.monotonic()
+        worker.conn.send(worker.task)
+
+    def lost(worker: _Worker, row: CheckRow | None) -> None:
+        """The worker is gone: the row of what it was doing, then the rest of its bundle."""
+        pool.remove(worker)
+        worker.conn.close()
+        worker.process.join(5)
+        if worker.task is None:
+            return
+        path = worker.task[0]
+        if row is None and not worker.finished:
+            how = _exit_how(worker.process.exitcode)
+            row = _lost_row(path, worker.seq, how, time.monotonic() - worker.seq_started)
+        if row is not None:
+            rows.append(row)
+        if worker.seq is not None:  # the bundle's later activations, in a fresh worker
+            tasks.appendleft((path, worker.seq))
+
+    try:
+        while tasks or any(w.task is not None for w in pool):
+            while tasks and len(pool) < workers:
+                pool.append(start())
+            for worker in pool:
+                if worker.task is None and tasks:
+                    assign(worker)
+            busy = [w for w in pool if w.task is not None]
+            timeout = None
+            if backstop is not None:
+                running = [w for w in busy if w.seq is not None and not w.finished]
+                if running:
+                    due = min(w.seq_started for w in running) + backstop
+                    timeout = max(0.0, due - time.monotonic())
+            ready = wait([w.conn for w in busy], timeout)
+            now = time.monotonic()
+            for worker in busy:
+                if worker.conn in ready:
+                    try:
+                        message = worker.conn.recv()
+                    except (EOFError, OSError):
+                        lost(worker, None)
+                        continue
+                    if message[0] == "start":
+                        worker.seq, worker.finished, worker.seq_started = message[1], False, now
+                    elif message[0] == "row":
+                        rows.append(message[1])
+                        worker.finished = True
+                    else:  # done
+                        worker.task = None
+                elif (
+                    backstop is not None
+                    and worker.seq is not None
+                    and not worker.finished
+                    and now - worker.seq_started > backstop
+                ):
+                    worker.process.kill()
+                    assert time_limit
+                    path = worker.task[0] if worker.task else ""
+                    lost(worker, _stuck_row(path, worker.seq, time_limit, now - worker.seq_started))
+        for worker in pool:
+            with contextlib.suppress(OSError):
+                worker.conn.send(None)
+    finally:
+        for worker in pool:
+            worker.process.join(5)
+            if worker.process.is_alive():
+                worker.process.kill()
+                worker.process.join()
+            worker.conn.close()
+    order = {path: i for i, path in enumerate(files)}
+    rows.sort(key=lambda r: (order[r.path], -1 if r.seq is None else r.seq))
+    return rows
 
 
 def _context() -> BaseContext:
@@ -333,12 +541,30 @@ def _context() -> BaseContext:
     return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
 
 
+def _warm() -> None:
+    """Import the engine once, before forking the workers (never agent code: the workers
+    import that, each isolated first).
+
+    Each forked worker then starts with them imported instead of importing them again
+    (with DeepDiff, which renders divergences: bulk runs usually meet one).
+    """
+    from beam_agents.replay.bundle import load_bundle  # noqa: F401
+    from beam_agents.replay.engine import replay  # noqa: F401
+
+    # The divergence detail's differ (it pulls in numpy): every worker that meets a
+    # divergence would import it on its own, ~0.3 s of CPU each.
+    with contextlib.suppress(ImportError):
+        importlib.import_module("deepdiff")
+
+
 def check_bundles(
     paths: Iterable[str | os.PathLike[str]],
     *,
     agent: str | None = None,
     registry: str | None = None,
     jobs: int = 1,
+    time_limit: float | None = DEFAULT_TIME_LIMIT,
+    isolate: bool = False,
 ) -> CheckReport:
     """Replay every activation of every bundle and group the verdicts.
 
@@ -346,7 +572,12 @@ def check_bundles(
         paths: Bundle files, or directories (their ``*.bundle`` files).
         agent: Replay with this agent (``module:ATTR``) instead of each bundle's recorded one.
         registry: Likewise for the tool registry.
-        jobs: Worker processes; 1 replays in this process.
+        jobs: Worker processes; 1 replays in this process (unless ``isolate``).
+        time_limit: Seconds each activation's agent code may run (import, re-run); past
+            it the row is irreproducible. None or 0: no limit.
+        isolate: Replay in worker processes even for one job, so that agent code never
+            runs in this process (the CLI's choice): a worker it ends or hangs is an
+            ``error`` or irreproducible row, and this process carries on.
 
     Returns:
         The report: ``report.exit_code`` is the worst verdict's, ``report.groups`` the
@@ -354,29 +585,16 @@ def check_bundles(
     """
     if jobs < 1:
         raise ValueError(f"jobs must be 1 or more, got {jobs}")
+    time_limit = time_limit or None
     paths = list(paths)
     files = bundle_paths(paths)
     started = time.perf_counter()
     rows: list[CheckRow] = _empty_directory_rows(paths)
     workers = min(jobs, len(files))
-    if workers <= 1:
-        saved = sys.dont_write_bytecode
-        try:
-            rows.extend(_check_chunk((files, agent, registry)))
-        finally:
-            sys.dont_write_bytecode = saved
-    else:
-        from concurrent.futures import ProcessPoolExecutor
-
-        # Several files per task amortize the round trip; enough tasks to balance the load.
-        size = max(1, min(64, len(files) // (workers * 4)))
-        chunks = [files[i : i + size] for i in range(0, len(files), size)]
-        context = _context()
-        if context.get_start_method() == "fork":
-            _warm(files, agent, registry)
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            for chunk_rows in pool.map(_check_chunk, [(c, agent, registry) for c in chunks]):
-                rows.extend(chunk_rows)
+    if workers <= 1 and not isolate:
+        rows.extend(_check_in_process(files, agent, registry, time_limit))
+    elif files:
+        rows.extend(_check_in_workers(files, agent, registry, time_limit, max(workers, 1)))
     return CheckReport(
         rows=tuple(rows),
         bundles=len(files),

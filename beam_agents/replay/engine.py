@@ -40,7 +40,7 @@ from beam_agents.replay.inputs import (
 )
 from beam_agents.replay.judge import Judgement, judge
 from beam_agents.replay.network_guard import NetworkAttempt, block_network, keep_blocked
-from beam_agents.replay.options import ReplayOptions, Source
+from beam_agents.replay.options import RAN_PAST, ReplayOptions, Source
 from beam_agents.replay.reconstruct import plan_replay
 from beam_agents.replay.refusal import CannotReproduce, InputError, ReplayRefused, internal_error
 from beam_agents.replay.result import Divergence, ReplayHeader, ReplayResult, TargetFacts, Verdict
@@ -475,7 +475,7 @@ class _RerunRanPast(CannotReproduce):
             where = "it had not recorded its first event"
         of = f" of the {len(traced)} traced" if traced is not None else ""
         super().__init__(
-            f"the re-run ran past the time limit of {limit:g} s and was not judged: {where}{of}",
+            f"{RAN_PAST} {limit:g} s and was not judged: {where}{of}",
             _RAISE_IT,
         )
 

@@ -15,6 +15,9 @@ Source = str | os.PathLike[str] | bytes
 DEFAULT_TIME_LIMIT = 60.0
 """Seconds of wall time agent code may run in one replay (docs/replay.md, "Time limit")."""
 
+RAN_PAST = "the re-run ran past the time limit of"
+"""How the reason of a replay stopped at its time limit begins (``check`` groups by it)."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class ReplayOptions:

@@ -13,7 +13,8 @@ replay must not allow, swallowing the error as careless tool code would:
     TOOLS_WRITE       writes the file named by $BEAM_AGENTS_TEST_WRITE_TARGET
     TOOLS_THREAD      starts a thread that connects to $BEAM_AGENTS_TEST_NETWORK_TARGET later
     TOOLS_ATEXIT      registers an atexit hook that connects to it
-    TOOLS_KILL        sends SIGKILL to its own process
+    TOOLS_KILL        os.kill(own pid, SIGKILL) (audited: refused)
+    TOOLS_DIE         signal.raise_signal(SIGKILL) (not audited: the process dies)
 
 These never end (replay's time limit must stop waiting for them); in-process tests
 end them by setting ``RELEASE`` (a thread cannot be stopped), in a subprocess they
@@ -21,6 +22,7 @@ run until the process ends:
 
     TOOLS_LOOP        a busy loop
     TOOLS_SLEEP       blocks (waits on an event nobody sets)
+    TOOLS_REGEX       a catastrophic regular expression: C code holding the GIL for ages
     TOOLS_LOOP_THEN_CONNECT  waits $BEAM_AGENTS_TEST_HANG_SECONDS (default 1), then connects
                       to $BEAM_AGENTS_TEST_NETWORK_TARGET, then blocks
 
@@ -33,6 +35,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -113,6 +116,8 @@ TOOLS_WRITE = _variant(_write)
 TOOLS_THREAD = _variant(_thread)
 TOOLS_ATEXIT = _variant(lambda: atexit.register(_connect_target))
 TOOLS_KILL = _variant(lambda: os.kill(os.getpid(), signal.SIGKILL))
+TOOLS_DIE = _variant(lambda: signal.raise_signal(signal.SIGKILL))
+TOOLS_REGEX = _variant(lambda: re.match(r"(a+)+$", "a" * 64 + "b"))
 
 RELEASE = threading.Event()
 """Set by in-process tests to end the hanging tools below."""

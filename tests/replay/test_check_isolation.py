@@ -1,0 +1,164 @@
+"""``check`` with hostile agent code: isolated workers, a row for every activation, never a hang.
+
+``isolate=True`` is what the command line passes: every replay runs in a worker
+process that isolates its whole life before importing agent code.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import isolation_agents as ia
+import pytest
+import replay_agents as ra
+from incident_history import Incident
+
+from beam_agents.replay import bulk
+from beam_agents.replay.bulk import check_bundles
+from beam_agents.replay.result import Verdict
+
+
+@pytest.fixture(scope="module")
+def incident() -> Incident:
+    return Incident()
+
+
+@pytest.fixture
+def listener(monkeypatch: pytest.MonkeyPatch) -> Iterator[socket.socket]:
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    host, port = server.getsockname()[:2]
+    monkeypatch.setenv(ra.NETWORK_TARGET_ENV, f"{host}:{port}")
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def _bundle(incident: Incident, folder: Path, registry: str, **kw: object) -> Path:
+    path = folder / f"{registry.lower()}.bundle"
+    path.write_bytes(incident.make(registry=f"isolation_agents:{registry}", **kw))
+    return path
+
+
+def rows(report: bulk.CheckReport) -> list[tuple[str, int | None, Verdict]]:
+    return [(Path(r.path).stem, r.seq, r.verdict) for r in report.rows]
+
+
+def test_a_worker_agent_code_kills_costs_that_activation_an_error_row_and_nothing_else(
+    incident: Incident, tmp_path: Path
+) -> None:
+    # seq 1 and 2 call lookup_order (which kills its process); the resumes 3 and 4 do not.
+    die = _bundle(incident, tmp_path, "TOOLS_DIE", all_seqs=True)
+    good = tmp_path / "good.bundle"
+    good.write_bytes(incident.make(seq=1))
+    for jobs in (1, 2):
+        report = check_bundles([die, good], jobs=jobs, isolate=True)
+        assert rows(report) == [
+            ("tools_die", 1, Verdict.USAGE_ERROR),
+            ("tools_die", 2, Verdict.USAGE_ERROR),
+            ("tools_die", 3, Verdict.REPRODUCED),  # a fresh worker went on with the bundle
+            ("tools_die", 4, Verdict.REPRODUCED),
+            ("good", 1, Verdict.REPRODUCED),
+        ], [r.detail for r in report.rows]
+        dead = report.rows[0]
+        assert (
+            dead.cause == "the worker process ended during the re-run (killed by signal 9, SIGKILL)"
+        )
+        assert "replay cannot judge an activation whose code ends (or crashes) the process" in (
+            dead.detail
+        )
+        assert report.exit_code == 2
+
+
+def test_workers_refuse_processes_signals_and_writes_and_end_the_process_as_error(
+    incident: Incident, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "written.txt"
+    monkeypatch.setenv(ia.WRITE_TARGET_ENV, str(target))
+    files = [
+        _bundle(incident, tmp_path, name, seq=1)
+        for name in ("TOOLS_SUBPROCESS", "TOOLS_KILL", "TOOLS_WRITE", "TOOLS_EXIT")
+    ]
+    report = check_bundles(files, jobs=2, isolate=True)
+    by_name = {Path(r.path).stem: r for r in report.rows}
+    assert by_name["tools_subprocess"].verdict is Verdict.IRREPRODUCIBLE
+    assert "tried to start the process true (subprocess.Popen)" in by_name["tools_subprocess"].cause
+    assert by_name["tools_kill"].verdict is Verdict.IRREPRODUCIBLE
+    assert "tried to send signal 9 to this process (os.kill)" in by_name["tools_kill"].cause
+    assert by_name["tools_write"].verdict is Verdict.IRREPRODUCIBLE
+    assert not target.exists()
+    assert by_name["tools_exit"].verdict is Verdict.USAGE_ERROR  # os._exit(0): never a pass
+    assert "os._exit(0)" in by_name["tools_exit"].detail
+
+
+@pytest.mark.parametrize("registry", ["TOOLS_THREAD", "TOOLS_ATEXIT"])
+def test_a_thread_or_atexit_hook_in_a_worker_never_reaches_the_network(
+    incident: Incident, tmp_path: Path, listener: socket.socket, registry: str
+) -> None:
+    path = _bundle(incident, tmp_path, registry, seq=1)
+    # Its worker then idles until the other one's re-run (sleeping) reaches the 2 s limit:
+    # the thread connects 1 s after its re-run, outside any replay.
+    sleeper = _bundle(incident, tmp_path, "TOOLS_SLEEP", seq=1)
+    report = check_bundles([path, sleeper], jobs=2, isolate=True, time_limit=2.0)
+    assert [r.verdict for r in report.rows] == [Verdict.REPRODUCED, Verdict.IRREPRODUCIBLE]
+    readable, _, _ = select.select([listener], [], [], 0.3)
+    assert not readable, "agent code in a check worker reached the network"
+
+
+@pytest.mark.parametrize("registry", ["TOOLS_LOOP", "TOOLS_SLEEP"])
+def test_an_activation_that_never_ends_is_irreproducible_and_the_check_goes_on(
+    incident: Incident, tmp_path: Path, registry: str
+) -> None:
+    hang = _bundle(incident, tmp_path, registry, all_seqs=True)
+    started = time.monotonic()
+    report = check_bundles([hang], jobs=1, isolate=True, time_limit=0.3)
+    assert time.monotonic() - started < 30
+    assert rows(report) == [
+        (registry.lower(), 1, Verdict.IRREPRODUCIBLE),
+        (registry.lower(), 2, Verdict.IRREPRODUCIBLE),
+        (registry.lower(), 3, Verdict.REPRODUCED),
+        (registry.lower(), 4, Verdict.REPRODUCED),
+    ]
+    assert {g.cause for g in report.groups if g.verdict is Verdict.IRREPRODUCIBLE} == {
+        "the re-run ran past the time limit of 0.3 s"
+    }
+    assert "it had reached event 0 (ACTIVATION_START 'start')" in report.rows[0].detail
+    assert report.exit_code == 3
+
+
+def test_a_worker_stuck_in_native_code_is_killed_at_the_backstop(
+    incident: Incident, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A catastrophic regular expression holds the GIL: the worker's own limit cannot answer.
+    monkeypatch.setattr(bulk, "BACKSTOP_GRACE", 1.0)
+    stuck = _bundle(incident, tmp_path, "TOOLS_REGEX", seq=1)
+    good = tmp_path / "good.bundle"
+    good.write_bytes(incident.make(seq=1))
+    started = time.monotonic()
+    report = check_bundles([stuck, good], jobs=1, isolate=True, time_limit=0.2)
+    assert time.monotonic() - started < 30
+    assert rows(report) == [
+        ("tools_regex", 1, Verdict.IRREPRODUCIBLE),
+        ("good", 1, Verdict.REPRODUCED),
+    ]
+    assert report.rows[0].cause == "the re-run ran past the time limit of 0.2 s"
+    assert "did not answer for" in report.rows[0].detail and "was killed" in report.rows[0].detail
+
+
+def test_no_worker_outlives_the_check(incident: Incident, tmp_path: Path) -> None:
+    import multiprocessing
+
+    path = _bundle(incident, tmp_path, "TOOLS_SLEEP", seq=1)
+    check_bundles([path], jobs=2, isolate=True, time_limit=0.2)
+    assert multiprocessing.active_children() == []
+    assert os.getpid()  # this process was never isolated: it can still start processes
+    import subprocess
+
+    assert subprocess.run(["true"], check=False).returncode == 0
