@@ -25,6 +25,6 @@ def _tui_sees_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
 
     ``tests/replay/test_hostile_inputs.py`` undoes this to test the refusal itself.
     """
-    from beam_agents import cli
+    from beam_agents.cli import tui
 
-    monkeypatch.setattr(cli, "_has_terminal", lambda: True)
+    monkeypatch.setattr(tui, "_has_terminal", lambda: True)

@@ -19,8 +19,8 @@ import replay_agents as ra
 from replay_harness import KEY, T0, KeyHistory, options
 from test_cli import Inputs, run
 
-from beam_agents import cli
 from beam_agents._protos import TraceEvent
+from beam_agents.cli import tui
 from beam_agents.replay.engine import replay
 from beam_agents.replay.result import Verdict
 from beam_agents.testing import event_envelope
@@ -125,7 +125,7 @@ def test_tui_refuses_standard_input_as_an_input(
 def test_tui_without_a_terminal_points_to_the_headless_report(
     inputs: Inputs, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cli, "_has_terminal", lambda: False)
+    monkeypatch.setattr(tui, "_has_terminal", lambda: False)
     code, out, err = run(["tui", *inputs.flags()], capsys)
     assert (code, out) == (2, "")
     assert "needs a terminal" in err and "--headless" in err

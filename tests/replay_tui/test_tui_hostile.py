@@ -135,12 +135,13 @@ def test_tui_export_dir_flag_reaches_the_app(
     import real_results
 
     from beam_agents import cli
+    from beam_agents.cli import tui
 
     seen: list[dict[str, Any]] = []
     fake = types.ModuleType("replay_tui.app")
     fake.run_tui = lambda options, **kw: seen.append(kw) or 0  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "replay_tui.app", fake)
-    monkeypatch.setattr(cli, "_has_terminal", lambda: True)
+    monkeypatch.setattr(tui, "_has_terminal", lambda: True)
     flags = real_results.write_inputs("diverged", tmp_path / "in")
     assert cli.main(["tui", *flags, "--export-dir", str(tmp_path / "reports")]) == 0
     assert seen[0]["export_dir"] == tmp_path / "reports"

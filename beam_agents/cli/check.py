@@ -1,0 +1,79 @@
+"""``check``: replay many incident bundles in worker processes; a table grouped by verdict."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from beam_agents.cli.output import silence_stdout, write_output
+from beam_agents.cli.parsing import PROG, Parser, UsageError
+from beam_agents.cli.process import cwd_importable
+from beam_agents.replay.escape import escape
+from beam_agents.replay.result import EXIT_USAGE
+
+
+def register(commands: argparse._SubParsersAction[Parser]) -> None:
+    parser = commands.add_parser(
+        "check",
+        help="replay many incident bundles in parallel; a table grouped by verdict and cause",
+        description=(
+            "Replay every activation of every bundle (a directory stands for its *.bundle "
+            "files), in worker processes, and print the verdicts grouped by verdict and cause "
+            "(first divergence: event kind, name and fields; cache miss: the request "
+            "components that differ). A file that is not a bundle is an error row; the run "
+            "never stops at it. Exit code: the worst verdict, in the order error (2), "
+            "diverged (1), irreproducible (3), reproduced (0)."
+        ),
+        allow_abbrev=False,
+    )
+    parser.add_argument("paths", metavar="PATH", nargs="+", help="bundle files or directories")
+    parser.add_argument(
+        "--agent", metavar="module:ATTR", help="replay with this agent, not each bundle's own"
+    )
+    parser.add_argument(
+        "--registry", metavar="module:ATTR", help="replay with these tools, not each bundle's own"
+    )
+    parser.add_argument("--junit", metavar="FILE", help="also write JUnit XML here")
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.add_argument(
+        "--jobs",
+        metavar="N",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="worker processes (default: the number of CPUs; 1 replays in this process)",
+    )
+    parser.set_defaults(run=_run_check)
+
+
+def _run_check(ns: argparse.Namespace) -> int:
+    import json
+
+    from beam_agents.replay.bulk import check_bundles, check_json, render_check, render_junit
+
+    prog = f"{PROG} check"
+    if ns.jobs < 1:
+        raise UsageError(f"--jobs must be 1 or more, got {ns.jobs}", prog)
+    for flag, value in (("--agent", ns.agent), ("--registry", ns.registry)):
+        if value is not None and ":" not in value:
+            raise UsageError(f"{flag} {value!r} is not of the form module:ATTR", prog)
+    cwd_importable()  # before the workers start: they inherit the import path
+    report = check_bundles(ns.paths, agent=ns.agent, registry=ns.registry, jobs=ns.jobs)
+    if ns.junit is not None:
+        try:
+            write_output(ns.junit, render_junit(report))
+        except OSError as exc:
+            sys.stderr.write(
+                f"{prog}: error: cannot write --junit {escape(ns.junit)}: "
+                f"{escape(str(exc.strerror or exc))}\n"
+            )
+            return EXIT_USAGE
+    try:
+        if ns.json:
+            sys.stdout.write(json.dumps(check_json(report), indent=2, sort_keys=True) + "\n")
+        else:
+            sys.stdout.write(render_check(report))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        silence_stdout()
+    return report.exit_code

@@ -1,0 +1,72 @@
+"""``ls``: the traced activations of a key (or of every key), and which a snapshot can replay."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from beam_agents.cli.output import report_refusal, silence_stdout
+from beam_agents.cli.parsing import ExitCodesFormatter, Parser
+from beam_agents.replay.result import EXIT_OK
+
+_LS_EXIT_CODES_HELP = """\
+exit codes:
+  0  listed (a line that cannot replay is a listing, not an error)
+  2  usage error, unreadable traces or snapshot, or a --key no traced activation has
+  3  the snapshot has a migration gap (nothing it holds can be replayed)"""
+
+
+def register(commands: argparse._SubParsersAction[Parser]) -> None:
+    parser = commands.add_parser(
+        "ls",
+        help="list the traced activations of a key (or of every key), and which a snapshot "
+        "can replay",
+        description=(
+            "List the traced activations, one line each: seq, kind, trigger, envelope id, "
+            "outcome (done/suspended/released/failed), model calls, staged intents. Every key, "
+            "with a count, unless --key or --snapshot names one. Given a snapshot, each line "
+            "also says whether it replays from it: cached (every model response and recorded "
+            "tool result is in the snapshot), evicted, expired, digest-only, minted-later, "
+            "ambiguous (a recorded tool call with two results), not-committed (a failed "
+            "activation's billed response), continuation-gone, after-snapshot, "
+            "incomplete-trace, or the key's pending-resume (a what-if). See docs/incidents.md."
+        ),
+        epilog=_LS_EXIT_CODES_HELP,
+        formatter_class=ExitCodesFormatter,
+        allow_abbrev=False,
+    )
+    parser.add_argument(
+        "--traces",
+        metavar="FILE|DIR",
+        action="append",
+        default=[],
+        required=True,
+        help="a trace stream, or a directory of *.pb trace streams; may be repeated",
+    )
+    parser.add_argument(
+        "--snapshot", metavar="FILE", help="list its key, and say what replays from it"
+    )
+    parser.add_argument("--key", metavar="HEX|TEXT", help="the key: hex of its bytes, or its text")
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.set_defaults(run=_run_ls)
+
+
+def _run_ls(ns: argparse.Namespace) -> int:
+    import json
+
+    from beam_agents.replay.listing import list_activations, listing_json, render_listing
+    from beam_agents.replay.refusal import ReplayRefused
+
+    try:
+        listing = list_activations(ns.traces, snapshot=ns.snapshot, key=ns.key)
+    except ReplayRefused as refused:
+        return report_refusal("ls", refused)
+    try:
+        if ns.json:
+            sys.stdout.write(json.dumps(listing_json(listing), indent=2, sort_keys=True) + "\n")
+        else:
+            sys.stdout.write(render_listing(listing))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        silence_stdout()
+    return EXIT_OK

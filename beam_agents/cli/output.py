@@ -1,0 +1,62 @@
+"""Writing what a command produced: a refusal on stderr, a file whole or not at all, and a
+standard output whose reader went away."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from beam_agents.cli.parsing import PROG
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+def report_refusal(command: str, refused: Exception) -> int:
+    from beam_agents.replay.escape import escape as safe_text
+    from beam_agents.replay.refusal import ReplayRefused
+
+    assert isinstance(refused, ReplayRefused)
+    sys.stderr.write(f"{PROG} {command}: error: {safe_text(refused.message)}\n")
+    return refused.verdict.exit_code
+
+
+def write_output(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole or not at all (``bundle -o``, ``check --junit``).
+
+    An existing ``path`` that is not a regular file (or a link) is refused: a FIFO
+    would block forever, and renaming over a device (``/dev/null`` for root) or a
+    directory would replace it. The bytes go to a fresh sibling (``O_EXCL``, never
+    through someone else's file, its name within NAME_MAX) moved over ``path``, so a
+    symbolic link at ``path`` is replaced, never written through.
+
+    Raises:
+        OSError: The file cannot be written (``ENOTSUP``-style errors name the cause).
+    """
+    import errno
+    import stat
+    from pathlib import Path
+
+    from beam_agents.trace_stream import temporary_sibling
+
+    if not path:
+        raise OSError(errno.EINVAL, "the file name is empty")
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        raise OSError(errno.EINVAL, f"it exists and is {kind}; name a new or regular file")
+    tmp = temporary_sibling(Path(path))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

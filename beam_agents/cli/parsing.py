@@ -1,0 +1,225 @@
+"""The command line's shared pieces: the program name, argparse that returns instead of
+exiting, the replay flags every replaying command takes, and their check into ``ReplayOptions``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import NoReturn
+
+from beam_agents.replay.options import ReplayOptions
+
+PROG = "beam-agents-replay"
+EXIT_CODES_HELP = """\
+exit codes:
+  0  reproduced: the re-run matched the traced record (also: a what-if of a pending resume)
+  1  diverged: the first diverging event is printed as a structured diff
+  2  usage or configuration error, inputs that do not belong together, or a snapshot
+     newer than the installed package
+  3  irreproducible: a cache miss, a digest-only entry, a migration gap, a blocked network
+     call, or a resume whose continuation is no longer in the snapshot
+
+A FILE of - is read from standard input (for one flag at most).
+See docs/replay.md for the report fields and the --json schema."""
+
+
+class ExitCodesFormatter(argparse.HelpFormatter):
+    """Wraps the description as usual, keeps an ``exit codes:`` epilog's layout as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith("exit codes:"):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+class UsageError(Exception):
+    """A command line argparse (or our own checks) refuses; ``prog`` is whose ``--help`` to run."""
+
+    def __init__(self, message: str, prog: str = PROG) -> None:
+        super().__init__(message)
+        self.prog = prog
+
+
+class Exit(Exception):
+    """argparse asked to exit (``--help``, ``--version``) with this code."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser that raises instead of exiting, so ``main`` returns a code."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message, self.prog)
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        if message:
+            sys.stderr.write(message)
+        raise Exit(status)
+
+
+def replay_usage(prog: str, *, headless: bool) -> str:
+    """The replay flags' usage lines, required ones without brackets.
+
+    The four required flags are checked by ``replay_options`` rather than argparse's
+    ``required=True``, so that a mistyped flag is reported as the unrecognized argument it
+    is (argparse would first report the flag it failed to recognize as missing).
+    """
+    indent = " " * (len("usage: ") + len(prog) + 1)
+    last = (
+        f"[--hitl module:ATTR] [--what-if] [--headless | --json]\n{indent}"
+        "[--full-values] [--redact]"
+        if headless
+        else "[--hitl module:ATTR] [--what-if] [--export-dir DIR]"
+    )
+    return (
+        f"{prog} --snapshot FILE --traces FILE|DIR [--traces ...] --agent module:ATTR\n"
+        f"{indent}--registry module:ATTR [--event FILE] [--events FILE|DIR] [--seq N]\n"
+        f"{indent}{last}"
+    )
+
+
+def add_replay_flags(parser: Parser, *, headless: bool) -> None:
+    """The flags naming one activation's inputs (--snapshot, --traces, --agent, --registry required)."""
+    required = parser.add_argument_group("required flags")
+    required.add_argument(
+        "--snapshot",
+        metavar="FILE",
+        help="one serialized StateSnapshot (the sink's message value)",
+    )
+    required.add_argument(
+        "--traces",
+        metavar="FILE|DIR",
+        action="append",
+        default=[],
+        help="a trace stream, or a directory of *.pb trace streams; may be repeated",
+    )
+    required.add_argument("--agent", metavar="module:ATTR", help="the Agent the pipeline ran")
+    required.add_argument("--registry", metavar="module:ATTR", help="its ToolRegistry")
+    parser.add_argument(
+        "--event",
+        metavar="FILE",
+        help="the serialized AgentEnvelope that triggered the activation "
+        "(leave out for a HITL timeout)",
+    )
+    parser.add_argument(
+        "--events",
+        metavar="FILE|DIR",
+        action="append",
+        default=[],
+        help="instead of --event: a dump of the events/results/approvals topics (a "
+        "varint-delimited stream of AgentEnvelopes, or a directory of *.pb files) to pick the "
+        "triggering envelope from by its traced id and sha256; may be repeated",
+    )
+    parser.add_argument(
+        "--seq",
+        metavar="N",
+        type=int,
+        help="replay this traced activation instead of the key's highest traced one",
+    )
+    parser.add_argument(
+        "--hitl",
+        metavar="module:ATTR",
+        help="the pipeline's HitlPolicy (default: HitlPolicy())",
+    )
+    parser.add_argument(
+        "--what-if",
+        action="store_true",
+        help="allow replaying a pending resume, which was never traced: a what-if (exit 0 at "
+        "its end, 3 at an uncached model call); without it such a replay is refused (exit 2)",
+    )
+    if headless:
+        parser.add_argument(
+            "--headless", action="store_true", help="print the report (the default; for scripts)"
+        )
+        parser.add_argument(
+            "--json", action="store_true", help="print one JSON document instead of the report"
+        )
+        add_value_flags(parser)
+    else:
+        add_export_dir_flag(parser)
+
+
+def add_export_dir_flag(parser: Parser) -> None:
+    parser.add_argument(
+        "--export-dir",
+        metavar="DIR",
+        help="where 'e' writes the Markdown and JSON reports (default: the current directory); "
+        "existing files are never overwritten",
+    )
+
+
+def add_value_flags(parser: Parser) -> None:
+    """How the re-run's values are printed (--full-values, --redact)."""
+    parser.add_argument(
+        "--full-values",
+        action="store_true",
+        help="print each value at the first divergence whole (default: cut to one line)",
+    )
+    parser.add_argument(
+        "--redact",
+        action="store_true",
+        help="replace every value (arguments, results, messages, outputs, memory) by its "
+        "sha256, for logs that must not hold plaintext; the verdict is the same",
+    )
+
+
+def looks_like_a_file(arg: str) -> bool:
+    """A first argument that names a file (a bundle), not a command or a flag."""
+    if arg.startswith("-"):
+        return False
+    return os.path.exists(arg) or os.sep in arg or "." in arg
+
+
+def replay_options(ns: argparse.Namespace, prog: str = PROG) -> ReplayOptions:
+    missing = [
+        flag
+        for flag, value in (
+            ("--snapshot", ns.snapshot),
+            ("--traces", ns.traces),
+            ("--agent", ns.agent),
+            ("--registry", ns.registry),
+        )
+        if not value
+    ]
+    if missing:
+        raise UsageError(
+            f"missing {', '.join(missing)}: a replay needs --snapshot, --traces, --agent and "
+            "--registry (and --event or --events, unless the activation was a HITL timeout); "
+            "or an incident bundle: beam-agents-replay FILE",
+            prog,
+        )
+    stdin_flags = [
+        flag
+        for flag, value in (
+            ("--snapshot", ns.snapshot),
+            ("--event", ns.event),
+            *(("--traces", t) for t in ns.traces),
+        )
+        if value == "-"
+    ]
+    if len(stdin_flags) > 1:
+        raise UsageError(
+            f"{' and '.join(stdin_flags)} all read standard input (-); only one input can",
+            prog,
+        )
+    if ns.seq is not None and ns.seq < 0:
+        raise UsageError(f"--seq must be a seq number (0 or more), got {ns.seq}", prog)
+    if ns.event is not None and ns.events:
+        raise UsageError(
+            "--event and --events both name the triggering envelope: give one of them", prog
+        )
+    return ReplayOptions(
+        snapshot=ns.snapshot,
+        traces=tuple(ns.traces),
+        event=ns.event,
+        events=tuple(ns.events),
+        agent=ns.agent,
+        registry=ns.registry,
+        seq=ns.seq,
+        hitl=ns.hitl,
+        what_if=ns.what_if,
+    )

@@ -1,0 +1,147 @@
+"""The default command: replay one activation (from flags, or from an incident bundle) and
+print the report, or with ``--json`` one JSON document."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+
+from beam_agents._version import __version__
+from beam_agents.cli.output import silence_stdout
+from beam_agents.cli.parsing import (
+    EXIT_CODES_HELP,
+    Parser,
+    add_export_dir_flag,
+    add_value_flags,
+    replay_options,
+)
+from beam_agents.cli.process import cwd_importable, isolate
+from beam_agents.replay.options import ReplayOptions
+from beam_agents.replay.result import ReplayResult, Verdict
+
+
+def run_replay(ns: argparse.Namespace) -> int:
+    options = replay_options(ns)
+    cwd_importable()
+    isolate()
+    from beam_agents.replay.engine import replay
+
+    # Replay reads; it writes nothing, not even bytecode caches of what it imports
+    # (replay() turns them off while it imports and runs agent code).
+    return emit(replay(options), as_json=ns.json, ns=ns)
+
+
+def bundle_parser(prog: str, *, headless: bool) -> Parser:
+    """Replaying an incident bundle: the file, and what may override what it recorded."""
+    parser = Parser(
+        prog=prog,
+        description=(
+            "Replay an activation of an incident bundle (beam-agents-replay bundle wrote it): "
+            "its snapshot, traces, envelopes, agent and HITL policy come from the file."
+        ),
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    parser.add_argument("bundle", metavar="BUNDLE", help="the incident bundle")
+    parser.add_argument(
+        "--seq", metavar="N", type=int, help="which of its activations (default: its last)"
+    )
+    parser.add_argument(
+        "--agent", metavar="module:ATTR", help="replay with this agent instead of the recorded one"
+    )
+    parser.add_argument(
+        "--registry", metavar="module:ATTR", help="and this registry instead of the recorded one"
+    )
+    parser.add_argument(
+        "--what-if", action="store_true", help="allow a pending resume's what-if (see --help)"
+    )
+    if headless:
+        parser.add_argument("--headless", action="store_true", help="print the report (default)")
+        parser.add_argument("--json", action="store_true", help="print one JSON document")
+        add_value_flags(parser)
+    else:
+        add_export_dir_flag(parser)
+    return parser
+
+
+def bundle_replay_options(ns: argparse.Namespace) -> ReplayOptions | ReplayResult:
+    """The options replaying ``ns.bundle``, or the usage-error result refusing it."""
+    from beam_agents.replay.bundle import bundle_options, load_bundle
+    from beam_agents.replay.refusal import ReplayRefused
+
+    try:
+        bundle = load_bundle(ns.bundle)
+        options = bundle_options(bundle, seq=ns.seq, agent=ns.agent, registry=ns.registry)
+        return dataclasses.replace(options, what_if=ns.what_if)
+    except ReplayRefused as refused:
+        from beam_agents.replay.result import ReplayHeader
+
+        return ReplayResult(
+            verdict=refused.verdict,
+            reason=refused.reason,
+            header=ReplayHeader(
+                version=__version__, agent_path=ns.agent or "", registry_path=ns.registry or ""
+            ),
+            error=refused.message,
+        )
+
+
+def run_bundle(ns: argparse.Namespace) -> int:
+    loaded = bundle_replay_options(ns)
+    if isinstance(loaded, ReplayResult):
+        return emit(loaded, as_json=ns.json, ns=ns)
+    cwd_importable()
+    isolate()
+    from beam_agents.replay.engine import replay
+
+    return emit(replay(loaded), as_json=ns.json, ns=ns)  # replay() writes no bytecode
+
+
+def emit(result: ReplayResult, *, as_json: bool, ns: argparse.Namespace | None = None) -> int:
+    """Print ``result`` (report or JSON on stdout, a usage error on stderr); its exit code.
+
+    ``ns`` carries ``--redact`` and ``--full-values`` where the command has them.
+    """
+    if ns is not None and getattr(ns, "redact", False):
+        from beam_agents.replay.redact import redact
+
+        result = redact(result)
+    full_values = ns is not None and bool(getattr(ns, "full_values", False))
+    try:
+        if as_json:
+            from beam_agents.replay.json_report import write_json
+
+            write_json(result, sys.stdout)  # streamed: never the whole document in memory
+        if result.verdict is Verdict.USAGE_ERROR:
+            from beam_agents.replay.report import render_error
+
+            sys.stderr.write(render_error(result))
+        elif not as_json:
+            from beam_agents.replay.report import render_report
+
+            sys.stdout.write(render_report(result, full_values=full_values))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (`| head`): the verdict stands, and is the exit code.
+        silence_stdout()
+    return result.exit_code
+
+
+def usage_error_json(message: str) -> None:
+    """With --json, a refused command line still prints one document (verdict "error", exit 2)."""
+    from beam_agents.replay.json_report import write_json
+    from beam_agents.replay.result import ReplayHeader
+
+    result = ReplayResult(
+        verdict=Verdict.USAGE_ERROR,
+        reason=f"usage error: {message}",
+        header=ReplayHeader(version=__version__, agent_path="", registry_path=""),
+        error=message,
+    )
+    try:
+        write_json(result, sys.stdout)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        silence_stdout()

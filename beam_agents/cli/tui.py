@@ -1,0 +1,136 @@
+"""``tui``: open a replay in the terminal UI (``replay_tui``, imported only here, only when run)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from beam_agents.cli.parsing import (
+    EXIT_CODES_HELP,
+    PROG,
+    Parser,
+    UsageError,
+    add_replay_flags,
+    replay_options,
+    replay_usage,
+)
+from beam_agents.cli.process import cwd_importable, isolate
+from beam_agents.cli.replay import bundle_replay_options, emit
+from beam_agents.replay.options import ReplayOptions
+from beam_agents.replay.result import EXIT_USAGE, ReplayResult
+
+
+def register(commands: argparse._SubParsersAction[Parser]) -> None:
+    parser = commands.add_parser(
+        "tui",
+        usage=(
+            f"{replay_usage(f'{PROG} tui', headless=False)}\n"
+            f"       {PROG} tui BUNDLE [--seq N] ...  (an incident bundle; see BUNDLE --help)"
+        ),
+        help="open the replay of one activation in the terminal UI (the same flags, "
+        "without --headless/--json)",
+        description="Open the replay of one activation in the terminal UI.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    add_replay_flags(parser, headless=False)
+    parser.set_defaults(run=_run_tui)
+
+
+def _run_tui(ns: argparse.Namespace) -> int:
+    return open_tui(replay_options(ns, f"{PROG} tui"), export_dir=getattr(ns, "export_dir", None))
+
+
+def run_bundle_tui(ns: argparse.Namespace) -> int:
+    loaded = bundle_replay_options(ns)
+    if isinstance(loaded, ReplayResult):
+        return emit(loaded, as_json=False)
+    from beam_agents.replay.bundle import load_bundle
+
+    return open_tui(
+        loaded, seqs=load_bundle(ns.bundle).seqs, export_dir=getattr(ns, "export_dir", None)
+    )
+
+
+def _replayable_seqs(options: ReplayOptions) -> tuple[int, ...]:
+    """The traced activations of the snapshot's key it can be asked to replay (for ``[``/``]``).
+
+    Only with ``--events``: switching needs each activation's envelope. Empty when the
+    inputs cannot be listed (the replay itself then says why).
+    """
+    if not options.events:
+        return ()
+    from beam_agents.replay.listing import AFTER_SNAPSHOT, INCOMPLETE, list_activations
+    from beam_agents.replay.refusal import ReplayRefused
+
+    try:
+        listing = list_activations(options.traces, snapshot=options.snapshot)
+    except ReplayRefused:
+        return ()
+    return tuple(
+        row.seq
+        for row in listing.rows
+        if row.outcome != "pending" and row.replay not in (AFTER_SNAPSHOT, INCOMPLETE)
+    )
+
+
+def _has_terminal() -> bool:
+    """Standard input and output are both a terminal (the TUI reads keys, draws a screen)."""
+    try:
+        return sys.stdin.isatty() and sys.stdout.isatty()
+    except (AttributeError, ValueError):  # closed or replaced streams
+        return False
+
+
+def open_tui(
+    options: ReplayOptions, *, seqs: Sequence[int] | None = None, export_dir: str | None = None
+) -> int:
+    """Open the TUI on ``options``; ``seqs`` for [ and ] (None: the traced ones, with --events)."""
+    stdin_flags = [
+        flag
+        for flag, value in (
+            ("--snapshot", options.snapshot),
+            ("--event", options.event),
+            *(("--traces", t) for t in options.traces),
+            *(("--events", e) for e in options.events),
+        )
+        if isinstance(value, str) and value == "-"
+    ]
+    if stdin_flags:
+        raise UsageError(
+            f"the TUI reads its keys from the terminal, so {stdin_flags[0]} cannot be - "
+            "(standard input); save the input to a file, or drop 'tui' for the headless report",
+            f"{PROG} tui",
+        )
+    if not _has_terminal():
+        raise UsageError(
+            "the TUI needs a terminal (standard input and output are not both one); "
+            "for scripts and pipes use the headless report: drop 'tui' (or add --headless, "
+            "or --json)",
+            f"{PROG} tui",
+        )
+    if seqs is None:
+        seqs = _replayable_seqs(options)
+    cwd_importable()
+    try:
+        from replay_tui.app import run_tui
+    except ImportError as exc:
+        sys.stderr.write(
+            f"{PROG}: error: the terminal UI is not available ({exc}); the headless report "
+            "works without it (drop the 'tui' subcommand)\n"
+        )
+        return EXIT_USAGE
+    isolate()  # after Textual is imported, before the agent is
+    from beam_agents.replay.inputs import no_bytecode
+
+    with no_bytecode():  # as headless: replay writes nothing
+        extra: dict[str, Any] = {}
+        if seqs:
+            extra["seqs"] = seqs
+        if export_dir is not None:
+            extra["export_dir"] = Path(export_dir)
+        return int(run_tui(options, **extra))
