@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from google.protobuf.message import DecodeError
+
 from beam_agents import canonical_json
 from beam_agents._protos import (
     Continuation,
@@ -106,6 +108,124 @@ def unwrap_blob(kind: str, raw: bytes) -> tuple[int, bytes]:
     return blob.schema_version, blob.body
 
 
+# --- large cells: the body as a view of the cell, not a copy (issue 14) -------------------
+
+LARGE_CELL_BYTES = 1 << 16
+"""From this size on, the cache loaders parse the body out of the cell's bytes in place
+(``split_fields``) instead of copying it twice (into a parsed ``VersionedBlob``, then out
+of it as ``bytes``): a 64 MB cache is then held once while it loads, not three times.
+Smaller cells take the plain path, which is faster for them."""
+
+Buffer = bytes | memoryview
+
+
+def _read_varint(data: memoryview, at: int) -> tuple[int, int] | None:
+    value = shift = 0
+    while at < len(data) and shift < 64:
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, at
+        shift += 7
+    return None
+
+
+def split_fields(
+    data: Buffer, numbers: frozenset[int]
+) -> tuple[bytes, dict[int, memoryview]] | None:
+    """Take the length-delimited fields numbered ``numbers`` out of serialized message ``data``.
+
+    Returns:
+        ``(data without those fields, {number: the last such field's value})``, each
+        value a view of ``data`` (parsed as the message, ``data`` holds that value for a
+        ``bytes`` field: the last occurrence wins); or None when ``data`` is not
+        well-formed wire format at its top level (or uses groups). Then parse it whole:
+        the parser's error says what is wrong, and an occurrence of such a field with
+        another wire type is left in place, where the parser finds it as it would.
+    """
+    view = memoryview(data)
+    kept: list[memoryview] = []
+    taken: dict[int, memoryview] = {}
+    start = at = 0
+    size = len(view)
+    while at < size:
+        field_start = at
+        tag = _read_varint(view, at)
+        if tag is None:
+            return None
+        key, at = tag
+        number, wire_type = key >> 3, key & 7
+        if number == 0:
+            return None
+        if wire_type == 0:
+            varint = _read_varint(view, at)
+            if varint is None:
+                return None
+            at = varint[1]
+        elif wire_type == 1:
+            at += 8
+        elif wire_type == 5:
+            at += 4
+        elif wire_type == 2:
+            length = _read_varint(view, at)
+            if length is None:
+                return None
+            value_start = length[1]
+            at = value_start + length[0]
+            if at <= size and number in numbers:
+                taken[number] = view[value_start:at]
+                kept.append(view[start:field_start])
+                start = at
+        else:
+            return None
+        if at > size:
+            return None
+    kept.append(view[start:])
+    return b"".join(kept), taken
+
+
+_BODY_FIELD_NUMBER: int = VersionedBlob.DESCRIPTOR.fields_by_name["body"].number
+_BODY_FIELD = frozenset({_BODY_FIELD_NUMBER})
+
+
+def _unwrap_large(kind: str, raw: Buffer) -> tuple[int, Buffer]:
+    """``unwrap_blob`` whose body is a view of ``raw`` (no copy) when ``raw`` is well-formed.
+
+    Anything else goes to ``unwrap_blob``, whose error names what is wrong.
+    """
+    split = split_fields(raw, _BODY_FIELD)
+    if split is not None:
+        head, fields = split
+        try:
+            blob = VersionedBlob.FromString(head)
+        except DecodeError:
+            blob = None
+        if blob is not None and blob.kind == kind:
+            _current_version(kind)
+            return blob.schema_version, fields.get(_BODY_FIELD_NUMBER, b"")
+    return unwrap_blob(kind, bytes(raw))
+
+
+def blob_version(kind: str, raw: Buffer) -> int:
+    """The version a non-empty ``kind`` cell is stamped with, without copying its body.
+
+    Raises:
+        CorruptBlobError: ``raw`` is not a ``VersionedBlob`` of ``kind``.
+    """
+    return _unwrap_large(kind, raw)[0]
+
+
+def _decode_large(kind: str, raw: Buffer) -> tuple[Buffer, list[str]]:
+    """``decode_blob`` for a cache cell: at the current version, the body is a view of ``raw``."""
+    if len(raw) < LARGE_CELL_BYTES:
+        return decode_blob(kind, bytes(raw))
+    version, body = _unwrap_large(kind, raw)
+    if version != CURRENT_VERSIONS.get(kind):
+        body = bytes(body)  # migration steps take and give bytes
+    return migrate(kind, version, body)  # type: ignore[arg-type]  # a view passes through
+
+
 def decode_blob(kind: str, raw: bytes) -> tuple[bytes, list[str]]:
     """The body of a ``kind`` cell at the current version, migrated in memory.
 
@@ -187,13 +307,13 @@ def dump_memory(memory: Mapping[str, Any]) -> bytes:
 # --- llm_cache ---------------------------------------------------------------------------
 
 
-def load_llm_cache(raw: bytes) -> tuple[ReplayCache, list[str]]:
+def load_llm_cache(raw: Buffer) -> tuple[ReplayCache, list[str]]:
     """The replay cache from an ``llm_cache`` cell (empty cell: an empty cache).
 
     Returns:
         ``(cache, applied migration steps)``.
     """
-    body, steps = decode_blob("llm_cache", raw)
+    body, steps = _decode_large("llm_cache", raw)
     parsed = parse_proto(LlmCacheBody, "llm_cache", body)
     return ReplayCache.from_body(parsed, copy=False), steps
 
@@ -206,15 +326,15 @@ def dump_llm_cache(cache: ReplayCache) -> bytes:
 # --- tool_cache --------------------------------------------------------------------------
 
 
-def load_tool_cache(raw: bytes) -> tuple[ToolCache, list[str]]:
+def load_tool_cache(raw: Buffer) -> tuple[ToolCache, list[str]]:
     """The recorded tool results from a ``tool_cache`` cell (empty cell: an empty cache).
 
     Returns:
         ``(cache, applied migration steps)``.
     """
-    if raw == b"":
+    if not len(raw):
         return ToolCache(), []
-    body, steps = decode_blob("tool_cache", raw)
+    body, steps = _decode_large("tool_cache", raw)
     parsed = parse_proto(ToolCacheBody, "tool_cache", body)
     return ToolCache.from_body(parsed, copy=False), steps
 

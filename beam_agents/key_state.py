@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from google.protobuf.message import DecodeError
+
 from beam_agents._protos import (
     Continuation,
     PendingIntents,
@@ -24,6 +26,9 @@ from beam_agents._protos import (
     ToolIntent,
 )
 from beam_agents.blobs import (
+    LARGE_CELL_BYTES,
+    Buffer,
+    blob_version,
     dump_continuation,
     dump_llm_cache,
     dump_memory,
@@ -39,6 +44,7 @@ from beam_agents.blobs import (
     load_resume_history,
     load_resume_history_at,
     load_tool_cache,
+    split_fields,
     unwrap_blob,
 )
 from beam_agents.errors import BlobTooNewError, CorruptBlobError
@@ -214,16 +220,92 @@ def load_snapshot(data: bytes) -> tuple[StateSnapshot, KeyState]:
         MigrationGapError: An embedded blob has no migration path to the current version.
     """
     snapshot = parse_proto(StateSnapshot, "snapshot", data)
+    return snapshot, _state_of(snapshot, len(data))
+
+
+_CACHE_FIELDS = frozenset(
+    StateSnapshot.DESCRIPTOR.fields_by_name[name].number for name in ("llm_cache", "tool_cache")
+)
+_LLM_CACHE_FIELD: int = StateSnapshot.DESCRIPTOR.fields_by_name["llm_cache"].number
+_TOOL_CACHE_FIELD: int = StateSnapshot.DESCRIPTOR.fields_by_name["tool_cache"].number
+
+
+def load_snapshot_for_replay(data: bytes) -> tuple[StateSnapshot, KeyState, dict[str, int]]:
+    """``load_snapshot`` for replay, holding a large cache once while it loads (issue 14).
+
+    The ``llm_cache`` and ``tool_cache`` blobs are parsed out of ``data`` in place
+    (``blobs.split_fields``), never copied out of it as ``bytes`` fields of a parsed
+    snapshot and then out of a parsed ``VersionedBlob``. Errors are those of
+    ``load_snapshot``: bytes that are not well-formed are loaded by it.
+
+    Returns:
+        ``(snapshot, the key's state at the current layouts, the version each blob was
+        stored at)``. The snapshot is the parsed one without its ``llm_cache`` and
+        ``tool_cache`` fields: the state holds them migrated and parsed.
+
+    Raises:
+        As ``load_snapshot``.
+    """
+    split = split_fields(data, _CACHE_FIELDS) if len(data) >= LARGE_CELL_BYTES else None
+    if split is not None:
+        rest, caches = split
+        try:
+            snapshot = StateSnapshot.FromString(rest)
+        except DecodeError:
+            split = None  # loaded whole below, whose error names what is wrong
+    llm_cache: Buffer
+    tool_cache: Buffer
+    if split is None:
+        snapshot, state = load_snapshot(data)
+        llm_cache, tool_cache = snapshot.llm_cache, snapshot.tool_cache
+        snapshot.ClearField("llm_cache")
+        snapshot.ClearField("tool_cache")
+    else:
+        llm_cache = caches.get(_LLM_CACHE_FIELD, b"")
+        tool_cache = caches.get(_TOOL_CACHE_FIELD, b"")
+        state = _state_of(snapshot, len(data), llm_cache, tool_cache)
+    return snapshot, state, _stored_versions(snapshot, llm_cache, tool_cache)
+
+
+def _stored_versions(
+    snapshot: StateSnapshot, llm_cache: Buffer, tool_cache: Buffer
+) -> dict[str, int]:
+    """The schema version each blob of the snapshot was stored at (before migration)."""
+    versions: dict[str, int] = {"snapshot": snapshot.state_schema_version}
+    for kind, raw in (
+        ("memory", snapshot.memory),
+        ("llm_cache", llm_cache),
+        ("tool_cache", tool_cache),
+    ):
+        if len(raw):
+            versions[kind] = blob_version(kind, raw)
+    if snapshot.HasField("continuation"):
+        versions["continuation"] = snapshot.continuation.schema_version
+    if snapshot.pending or snapshot.pending_schema_version:
+        versions["pending"] = snapshot.pending_schema_version
+    if snapshot.resumed_from or snapshot.resumed_from_schema_version:
+        versions["resume_history"] = snapshot.resumed_from_schema_version
+    return versions
+
+
+def _state_of(
+    snapshot: StateSnapshot,
+    size: int,
+    llm_cache: Buffer | None = None,
+    tool_cache: Buffer | None = None,
+) -> KeyState:
+    """The state a parsed snapshot of ``size`` bytes holds; the caches' blobs are the
+    snapshot's fields unless given."""
     found = snapshot.state_schema_version
     if found > STATE_SCHEMA_VERSION:
         raise BlobTooNewError("snapshot", found, STATE_SCHEMA_VERSION)
     if found < 1:
         raise CorruptBlobError(
-            "snapshot", f"{len(data)} bytes with no state_schema_version: not a StateSnapshot"
+            "snapshot", f"{size} bytes with no state_schema_version: not a StateSnapshot"
         )
 
     memory, memory_steps = load_memory(snapshot.memory)
-    cache, cache_steps = load_llm_cache(snapshot.llm_cache)
+    cache, cache_steps = load_llm_cache(snapshot.llm_cache if llm_cache is None else llm_cache)
     continuation: Continuation | None = None
     continuation_steps: list[str] = []
     if snapshot.HasField("continuation"):
@@ -247,7 +329,7 @@ def load_snapshot(data: bytes) -> tuple[StateSnapshot, KeyState]:
             snapshot.resumed_from_schema_version,
             ResumeHistory(records=snapshot.resumed_from).SerializeToString(deterministic=True),
         )
-    tools, tool_steps = load_tool_cache(snapshot.tool_cache)
+    tools, tool_steps = load_tool_cache(snapshot.tool_cache if tool_cache is None else tool_cache)
     state = KeyState(
         memory=memory,
         cache=cache,
@@ -264,4 +346,4 @@ def load_snapshot(data: bytes) -> tuple[StateSnapshot, KeyState]:
             *tool_steps,
         ],
     )
-    return snapshot, state
+    return state

@@ -50,10 +50,10 @@ Migration = Callable[[bytes], bytes]
 MessageT = TypeVar("MessageT", bound=Message)
 
 
-def parse_proto(message_type: type[MessageT], kind: str, data: bytes) -> MessageT:
+def parse_proto(message_type: type[MessageT], kind: str, data: bytes | memoryview) -> MessageT:
     """Parse ``data`` as ``message_type``, or raise ``CorruptBlobError(kind, ...)``."""
     try:
-        return message_type.FromString(data)
+        return message_type.FromString(data)  # type: ignore[arg-type]  # any buffer parses
     except DecodeError as exc:
         raise CorruptBlobError(
             kind, f"{len(data)} bytes do not parse as {message_type.DESCRIPTOR.name} ({exc})"

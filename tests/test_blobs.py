@@ -40,6 +40,7 @@ from beam_agents.blobs import (
     load_pending,
     load_resume_history,
     load_tool_cache,
+    split_fields,
 )
 from beam_agents.cache_key import cache_key_and_fingerprint
 from beam_agents.errors import (
@@ -459,3 +460,34 @@ def test_encode_blob_is_the_versioned_blob_serialization(size: int) -> None:
     for kind, version in CURRENT_VERSIONS.items():
         expected = VersionedBlob(kind=kind, schema_version=version, body=body)
         assert encode_blob(kind, body) == expected.SerializeToString(deterministic=True)
+
+
+# --- split_fields: large cache blobs parsed in place (issue 14) ------------------------------
+
+
+def test_split_fields_takes_the_last_occurrence_out_and_keeps_every_other_field() -> None:
+    head = VersionedBlob(kind="llm_cache", schema_version=2).SerializeToString()
+    fixed64, fixed32 = b"\x49" + b"\x01" * 8, b"\x55" + b"\x02" * 4  # fields 9 and 10, unknown
+    data = head + b"\x1a\x01a" + fixed64 + b"\x1a\x02bc" + fixed32
+
+    split = split_fields(data, frozenset({3}))
+
+    assert split is not None
+    rest, taken = split
+    assert rest == head + fixed64 + fixed32
+    assert bytes(taken[3]) == b"bc" == VersionedBlob.FromString(data).body
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"\x1a\x05abc",  # a length past the end
+        b"\x49\x01\x02",  # a fixed64 past the end
+        b"\x08\x80",  # a varint cut short
+        b"\x0b\x0c",  # a group: not written by this package, parsed whole
+        b"\x00\x01",  # field number 0
+        b"\x0e",  # wire type 6
+    ],
+)
+def test_split_fields_gives_up_on_what_is_not_well_formed(data: bytes) -> None:
+    assert split_fields(data, frozenset({3})) is None

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -18,7 +20,7 @@ from beam_agents._protos import (
     ToolIntent,
     VersionedBlob,
 )
-from beam_agents.blobs import dump_continuation, encode_blob
+from beam_agents.blobs import LARGE_CELL_BYTES, dump_continuation, encode_blob, unwrap_blob
 from beam_agents.cache_key import cache_key_and_fingerprint
 from beam_agents.context import digest_value
 from beam_agents.errors import BlobTooNewError, CorruptBlobError, MigrationGapError, StateError
@@ -28,6 +30,7 @@ from beam_agents.key_state import (
     dump_key_state,
     load_key_state,
     load_snapshot,
+    load_snapshot_for_replay,
     make_snapshot,
 )
 from beam_agents.llm_cache import CachePolicy, LookupStatus, ReplayCache
@@ -421,3 +424,157 @@ def test_a_key_without_recorded_tools_keeps_an_empty_tool_cache_cell() -> None:
     assert "tool_cache" not in {field.name for field, _ in snapshot.ListFields()}
     _, loaded = load_snapshot(snapshot.SerializeToString(deterministic=True))
     assert len(loaded.tool_cache) == 0 and loaded.migrations_applied == []
+
+
+# --- load_snapshot_for_replay: the cache blobs parsed in place, never copied out (issue 14) --
+
+
+def large_state() -> KeyState:
+    """``suspended_state`` with cache cells over ``LARGE_CELL_BYTES`` (the in-place path)."""
+    state = suspended_state()
+    request = LlmRequest(model="gpt-test-1")
+    request.messages.add(role="user", content="a long answer")
+    key, fingerprint = cache_key_and_fingerprint(request, provider="scripted")
+    state.cache.insert(
+        key,
+        fingerprint,
+        LlmResponse(text="long " * 40_000),
+        model="gpt-test-1",
+        provider="scripted",
+        now_ms=T0 + 5,
+        seq=5,
+        policy=CachePolicy(max_payload_bytes=1 << 20),
+    )
+    for n in range(3):
+        args = {"order_id": f"L{n}"}
+        data, is_bytes = encode_result("read_order", {"note": "x" * 30_000}, ToolCachePolicy())
+        state.tool_cache.record(
+            tool="read_order",
+            args_sha256=digest_value(args, "args"),
+            digests=arg_digests(args),
+            result=data,
+            result_is_bytes=is_bytes,
+            now_ms=T0 + n,
+            seq=n + 1,
+            policy=ToolCachePolicy(),
+        )
+    return state
+
+
+def load_the_old_way(data: bytes) -> tuple[StateSnapshot, KeyState, dict[str, int]]:
+    """What replay did before: parse whole, versions from the parsed fields, then clear them."""
+    snapshot, state = load_snapshot(data)
+    versions = {"snapshot": snapshot.state_schema_version}
+    for kind in ("memory", "llm_cache", "tool_cache"):
+        if getattr(snapshot, kind):
+            versions[kind] = unwrap_blob(kind, getattr(snapshot, kind))[0]
+    if snapshot.HasField("continuation"):
+        versions["continuation"] = snapshot.continuation.schema_version
+    if snapshot.pending or snapshot.pending_schema_version:
+        versions["pending"] = snapshot.pending_schema_version
+    if snapshot.resumed_from or snapshot.resumed_from_schema_version:
+        versions["resume_history"] = snapshot.resumed_from_schema_version
+    snapshot.ClearField("llm_cache")
+    snapshot.ClearField("tool_cache")
+    return snapshot, state, versions
+
+
+def outcome(load: Any, data: bytes) -> Any:
+    try:
+        snapshot, state, versions = load(data)
+    except (StateError, CorruptBlobError) as exc:
+        return type(exc).__name__, str(exc)
+    return snapshot, dump_key_state(state), state.migrations_applied, versions
+
+
+LARGE_CELLS = dump_key_state(large_state())
+
+
+@pytest.mark.parametrize(
+    "cells",
+    [
+        LARGE_CELLS,
+        dump_key_state(suspended_state()),  # small: loaded whole
+        StateCells(),
+        replace(LARGE_CELLS, llm_cache=golden("llm_cache-v1")),  # migrated from a copy
+        replace(LARGE_CELLS, tool_cache=b""),
+    ],
+    ids=["large", "small", "empty", "old-llm-cache", "no-tool-cache"],
+)
+def test_load_snapshot_for_replay_gives_what_load_snapshot_gives(cells: StateCells) -> None:
+    data = snapshot_of(cells).SerializeToString(deterministic=True)
+
+    snapshot, state, _ = load_snapshot_for_replay(data)
+
+    assert outcome(load_snapshot_for_replay, data) == outcome(load_the_old_way, data)
+    assert snapshot.llm_cache == snapshot.tool_cache == b""
+    assert_same_state(state, load_snapshot(data)[1])
+    if cells is LARGE_CELLS:
+        assert (
+            len(cells.llm_cache) >= LARGE_CELL_BYTES and len(cells.tool_cache) >= LARGE_CELL_BYTES
+        )
+
+
+def _field(number: int, value: bytes) -> bytes:
+    """One length-delimited field, as the wire format writes it."""
+    return _varint(number << 3 | 2) + _varint(len(value)) + value
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    return bytes([*out, n])
+
+
+LARGE_SNAPSHOT = snapshot_of(LARGE_CELLS).SerializeToString(deterministic=True)
+LLM_CACHE_FIELD = StateSnapshot.DESCRIPTOR.fields_by_name["llm_cache"].number
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.one_of(
+        st.tuples(st.just("cut"), st.integers(0, len(LARGE_SNAPSHOT) - 1)),
+        st.tuples(st.just("flip"), st.integers(0, len(LARGE_SNAPSHOT) - 1), st.integers(1, 255)),
+        st.tuples(st.just("head-flip"), st.integers(0, 200), st.integers(1, 255)),
+        st.tuples(st.just("again"), st.binary(max_size=40)),
+    )
+)
+def test_load_snapshot_for_replay_fails_or_succeeds_exactly_like_load_snapshot(
+    mutation: tuple[Any, ...],
+) -> None:
+    data = bytearray(LARGE_SNAPSHOT)
+    if mutation[0] == "cut":
+        del data[mutation[1] :]
+    elif mutation[0] in ("flip", "head-flip"):
+        data[mutation[1]] ^= mutation[2]
+    else:
+        # A second llm_cache field after the first: the last occurrence is the value.
+        data += _field(LLM_CACHE_FIELD, mutation[1])
+    mutated = bytes(data)
+
+    assert outcome(load_snapshot_for_replay, mutated) == outcome(load_the_old_way, mutated)
+
+
+def test_a_large_snapshot_loads_its_caches_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    import beam_agents.blobs
+    import beam_agents.key_state
+
+    def whole(*args: Any) -> Any:
+        raise AssertionError("a well-formed large snapshot was parsed whole")
+
+    plain_unwrap = beam_agents.blobs.unwrap_blob
+
+    def unwrap(kind: str, raw: bytes) -> Any:
+        if kind in ("llm_cache", "tool_cache"):
+            raise AssertionError(f"the {kind} blob was copied into a parsed VersionedBlob")
+        return plain_unwrap(kind, raw)
+
+    expected = load_the_old_way(LARGE_SNAPSHOT)
+    monkeypatch.setattr(beam_agents.key_state, "load_snapshot", whole)
+    monkeypatch.setattr(beam_agents.blobs, "unwrap_blob", unwrap)
+
+    assert outcome(load_snapshot_for_replay, LARGE_SNAPSHOT) == outcome(
+        lambda data: expected, LARGE_SNAPSHOT
+    )

@@ -24,7 +24,7 @@ from beam_agents.errors import (
     MigrationGapError,
     StateError,
 )
-from beam_agents.key_state import KeyState, load_snapshot
+from beam_agents.key_state import KeyState, load_snapshot_for_replay
 from beam_agents.replay.options import Source
 from beam_agents.replay.refusal import CannotReproduce, InputError
 
@@ -119,7 +119,11 @@ def open_regular(path: str, flag: str) -> BinaryIO:
             raise InputError(
                 f"{flag} {path} is {what}, not a regular file",
                 f"{flag} reads regular files only (save the data to a file first"
-                + ("; a single input can come from standard input as -)" if flag != "bundle" else ")"),
+                + (
+                    "; a single input can come from standard input as -)"
+                    if flag != "bundle"
+                    else ")"
+                ),
             )
         cap = size_cap(flag)
         if st.st_size > cap:
@@ -203,7 +207,9 @@ def load_snapshot_source(source: Source) -> tuple[StateSnapshot, KeyState, dict[
     name = describe_source(source)
     data = read_source(source, "--snapshot")
     try:
-        snapshot, state = load_snapshot(data)
+        # The snapshot comes without its two cache blobs: the state holds them parsed, and
+        # nothing reads the stored bytes again (issue 14: memory ~ the snapshot's size).
+        snapshot, state, versions = load_snapshot_for_replay(data)
         state.tool_cache.check_keys()
     except BlobTooNewError as exc:
         raise InputError(f"--snapshot {name}: {exc}") from None
@@ -225,34 +231,7 @@ def load_snapshot_source(source: Source) -> tuple[StateSnapshot, KeyState, dict[
         ) from None
     except StateError as exc:
         raise InputError(f"--snapshot {name} cannot be used: {exc}") from None
-    del data
-    versions = _stored_versions(snapshot)
-    # The state holds these blobs migrated and parsed; nothing reads the stored bytes
-    # again. Keeping them would hold a large cache twice (issue 14: memory ~ snapshot).
-    snapshot.ClearField("llm_cache")
-    snapshot.ClearField("tool_cache")
     return snapshot, state, versions
-
-
-def _stored_versions(snapshot: StateSnapshot) -> dict[str, int]:
-    """The schema version each blob of the snapshot was stored at (before migration)."""
-    from beam_agents.blobs import unwrap_blob
-
-    versions: dict[str, int] = {"snapshot": snapshot.state_schema_version}
-    for kind, raw in (
-        ("memory", snapshot.memory),
-        ("llm_cache", snapshot.llm_cache),
-        ("tool_cache", snapshot.tool_cache),
-    ):
-        if raw:
-            versions[kind] = unwrap_blob(kind, raw)[0]
-    if snapshot.HasField("continuation"):
-        versions["continuation"] = snapshot.continuation.schema_version
-    if snapshot.pending or snapshot.pending_schema_version:
-        versions["pending"] = snapshot.pending_schema_version
-    if snapshot.resumed_from or snapshot.resumed_from_schema_version:
-        versions["resume_history"] = snapshot.resumed_from_schema_version
-    return versions
 
 
 def load_event_source(source: Source) -> AgentEnvelope:
