@@ -242,6 +242,7 @@ def _pair_dict(pair: EventPair) -> dict[str, Any]:
         "index": pair.index,
         "differs": pair.differs,
         "differing_fields": list(pair.differing_fields),
+        "normalized_fields": list(pair.normalized_fields),
         "traced": event_to_dict(pair.traced) if pair.traced is not None else None,
         "replayed": event_to_dict(pair.replayed) if pair.replayed is not None else None,
     }

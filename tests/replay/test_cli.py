@@ -405,6 +405,37 @@ def test_json_is_one_document_with_stable_fields(
     assert doc["first_divergence"] is None and doc["cache_miss"] is None
 
 
+def test_json_events_carry_the_engines_normalized_fields(
+    inputs: Inputs, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The traced model calls were billed misses; the re-run serves them from the cache. Those
+    # two attributes differ raw, are normalized, and --json lists them per event, as decided.
+    from beam_agents.replay.engine import replay
+
+    code, out, _ = run(["--json", *inputs.flags()], capsys)
+    doc = json.loads(out)
+    assert code == 0
+    options = ReplayOptions(
+        snapshot=str(inputs.snapshot),
+        traces=(str(inputs.traces),),
+        event=str(inputs.event_file),
+        agent="replay_agents:AGENT",
+        registry="replay_agents:TOOLS",
+    )
+    expected = replay(options).events
+    assert [e["normalized_fields"] for e in doc["events"]] == [
+        list(p.normalized_fields) for p in expected
+    ]
+    llm = [e for e in doc["events"] if e["traced"]["kind"] == "LLM_CALL"]
+    assert llm and all(
+        e["normalized_fields"]
+        == ["attributes['beam_agents.billed']", "attributes['beam_agents.cache_hit']"]
+        and e["differs"] is False
+        for e in llm
+    )
+    assert all(e["normalized_fields"] == [] for e in doc["events"] if e not in llm)
+
+
 def test_json_of_a_divergence_and_of_a_usage_error(
     inputs: Inputs, capsys: pytest.CaptureFixture[str]
 ) -> None:
