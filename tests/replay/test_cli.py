@@ -405,6 +405,16 @@ def test_json_is_one_document_with_stable_fields(
     assert doc["first_divergence"] is None and doc["cache_miss"] is None
 
 
+def test_the_docs_json_table_names_each_field_of_the_document_once(
+    inputs: Inputs, capsys: pytest.CaptureFixture[str]
+) -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "replay.md").read_text()
+    table = page[page.index("| Field | Type | Meaning |") :].split("\n\n", 1)[0]
+    documented = re.findall(r"^\| `(\w+)` \|", table, re.M)
+    _, out, _ = run(["--json", *inputs.flags()], capsys)
+    assert sorted(documented) == sorted(json.loads(out))  # each once: no stale second row
+
+
 def test_json_events_carry_the_engines_normalized_fields(
     inputs: Inputs, capsys: pytest.CaptureFixture[str]
 ) -> None:
