@@ -29,7 +29,7 @@ from google.protobuf.message import DecodeError
 from beam_agents._protos import AgentEnvelope
 from beam_agents.activation import envelope_digest
 from beam_agents.errors import TraceStreamError
-from beam_agents.replay.inputs import describe_source
+from beam_agents.replay.inputs import STDIN, describe_source
 from beam_agents.replay.options import Source
 from beam_agents.replay.refusal import InputError
 from beam_agents.trace_stream import BinaryWriter, iter_frames
@@ -112,6 +112,12 @@ def _some(items: Sequence[str], noun: str, limit: int = 3) -> str:
 def _files(source: Source) -> list[tuple[str, Source]]:
     if isinstance(source, bytes):
         return [(describe_source(source), source)]
+    if os.fspath(source) == STDIN:
+        raise InputError(
+            "--events cannot be - (standard input): it reads topic dumps from files",
+            "save the dump to a file and name that, or give the one triggering envelope as "
+            "--event - instead",
+        )
     path = Path(os.fspath(source))
     if path.is_dir():
         files = sorted((f for f in path.glob("*.pb") if f.is_file()), key=lambda f: f.name)

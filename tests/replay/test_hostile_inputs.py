@@ -113,6 +113,17 @@ def test_an_input_over_its_cap_on_stdin_is_refused(inputs: Inputs) -> None:
     assert b"--snapshot <stdin> is larger than the 100-byte cap" in out.stderr
 
 
+def test_events_from_standard_input_is_refused_by_name(
+    inputs: Inputs, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --events reads files (a dump, or a directory of them), never standard input: say so,
+    # and point at --event -, rather than "--events -: no such file or directory".
+    code, out, err = run([*inputs.flags(event=None), "--events", "-"], capsys)
+    assert (code, out) == (2, "")
+    assert "--events cannot be - (standard input)" in err and "--event -" in err
+    assert "no such file" not in err
+
+
 @pytest.mark.parametrize("flag", ["snapshot", "event", "traces"])
 def test_tui_refuses_standard_input_as_an_input(
     flag: str, inputs: Inputs, capsys: pytest.CaptureFixture[str]
