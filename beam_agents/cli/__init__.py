@@ -36,7 +36,7 @@ from beam_agents.cli.parsing import (
     looks_like_a_file,
     replay_usage,
 )
-from beam_agents.cli.process import PROCESS_LIFE
+from beam_agents.cli.process import PROCESS_LIFE, finish
 from beam_agents.cli.replay import bundle_parser, run_bundle, run_replay, usage_error_json
 from beam_agents.replay.escape import escape
 from beam_agents.replay.result import EXIT_USAGE
@@ -137,8 +137,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     Args:
         argv: The arguments after the program name; ``sys.argv[1:]`` if None.
     """
-    args = list(sys.argv[1:] if argv is None else argv)
     PROCESS_LIFE["isolate"] = argv is None
+    return finish(_main(list(sys.argv[1:] if argv is None else argv)))
+
+
+def _main(args: list[str]) -> int:
     try:
         ns = _parse(args)
         run: Callable[[argparse.Namespace], int] = ns.run

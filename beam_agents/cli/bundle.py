@@ -8,7 +8,7 @@ import sys
 
 from beam_agents.cli.output import report_refusal, write_output
 from beam_agents.cli.parsing import PROG, ExitCodesFormatter, Parser, UsageError
-from beam_agents.cli.process import cwd_importable
+from beam_agents.cli.process import cwd_importable, isolate
 from beam_agents.replay.escape import escape
 from beam_agents.replay.result import EXIT_OK
 
@@ -63,24 +63,27 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
 
 def _run_bundle_write(ns: argparse.Namespace) -> int:
     from beam_agents.replay.bundle import load_bundle, make_bundle
+    from beam_agents.replay.inputs import no_bytecode
     from beam_agents.replay.refusal import ReplayRefused
     from beam_agents.replay.traced import seq_ranges
 
     if ns.seq is not None and ns.seq < 0:
         raise UsageError(f"--seq must be a seq number (0 or more), got {ns.seq}", f"{PROG} bundle")
     cwd_importable()  # --hitl names the operator's module
+    isolate()  # before --hitl is imported
     try:
-        data = make_bundle(
-            snapshot=ns.snapshot,
-            traces=ns.traces,
-            events=ns.events,
-            event=ns.event,
-            agent=ns.agent,
-            registry=ns.registry,
-            seq=ns.seq,
-            all_seqs=ns.all,
-            hitl=ns.hitl,
-        )
+        with no_bytecode():  # importing --hitl writes no bytecode cache
+            data = make_bundle(
+                snapshot=ns.snapshot,
+                traces=ns.traces,
+                events=ns.events,
+                event=ns.event,
+                agent=ns.agent,
+                registry=ns.registry,
+                seq=ns.seq,
+                all_seqs=ns.all,
+                hitl=ns.hitl,
+            )
         bundle = load_bundle(data)  # what we wrote must be what every reader accepts
     except ReplayRefused as refused:
         return report_refusal("bundle", refused)

@@ -7,8 +7,8 @@ import os
 import sys
 
 from beam_agents.cli.output import silence_stdout, write_output
-from beam_agents.cli.parsing import PROG, Parser, UsageError
-from beam_agents.cli.process import cwd_importable
+from beam_agents.cli.parsing import PROG, Parser, UsageError, add_time_limit_flag
+from beam_agents.cli.process import PROCESS_LIFE, cwd_importable
 from beam_agents.replay.escape import escape
 from beam_agents.replay.result import EXIT_USAGE
 
@@ -41,8 +41,10 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
         metavar="N",
         type=int,
         default=os.cpu_count() or 1,
-        help="worker processes (default: the number of CPUs; 1 replays in this process)",
+        help="worker processes, each isolated before it imports agent code (default: the "
+        "number of CPUs); a worker agent code ends or hangs costs one row, never the check",
     )
+    add_time_limit_flag(parser)
     parser.set_defaults(run=_run_check)
 
 
@@ -58,7 +60,16 @@ def _run_check(ns: argparse.Namespace) -> int:
         if value is not None and ":" not in value:
             raise UsageError(f"{flag} {value!r} is not of the form module:ATTR", prog)
     cwd_importable()  # before the workers start: they inherit the import path
-    report = check_bundles(ns.paths, agent=ns.agent, registry=ns.registry, jobs=ns.jobs)
+    # As the console script, even one job replays in a worker process: agent code never
+    # runs in this one, so a worker it ends, crashes or hangs is one row (docs/incidents.md).
+    report = check_bundles(
+        ns.paths,
+        agent=ns.agent,
+        registry=ns.registry,
+        jobs=ns.jobs,
+        time_limit=ns.time_limit,
+        isolate=PROCESS_LIFE["isolate"],
+    )
     if ns.junit is not None:
         try:
             write_output(ns.junit, render_junit(report))

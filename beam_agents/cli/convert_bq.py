@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from beam_agents.cli.parsing import PROG, ExitCodesFormatter, Parser, UsageError
+from beam_agents.cli.process import isolate
 from beam_agents.replay.escape import escape
 from beam_agents.replay.result import EXIT_OK
 
@@ -45,6 +46,7 @@ def _run_convert_bq(ns: argparse.Namespace) -> int:
     from beam_agents.replay.refusal import InputError
     from beam_agents.trace_stream import write_trace_stream
 
+    isolate()  # it runs no agent code; isolated all the same (docs/replay.md, the re-run)
     source = "/dev/stdin" if ns.rows == "-" else ns.rows
     name = "<stdin>" if ns.rows == "-" else ns.rows
     if ns.rows != "-":

@@ -7,6 +7,7 @@ import sys
 
 from beam_agents.cli.output import report_refusal, silence_stdout
 from beam_agents.cli.parsing import ExitCodesFormatter, Parser
+from beam_agents.cli.process import isolate
 from beam_agents.replay.result import EXIT_OK
 
 _LS_EXIT_CODES_HELP = """\
@@ -57,6 +58,7 @@ def _run_ls(ns: argparse.Namespace) -> int:
     from beam_agents.replay.listing import list_activations, listing_json, render_listing
     from beam_agents.replay.refusal import ReplayRefused
 
+    isolate()  # it runs no agent code; isolated all the same (docs/replay.md, the re-run)
     try:
         listing = list_activations(ns.traces, snapshot=ns.snapshot, key=ns.key)
     except ReplayRefused as refused:

@@ -4,11 +4,12 @@ exiting, the replay flags every replaying command takes, and their check into ``
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from typing import NoReturn
 
-from beam_agents.replay.options import ReplayOptions
+from beam_agents.replay.options import DEFAULT_TIME_LIMIT, ReplayOptions
 
 PROG = "beam-agents-replay"
 EXIT_CODES_HELP = """\
@@ -131,6 +132,7 @@ def add_replay_flags(parser: Parser, *, headless: bool) -> None:
         help="allow replaying a pending resume, which was never traced: a what-if (exit 0 at "
         "its end, 3 at an uncached model call); without it such a replay is refused (exit 2)",
     )
+    add_time_limit_flag(parser)
     if headless:
         parser.add_argument(
             "--headless", action="store_true", help="print the report (the default; for scripts)"
@@ -141,6 +143,30 @@ def add_replay_flags(parser: Parser, *, headless: bool) -> None:
         add_value_flags(parser)
     else:
         add_export_dir_flag(parser)
+
+
+def time_limit(value: str) -> float:
+    """``--time-limit SECONDS``: a finite number of seconds, 0 or more (0: no limit)."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise argparse.ArgumentTypeError(
+            f"must be a number of seconds, 0 or more (0: no limit), got {value!r}"
+        )
+    return seconds
+
+
+def add_time_limit_flag(parser: Parser) -> None:
+    parser.add_argument(
+        "--time-limit",
+        metavar="SECONDS",
+        type=time_limit,
+        default=DEFAULT_TIME_LIMIT,
+        help=f"how long agent code may run, importing it and then each re-run (default: "
+        f"{DEFAULT_TIME_LIMIT:g}; 0: no limit); past it the activation is irreproducible (exit 3)",
+    )
 
 
 def add_export_dir_flag(parser: Parser) -> None:
@@ -222,4 +248,5 @@ def replay_options(ns: argparse.Namespace, prog: str = PROG) -> ReplayOptions:
         seq=ns.seq,
         hitl=ns.hitl,
         what_if=ns.what_if,
+        time_limit=ns.time_limit,
     )

@@ -32,18 +32,38 @@ def isolate() -> None:
         return
     import atexit
 
-    from beam_agents.replay.network_guard import isolate_process, late_attempts
+    from beam_agents.replay.network_guard import isolate_process
 
     isolate_process()
+    atexit.register(_report_late)
 
-    def report_late() -> None:
-        late = late_attempts()
-        if late:
-            shown = "; ".join(escape(a.describe()) for a in late[:5])
-            more = f" (and {len(late) - 5} more)" if len(late) > 5 else ""
-            sys.stderr.write(
-                f"{PROG}: after the re-run, agent code (a thread or an atexit hook) also tried, "
-                f"and was refused: {shown}{more}\n"
-            )
 
-    atexit.register(report_late)
+def _report_late() -> None:
+    from beam_agents.replay.network_guard import late_attempts
+
+    late = late_attempts()
+    if late:
+        shown = "; ".join(escape(a.describe()) for a in late[:5])
+        more = f" (and {len(late) - 5} more)" if len(late) > 5 else ""
+        sys.stderr.write(
+            f"{PROG}: outside the re-run (at import, in a thread or an atexit hook, or past "
+            f"its time limit), agent code also tried, and was refused: {shown}{more}\n"
+        )
+
+
+def finish(code: int) -> int:
+    """``code``, the console script's exit code; the process ends here if a re-run was
+    abandoned at its time limit.
+
+    Its thread cannot be stopped: a normal interpreter exit would run on beside it (and
+    its ``atexit`` hooks), so the output is flushed, the late attempts reported, and the
+    process ends at once with the verdict's code (docs/replay.md, "Time limit").
+    """
+    if not PROCESS_LIFE["isolate"]:
+        return code
+    from beam_agents.replay.network_guard import end_process, still_running
+
+    if still_running():
+        _report_late()
+        end_process(code)
+    return code

@@ -13,6 +13,7 @@ from beam_agents.cli.parsing import (
     EXIT_CODES_HELP,
     Parser,
     add_export_dir_flag,
+    add_time_limit_flag,
     add_value_flags,
     replay_options,
 )
@@ -57,6 +58,7 @@ def bundle_parser(prog: str, *, headless: bool) -> Parser:
     parser.add_argument(
         "--what-if", action="store_true", help="allow a pending resume's what-if (see --help)"
     )
+    add_time_limit_flag(parser)
     if headless:
         parser.add_argument("--headless", action="store_true", help="print the report (default)")
         parser.add_argument("--json", action="store_true", help="print one JSON document")
@@ -74,7 +76,7 @@ def bundle_replay_options(ns: argparse.Namespace) -> ReplayOptions | ReplayResul
     try:
         bundle = load_bundle(ns.bundle)
         options = bundle_options(bundle, seq=ns.seq, agent=ns.agent, registry=ns.registry)
-        return dataclasses.replace(options, what_if=ns.what_if)
+        return dataclasses.replace(options, what_if=ns.what_if, time_limit=ns.time_limit)
     except ReplayRefused as refused:
         from beam_agents.replay.result import ReplayHeader
 

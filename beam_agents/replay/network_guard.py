@@ -12,8 +12,9 @@ operation before it happens:
   ``socket.getaddrinfo``, ``socket.sendto``, ``http.client.connect``, ...):
   ``NetworkBlockedError``;
 - starting a process (``subprocess.Popen``, ``os.system``, ``os.exec*``,
-  ``os.posix_spawn``, ``os.spawn*``, ``os.fork``) and loading native code or
-  resolving a native symbol through ``ctypes`` (``ctypes.dlopen``,
+  ``os.posix_spawn``, ``os.spawn*``, ``os.fork``), sending a signal
+  (``os.kill``, ``os.killpg``, ``signal.pthread_kill``) and loading native code
+  or resolving a native symbol through ``ctypes`` (``ctypes.dlopen``,
   ``ctypes.dlsym``): ``PermissionError``;
 - in the activation's own context (agent code, tools it calls), opening a file
   for writing or changing the file system (``os.remove``, ``os.rename``,
@@ -30,7 +31,8 @@ native-code blocks are process-wide while active: a tool's worker threads are
 blocked too. ``isolate_process()`` (the CLI calls it before it imports agent
 code) keeps those blocks for the life of the process, so a thread a tool
 started, or an ``atexit`` hook registered at import, cannot reach out after the
-re-run either.
+re-run either. ``keep_blocked()`` keeps the blocks of a re-run abandoned at
+its time limit in force until its thread ends.
 
 What it cannot see: native code that makes system calls directly (a C
 extension opening its own sockets or files, already-loaded native libraries);

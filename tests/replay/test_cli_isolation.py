@@ -1,0 +1,243 @@
+"""Every ``beam-agents-replay`` subcommand, run as the console script, against hostile agent code.
+
+Each test runs the real command in a subprocess (isolation is process-wide and
+irreversible) and checks the documented exit code and that the effect did not
+happen: a local listening socket receives no connection, a file does not exist.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import isolation_agents as ia
+import pytest
+import replay_agents as ra
+from incident_history import Incident
+
+SCRIPT = str(Path(sys.executable).parent / "beam-agents-replay")
+HERE = Path(__file__).parent
+
+
+@pytest.fixture(scope="module")
+def incident() -> Incident:
+    return Incident()
+
+
+@pytest.fixture
+def listener() -> Iterator[socket.socket]:
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def _env(listener: socket.socket | None = None, **extra: str) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+    }
+    if listener is not None:
+        host, port = listener.getsockname()[:2]
+        env[ra.NETWORK_TARGET_ENV] = f"{host}:{port}"
+    env.update(extra)
+    return env
+
+
+def _run(
+    args: list[str], env: dict[str, str], timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [SCRIPT, *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=HERE
+    )
+
+
+def _no_connection(listener: socket.socket, wait: float = 0.3) -> bool:
+    readable, _, _ = select.select([listener], [], [], wait)
+    return not readable
+
+
+def _bundle(incident: Incident, folder: Path, registry: str, **kw: object) -> Path:
+    path = folder / f"{registry.lower()}.bundle"
+    path.write_bytes(incident.make(registry=f"isolation_agents:{registry}", **kw))
+    return path
+
+
+# -- the time limit through the replay commands -------------------------------------------------
+
+
+@pytest.mark.parametrize("registry", ["TOOLS_LOOP", "TOOLS_SLEEP"])
+def test_a_bundle_replay_that_never_ends_exits_3_at_the_time_limit(
+    incident: Incident, tmp_path: Path, registry: str
+) -> None:
+    path = _bundle(incident, tmp_path, registry, seq=1)
+    started = time.monotonic()
+    out = _run([str(path), "--time-limit", "0.5"], _env())
+    assert time.monotonic() - started < 60
+    assert out.returncode == 3, (out.stdout, out.stderr)
+    assert "irreproducible" in out.stdout
+    assert (
+        "the re-run ran past the time limit of 0.5 s and was not judged: it had reached event 0 "
+        "(ACTIVATION_START 'start')" in out.stdout
+    )
+    assert "--time-limit SECONDS" in out.stdout
+    assert "Traceback" not in out.stderr
+
+
+def test_the_json_report_of_a_run_past_the_limit_is_complete(
+    incident: Incident, tmp_path: Path
+) -> None:
+    path = _bundle(incident, tmp_path, "TOOLS_LOOP", seq=1)
+    out = _run([str(path), "--time-limit", "0.3", "--json"], _env())
+    assert out.returncode == 3, out.stderr
+    document = json.loads(out.stdout)  # flushed whole before the process ended
+    assert document["verdict"] == "irreproducible" and document["exit_code"] == 3
+    assert "ran past the time limit of 0.3 s" in document["reason"]
+
+
+def test_the_abandoned_re_run_cannot_reach_the_network_before_the_command_ends(
+    incident: Incident, tmp_path: Path, listener: socket.socket
+) -> None:
+    path = _bundle(incident, tmp_path, "TOOLS_LOOP_THEN_CONNECT", seq=1)
+    # It connects 0.2 s after the limit, while the report is printed, if the process lives.
+    out = _run([str(path), "--time-limit", "0.2"], _env(listener, **{ia.HANG_SECONDS_ENV: "0.4"}))
+    assert out.returncode == 3, (out.stdout, out.stderr)
+    assert _no_connection(listener)
+
+
+@pytest.mark.parametrize("value", ["-1", "abc", "nan", "inf"])
+def test_a_bad_time_limit_is_a_usage_error(incident: Incident, tmp_path: Path, value: str) -> None:
+    path = _bundle(incident, tmp_path, "TOOLS_LOOP", seq=1)
+    out = _run([str(path), f"--time-limit={value}"], _env())
+    assert out.returncode == 2, out.stderr
+    assert "--time-limit" in out.stderr and "seconds" in out.stderr
+    out = _run(["check", str(path), f"--time-limit={value}"], _env())
+    assert out.returncode == 2 and "--time-limit" in out.stderr
+
+
+# -- check -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_check_gives_every_hostile_bundle_its_row_and_lets_nothing_out(
+    incident: Incident, tmp_path: Path, listener: socket.socket, jobs: str
+) -> None:
+    target = tmp_path / "written.txt"
+    folder = tmp_path / "bundles"
+    folder.mkdir()
+    for name in ("TOOLS_THREAD", "TOOLS_ATEXIT", "TOOLS_SUBPROCESS", "TOOLS_WRITE", "TOOLS_EXIT"):
+        _bundle(incident, folder, name, seq=1)
+    _bundle(incident, folder, "TOOLS_DIE", all_seqs=True)
+    _bundle(incident, folder, "TOOLS_LOOP", seq=1)
+    (folder / "good.bundle").write_bytes(incident.make(seq=1))
+    out = _run(
+        ["check", str(folder), "--jobs", jobs, "--time-limit", "1.5", "--json"],
+        _env(listener, **{ia.WRITE_TARGET_ENV: str(target)}),
+    )
+    assert out.returncode == 2, out.stderr  # a worker agent code killed: an error row
+    document = json.loads(out.stdout)
+    got = {
+        (Path(row["path"]).stem, row["seq"]): row["verdict"]
+        for group in document["groups"]
+        for row in group["rows"]
+    }
+    assert got == {
+        ("good", 1): "reproduced",
+        ("tools_atexit", 1): "reproduced",
+        ("tools_thread", 1): "reproduced",
+        ("tools_subprocess", 1): "irreproducible",
+        ("tools_write", 1): "irreproducible",
+        ("tools_exit", 1): "error",
+        ("tools_die", 1): "error",
+        ("tools_die", 2): "error",
+        ("tools_die", 3): "reproduced",
+        ("tools_die", 4): "reproduced",
+        ("tools_loop", 1): "irreproducible",
+    }
+    assert not target.exists()
+    assert _no_connection(listener)
+    # (The agent's own thread may print its NetworkBlockedError: that traceback is the agent's.)
+    assert "internal error" not in out.stderr
+
+
+# -- bundle, ls and convert-bq -----------------------------------------------------------------
+
+
+def test_bundle_imports_its_hitl_module_isolated(
+    incident: Incident, tmp_path: Path, listener: socket.socket
+) -> None:
+    snapshot, traces, events = tmp_path / "s.pb", tmp_path / "t.pb", tmp_path / "e.pb"
+    snapshot.write_bytes(incident.snapshot)
+    traces.write_bytes(incident.traces)
+    events.write_bytes(incident.events)
+    touched = tmp_path / "touched-at-import"
+    out = _run(
+        [
+            "bundle", "-o", str(tmp_path / "x.bundle"), "--snapshot", str(snapshot),
+            "--traces", str(traces), "--events", str(events), "--seq", "1",
+            "--agent", "replay_agents:AGENT", "--registry", "replay_agents:TOOLS",
+            "--hitl", "hostile_hitl:POLICY_CONNECTS",
+        ],
+        _env(listener, **{ia.WRITE_TARGET_ENV: str(touched)}),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr  # the module swallowed the refusals
+    assert (tmp_path / "x.bundle").exists()  # the command's own output is still written
+    assert not touched.exists()
+    assert _no_connection(listener)
+    assert "agent code also tried, and was refused: 127.0.0.1:" in out.stderr
+    assert "process touch" in out.stderr
+
+
+@pytest.mark.parametrize("command", ["ls", "convert-bq"])
+def test_ls_and_convert_bq_run_isolated_for_their_whole_life(
+    incident: Incident, tmp_path: Path, listener: socket.socket, command: str
+) -> None:
+    """They import no agent code; their process is isolated all the same (defence in depth)."""
+    snapshot, traces = tmp_path / "s.pb", tmp_path / "t.pb"
+    snapshot.write_bytes(incident.snapshot)
+    traces.write_bytes(incident.traces)
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("")
+    args = (
+        ["ls", "--traces", str(traces)]
+        if command == "ls"
+        else ["convert-bq", str(rows), "-o", str(tmp_path / "out.pb")]
+    )
+    touched = tmp_path / "touched"
+    host, port = listener.getsockname()[:2]
+    # The console script's main(), then what code in that process could try afterwards.
+    program = f"""
+import socket, subprocess, sys
+from beam_agents.cli import main
+sys.argv = ["beam-agents-replay", *{args!r}]
+code = main()
+try:
+    socket.create_connection(({host!r}, {port}), timeout=5)
+    print("connected")
+except Exception as exc:
+    print("refused", type(exc).__name__)
+try:
+    subprocess.run(["touch", {str(touched)!r}])
+except OSError as exc:
+    print("refused", type(exc).__name__)
+print("exit", code)
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120, env=_env()
+    )
+    assert out.returncode == 0, out.stderr
+    assert "exit 0" in out.stdout, (out.stdout, out.stderr)  # the command itself worked
+    assert "refused NetworkBlockedError" in out.stdout and "refused PermissionError" in out.stdout
+    assert "connected" not in out.stdout
+    assert not touched.exists()
+    assert _no_connection(listener)
