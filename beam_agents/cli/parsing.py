@@ -19,7 +19,8 @@ exit codes:
   2  usage or configuration error, inputs that do not belong together, or a snapshot
      newer than the installed package
   3  irreproducible: a cache miss, a digest-only entry, a migration gap, a blocked network
-     call, or a resume whose continuation is no longer in the snapshot
+     call, a resume whose continuation is no longer in the snapshot, or agent code that ran
+     past --time-limit
 
 A FILE of - is read from standard input (for one flag at most).
 See docs/replay.md for the report fields and the --json schema."""

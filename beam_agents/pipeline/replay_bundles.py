@@ -18,6 +18,9 @@ activations and reshuffled first, so one bundle with many activations spreads
 over workers. A file that is not a readable, consistent bundle is one
 ``error`` row, never a failed pipeline. Nothing here is runner-specific: the
 same transform runs on the FnApiRunner (also multi-process), Dataflow, Flink.
+An activation past the replay time limit is an irreproducible row; its thread
+cannot be stopped and keeps the guard in force in that worker process until it
+ends (docs/incidents.md §5): hanging agent code belongs in ``check``.
 """
 
 from __future__ import annotations
