@@ -31,7 +31,14 @@ from typing import Any
 
 from beam_agents._protos import TraceEvent
 from beam_agents.replay.event_data import attribute_text, event_to_dict
-from beam_agents.replay.result import Divergence, DivergenceKind, EventPair, FieldDiff
+from beam_agents.replay.event_log import EventLog
+from beam_agents.replay.result import (
+    Divergence,
+    DivergenceKind,
+    EventPair,
+    EventPairs,
+    FieldDiff,
+)
 from beam_agents.trace_events import (
     ATTR_BILLED,
     ATTR_CACHE_HIT,
@@ -197,9 +204,15 @@ def field_differences(traced: TraceEvent, replayed: TraceEvent) -> list[FieldDif
 class EventComparison:
     """The traced and replayed events side by side, and where they first differ."""
 
-    pairs: tuple[EventPair, ...]
+    pairs: EventPairs
     first_difference: int | None
     """Index of the first pair that differs (a missing or extra event included), or None."""
+
+
+def _raw(events: Sequence[TraceEvent], index: int) -> bytes:
+    if isinstance(events, EventLog):
+        return events.raw(index)
+    return serialize_trace_event(events[index])
 
 
 def compare_events(traced: Sequence[TraceEvent], replayed: Sequence[TraceEvent]) -> EventComparison:
@@ -211,36 +224,26 @@ def compare_events(traced: Sequence[TraceEvent], replayed: Sequence[TraceEvent])
 
     Returns:
         One pair per position up to the longer list; a position only one side
-        has is a difference (missing or extra).
+        has is a difference (missing or extra). The pairs are positions into
+        ``traced`` and ``replayed`` (``EventPairs``), which they keep as given.
     """
-    pairs: list[EventPair] = []
-    first: int | None = None
-    for i in range(max(len(traced), len(replayed))):
-        t = traced[i] if i < len(traced) else None
-        r = replayed[i] if i < len(replayed) else None
+    differing: dict[int, tuple[str, ...]] = {}
+    normalized: dict[int, tuple[str, ...]] = {}
+    for i in range(min(len(traced), len(replayed))):
+        if _raw(traced, i) == _raw(replayed, i):
+            continue  # the same bytes: nothing differs, nothing was normalized
+        t, r = traced[i], replayed[i]
+        left, right = _pair_for_comparison(t, r)
         fields: tuple[str, ...] = ()
-        normalized: tuple[str, ...] = ()
-        if t is None or r is None:
-            differs = True
-        else:
-            left, right = _pair_for_comparison(t, r)
-            differs = serialize_trace_event(left) != serialize_trace_event(right)
-            if differs:
-                fields = tuple(row.path for row in field_differences(t, r))
-            normalized = tuple(p for p in normalized_paths(t, r) if p not in fields)
-        if differs and first is None:
-            first = i
-        pairs.append(
-            EventPair(
-                index=i,
-                traced=t,
-                replayed=r,
-                differs=differs,
-                differing_fields=fields,
-                normalized_fields=normalized,
-            )
-        )
-    return EventComparison(pairs=tuple(pairs), first_difference=first)
+        if serialize_trace_event(left) != serialize_trace_event(right):
+            fields = tuple(row.path for row in field_differences(t, r))
+            differing[i] = fields
+        shown = tuple(p for p in normalized_paths(t, r) if p not in fields)
+        if shown:
+            normalized[i] = shown
+    pairs = EventPairs(traced, replayed, differing=differing, normalized=normalized)
+    positions = pairs.differing_positions()
+    return EventComparison(pairs=pairs, first_difference=positions[0] if positions else None)
 
 
 def _lines(data: Mapping[str, Any], indent: str = "  ") -> list[str]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextvars
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
@@ -43,7 +43,14 @@ from beam_agents.replay.network_guard import NetworkAttempt, block_network, keep
 from beam_agents.replay.options import RAN_PAST, ReplayOptions, Source
 from beam_agents.replay.reconstruct import plan_replay
 from beam_agents.replay.refusal import CannotReproduce, InputError, ReplayRefused, internal_error
-from beam_agents.replay.result import Divergence, ReplayHeader, ReplayResult, TargetFacts, Verdict
+from beam_agents.replay.result import (
+    Divergence,
+    ReplayHeader,
+    ReplayResult,
+    TargetFacts,
+    Value,
+    Verdict,
+)
 from beam_agents.replay.traced import TracedKey, scan_traces
 from beam_agents.replay.values import collect_values
 from beam_agents.replay.views import intent_ledger, state_view
@@ -287,6 +294,7 @@ def _replay(inputs: _Inputs, facts: HeaderSoFar, attempts: list[NetworkAttempt])
     # Values explain the verdict and never decide it: a value that cannot be decoded
     # must not turn a verdict into an internal error (exit 2).
     values_error = ""
+    values: Sequence[Value] = ()
     try:
         values = collect_values(
             plan.traced,
@@ -299,7 +307,6 @@ def _replay(inputs: _Inputs, facts: HeaderSoFar, attempts: list[NetworkAttempt])
             memory=end.memory,
         )
     except Exception as exc:  # reported on the result, never swallowed silently
-        values = ()
         values_error = f"{type(exc).__name__}: {exc}"
     return ReplayResult(
         verdict=judgement.verdict,
@@ -363,12 +370,10 @@ def _with_end_check(
         return judgement
     if end.fields:
         last = pairs[-1]
-        pair = replace(
-            last,
-            differs=True,
-            differing_fields=(*last.differing_fields, *(f.path for f in end.fields)),
+        comparison = EventComparison(
+            pairs=pairs.marked(last.index, [f.path for f in end.fields]),
+            first_difference=last.index,
         )
-        comparison = EventComparison(pairs=(*pairs[:-1], pair), first_difference=last.index)
         assert last.traced is not None
         detail = end_divergence_detail(
             [f.path for f in end.fields],

@@ -9,7 +9,7 @@ use the layout of ``beam_agents.replay.event_data.event_to_dict``.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TextIO
 
 from beam_agents.replay.event_data import event_to_dict
@@ -22,6 +22,7 @@ from beam_agents.replay.result import (
     ReplayHeader,
     ReplayResult,
     StateView,
+    Value,
 )
 
 __all__ = ["JSON_SCHEMA", "render_json", "result_to_dict", "write_json"]
@@ -172,11 +173,13 @@ def result_to_dict(result: ReplayResult) -> dict[str, Any]:
     """The JSON document of ``result`` as Python data (see docs/replay.md for the schema)."""
     document = _document(result)
     document["events"] = list(document["events"])
+    document["values"] = list(document["values"])
     return document
 
 
 def _document(result: ReplayResult) -> dict[str, Any]:
-    """``result_to_dict`` with ``events`` lazy: only for the indenting encoder below."""
+    """``result_to_dict`` with ``events`` and ``values`` lazy: only for the indenting encoder
+    below."""
     return {
         "schema": JSON_SCHEMA,
         "verdict": result.verdict.value,
@@ -200,7 +203,7 @@ def _document(result: ReplayResult) -> dict[str, Any]:
             "differences": list(result.tool_miss.differences),
         },
         "served_tool_events": list(result.served_tool_events),
-        "events": _LazyEvents(result.events),
+        "events": _Lazy(result.events, _pair_dict),
         "intents": [
             {
                 "intent_id": row.intent_id,
@@ -218,20 +221,7 @@ def _document(result: ReplayResult) -> dict[str, Any]:
         "memory": _blob(result.memory),
         "end_digests_traced": result.end_digests_traced,
         "values_error": result.values_error or None,
-        "values": [
-            {
-                "event_index": v.event_index,
-                "path": v.path,
-                "mark": v.mark.value,
-                "value": v.value,
-                "text": v.text,
-                "is_bytes": v.is_bytes,
-                "digest": v.digest,
-                "traced_digest": v.traced_digest,
-                "attribute": v.attribute,
-            }
-            for v in result.values
-        ],
+        "values": _Lazy(result.values, _value_dict),
         "memory_not_judged": result.memory_not_judged or None,
         "state": _state(result.state),
     }
@@ -248,32 +238,50 @@ def _pair_dict(pair: EventPair) -> dict[str, Any]:
     }
 
 
-class _LazyEvents(list):  # type: ignore[type-arg]
-    """The ``events`` array, each element built only when the encoder reaches it.
+def _value_dict(v: Value) -> dict[str, Any]:
+    return {
+        "event_index": v.event_index,
+        "path": v.path,
+        "mark": v.mark.value,
+        "value": v.value,
+        "text": v.text,
+        "is_bytes": v.is_bytes,
+        "digest": v.digest,
+        "traced_digest": v.traced_digest,
+        "attribute": v.attribute,
+    }
+
+
+class _Lazy(list):  # type: ignore[type-arg]
+    """An array of the document (``events``, ``values``), each element built only when the
+    encoder reaches it.
 
     A ``list`` to ``json`` (its indenting encoder, pure Python, iterates it), so the
     bytes are exactly those of the eager list; a 100,000-event activation never
-    holds 100,000 event dicts at once. Never handed out: the C encoder (no indent)
-    would see an empty list, so ``result_to_dict`` returns a real one.
+    holds 100,000 event dicts (or its values) at once. Never handed out: the C
+    encoder (no indent) would see an empty list, so ``result_to_dict`` returns real
+    ones. Iterating the result's sequence derives its items as it goes
+    (``EventPairs``, ``ValueList``).
     """
 
-    def __init__(self, pairs: Sequence[EventPair]) -> None:
+    def __init__(self, items: Sequence[Any], convert: Callable[[Any], dict[str, Any]]) -> None:
         super().__init__()
-        self._pairs = pairs
+        self._items = items
+        self._convert = convert
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        return (_pair_dict(pair) for pair in self._pairs)
+        return (self._convert(item) for item in self._items)
 
     def __len__(self) -> int:
-        return len(self._pairs)
+        return len(self._items)
 
     def __bool__(self) -> bool:
-        return bool(self._pairs)
+        return bool(self._items)
 
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
-            return [_pair_dict(p) for p in self._pairs[index]]
-        return _pair_dict(self._pairs[index])
+            return [self._convert(item) for item in self._items[index]]
+        return self._convert(self._items[index])
 
     def __eq__(self, other: object) -> bool:
         return list(self) == other

@@ -76,8 +76,8 @@ class Plan:
     trigger: AgentEnvelope | Timeout
     state: KeyState
     """The reconstructed pre-state (shares the snapshot's objects; run_activation copies)."""
-    traced: tuple[TraceEvent, ...] | None
-    """The traced events to compare with; None for a what-if."""
+    traced: Sequence[TraceEvent] | None
+    """The traced events to compare with (an ``EventLog``); None for a what-if."""
     continuation_source: str = ""
     envelope_id: str = ""
 
@@ -267,7 +267,7 @@ def _plan_traced(
         trigger_name=trigger,
         trigger=trigger_obj,
         state=pre,
-        traced=tuple(events),
+        traced=events,
         continuation_source=source,
         envelope_id=envelope_id,
     )

@@ -12,8 +12,9 @@ shown, never what was found.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, overload
 
 from beam_agents import canonical_json
 from beam_agents.replay.result import (
@@ -24,6 +25,8 @@ from beam_agents.replay.result import (
     ReplayResult,
     StateView,
     Value,
+    ValueList,
+    event_values,
 )
 
 __all__ = ["REDACTED", "redact"]
@@ -42,6 +45,38 @@ def _digest_of(value: Any) -> str:
 def _value(v: Value) -> Value:
     shown = f"sha256:{v.digest}" if v.digest else _digest_of(v.value)
     return replace(v, value=None, text=shown)
+
+
+class _RedactedValues(ValueList):
+    """``values`` redacted one by one as they are read (the values stay derived on demand)."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self, values: Sequence[Value]) -> None:
+        self._values = values
+
+    def for_event(self, index: int) -> tuple[Value, ...]:
+        return tuple(_value(v) for v in event_values(self._values, index))
+
+    def __iter__(self) -> Iterator[Value]:
+        return (_value(v) for v in self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __bool__(self) -> bool:
+        return bool(self._values)
+
+    @overload
+    def __getitem__(self, i: int) -> Value: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> tuple[Value, ...]: ...
+
+    def __getitem__(self, i: int | slice) -> Value | tuple[Value, ...]:
+        if isinstance(i, slice):
+            return tuple(_value(v) for v in self._values[i])
+        return _value(self._values[i])
 
 
 def _blob(b: BlobDigest | None) -> BlobDigest | None:
@@ -78,7 +113,7 @@ def redact(result: ReplayResult) -> ReplayResult:
     """``result`` with every value replaced by its digest (see the module docstring)."""
     return replace(
         result,
-        values=tuple(_value(v) for v in result.values),
+        values=_RedactedValues(result.values),
         outputs=tuple(b for b in (_blob(o) for o in result.outputs) if b is not None),
         memory=_blob(result.memory),
         replayed_memory=None,

@@ -16,12 +16,15 @@ from beam_agents.replay.result import (
     BlobDigest,
     CacheMiss,
     Divergence,
+    EventPairs,
     IntentRow,
     Mark,
     ReplayResult,
     ToolCacheMiss,
     Value,
     Verdict,
+    event_values,
+    pair_counts,
 )
 from beam_agents.trace_view import ToolCall
 
@@ -73,7 +76,13 @@ def digest_note(result: ReplayResult, digest: BlobDigest) -> str:
 
 def older_trace(result: ReplayResult) -> bool:
     """The traced activation ended, on an ACTIVATION_END without output and memory digests."""
-    return not result.end_digests_traced and any(
+    if result.end_digests_traced:
+        return False
+    if isinstance(result.events, EventPairs):
+        # A traced activation is whole (``check_complete``): only its last event can end it.
+        traced = result.events.traced
+        return bool(traced) and traced[-1].kind == TraceEvent.ACTIVATION_END
+    return any(
         pair.traced is not None and pair.traced.kind == TraceEvent.ACTIVATION_END
         for pair in result.events
     )
@@ -131,7 +140,7 @@ def value_lines(
     result: ReplayResult, index: int, *, width: int | None = VALUE_WIDTH, indent: str = "      "
 ) -> list[str]:
     """The replayed values of event ``index``, differing ones first, each with its mark."""
-    values = [v for v in result.values if v.event_index == index]
+    values = list(event_values(result.values, index))
     order = {Mark.DIFFERS: 0, Mark.VERIFIED: 1, Mark.UNVERIFIABLE: 2}
     values.sort(key=lambda v: order[v.mark])
     return [
@@ -141,16 +150,13 @@ def value_lines(
 
 def _failure_lines(result: ReplayResult, *, width: int | None = VALUE_WIDTH) -> list[str]:
     """A failed re-run: the exception's type, message and the agent-code line that raised it."""
+    last = result.events[-1] if result.events else None
+    if last is None or last.replayed is None or last.replayed.kind != TraceEvent.ACTIVATION_FAILED:
+        return []
     failed = [
         v
-        for v in result.values
+        for v in event_values(result.values, last.index)
         if v.path in ("error.type", "error.message", "error.raised_at")
-        and any(
-            p.replayed is not None
-            and p.index == v.event_index
-            and p.replayed.kind == TraceEvent.ACTIVATION_FAILED
-            for p in result.events[-1:]
-        )
     ]
     if not failed:
         return []
@@ -194,11 +200,7 @@ def request_components_differing(miss: CacheMiss) -> frozenset[str]:
 
 def miss_request_values(result: ReplayResult, miss: CacheMiss) -> list[Value]:
     """The replayed request's components at the miss, in request order (no digests line)."""
-    return [
-        v
-        for v in result.values
-        if v.event_index == miss.event_index and v.path.startswith("request.")
-    ]
+    return [v for v in event_values(result.values, miss.event_index) if v.path.startswith("request.")]
 
 
 def _miss_request_lines(
@@ -365,9 +367,7 @@ def render_report(result: ReplayResult, *, full_values: bool = False) -> str:
             f"migrations: {safe_text(migrations)}"
         )
     if result.events:
-        traced = sum(1 for p in result.events if p.traced is not None)
-        replayed = sum(1 for p in result.events if p.replayed is not None)
-        differing = sum(1 for p in result.events if p.differs)
+        traced, replayed, differing = pair_counts(result.events)
         lines.append(f"  events: {traced} traced, {replayed} replayed, {differing} differ")
     if result.intents:
         lines.append("  intents:")

@@ -18,11 +18,17 @@ Verdicts and exit codes are the seed page's table:
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 from beam_agents._protos import TraceEvent
 from beam_agents.trace_view import ActivationKind, Trigger
+
+
+def _same_items(mine: Sequence[Any], other: Sequence[Any]) -> bool:
+    """``==`` of a lazy sequence with any sequence (a tuple of the same items is equal)."""
+    return len(mine) == len(other) and all(a == b for a, b in zip(mine, other, strict=True))
 
 
 class Verdict(enum.Enum):
@@ -89,6 +95,36 @@ class Value:
     """The trace attribute ``traced_digest`` comes from."""
     is_bytes: bool = False
     """The value was bytes (an output, a bytes tool result, an event payload)."""
+
+
+class ValueList(Sequence[Value]):
+    """A result's values in event order, derived when read, and the values of one event.
+
+    The engine's (``values.ReplayValues``) keeps no ``Value``: it derives an event's values
+    from what the re-run captured each time they are read, so a 100,000-event activation
+    or a 1 MiB model response is held once, by the re-run, not again as values. Reading
+    every value costs what deriving them costs; ``for_event`` reads one event's.
+    """
+
+    __slots__ = ()
+
+    def for_event(self, index: int) -> tuple[Value, ...]:
+        """The values of event ``index``, in the order iteration yields them."""
+        raise NotImplementedError
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
+            return NotImplemented
+        return _same_items(self, other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def event_values(values: Sequence[Value], index: int) -> tuple[Value, ...]:
+    """The values of event ``index`` among ``values`` (cheap for a ``ValueList``)."""
+    if isinstance(values, ValueList):
+        return values.for_event(index)
+    return tuple(v for v in values if v.event_index == index)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -176,6 +212,111 @@ class EventPair:
     normalized_fields: tuple[str, ...] = ()
     """Paths (``attributes['…']``) whose raw values differ but were normalized: shown, not a
     difference. Decided by ``compare_events``; renderers keep no list of their own."""
+
+
+class EventPairs(Sequence[EventPair]):
+    """The timeline as positions into the traced and replayed events: each ``EventPair`` is
+    built when read (``compare_events`` makes it).
+
+    Pair ``i`` is ``traced[i]`` beside ``replayed[i]``; a position only one side has
+    differs (missing or extra). What the comparison found is kept per differing
+    position only, so a 100,000-event activation costs its two event sequences (held
+    compactly: ``event_log.EventLog``) and nothing per matching event.
+    """
+
+    __slots__ = ("_differing", "_normalized", "replayed", "traced")
+
+    def __init__(
+        self,
+        traced: Sequence[TraceEvent],
+        replayed: Sequence[TraceEvent],
+        *,
+        differing: Mapping[int, tuple[str, ...]] | None = None,
+        normalized: Mapping[int, tuple[str, ...]] | None = None,
+    ) -> None:
+        """``differing``: the fields of each position where both sides have an event and they
+        differ; ``normalized``: the normalized fields of a position (``EventPair``)."""
+        self.traced = traced
+        self.replayed = replayed
+        self._differing = dict(differing or {})
+        self._normalized = dict(normalized or {})
+
+    def __len__(self) -> int:
+        return max(len(self.traced), len(self.replayed))
+
+    @overload
+    def __getitem__(self, position: int) -> EventPair: ...
+
+    @overload
+    def __getitem__(self, position: slice) -> tuple[EventPair, ...]: ...
+
+    def __getitem__(self, position: int | slice) -> EventPair | tuple[EventPair, ...]:
+        if isinstance(position, slice):
+            return tuple(self[i] for i in range(*position.indices(len(self))))
+        size = len(self)
+        if position < 0:
+            position += size
+        if not 0 <= position < size:
+            raise IndexError("event pair position out of range")
+        return EventPair(
+            index=position,
+            traced=self.traced[position] if position < len(self.traced) else None,
+            replayed=self.replayed[position] if position < len(self.replayed) else None,
+            differs=self.differs_at(position),
+            differing_fields=self._differing.get(position, ()),
+            normalized_fields=self._normalized.get(position, ()),
+        )
+
+    def __iter__(self) -> Iterator[EventPair]:
+        for position in range(len(self)):
+            yield self[position]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
+            return NotImplemented
+        return _same_items(self, other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"EventPairs({len(self)} pairs, {len(self.differing_positions())} differ)"
+
+    def differs_at(self, position: int) -> bool:
+        """Whether the pair at ``position`` differs (without building it)."""
+        return position in self._differing or position >= min(
+            len(self.traced), len(self.replayed)
+        )
+
+    def differing_positions(self) -> list[int]:
+        """The positions of every differing pair, ascending (without building any pair)."""
+        common = min(len(self.traced), len(self.replayed))
+        return sorted(self._differing) + list(range(common, len(self)))
+
+    def marked(self, position: int, fields: Sequence[str]) -> EventPairs:
+        """These pairs with the pair at ``position`` differing in ``fields`` too (a copy)."""
+        differing = dict(self._differing)
+        differing[position] = (*differing.get(position, ()), *fields)
+        return EventPairs(
+            self.traced, self.replayed, differing=differing, normalized=self._normalized
+        )
+
+
+def pair_counts(pairs: Sequence[EventPair]) -> tuple[int, int, int]:
+    """How many of ``pairs`` have a traced event, a replayed event, and differ."""
+    if isinstance(pairs, EventPairs):
+        return len(pairs.traced), len(pairs.replayed), len(pairs.differing_positions())
+    return (
+        sum(1 for p in pairs if p.traced is not None),
+        sum(1 for p in pairs if p.replayed is not None),
+        sum(1 for p in pairs if p.differs),
+    )
+
+
+def differing_positions(pairs: Sequence[EventPair]) -> list[int]:
+    """The positions of the differing pairs of ``pairs``, ascending (cheap for ``EventPairs``)."""
+    if isinstance(pairs, EventPairs):
+        return pairs.differing_positions()
+    return [position for position, pair in enumerate(pairs) if pair.differs]
 
 
 class DivergenceKind(enum.StrEnum):
@@ -398,8 +539,9 @@ class ReplayResult:
     reason: str
     """One line saying why this verdict (for ``reproduced``: what matched)."""
     header: ReplayHeader
-    events: tuple[EventPair, ...] = ()
-    """Traced and replayed events side by side, in order (normalized comparison)."""
+    events: Sequence[EventPair] = ()
+    """Traced and replayed events side by side, in order (normalized comparison). The
+    engine's is an ``EventPairs``: each pair is built when read."""
     first_divergence: Divergence | None = None
     cache_miss: CacheMiss | None = None
     tool_miss: ToolCacheMiss | None = None
@@ -415,8 +557,10 @@ class ReplayResult:
     """The traced ACTIVATION_END carries output and memory digests. False for a trace written
     before they existed (outputs and memory are then reported, not diffed), a failed
     activation, or a what-if."""
-    values: tuple[Value, ...] = ()
-    """Every replayed event's values, in event order, each marked (``replay.values``)."""
+    values: Sequence[Value] = ()
+    """Every replayed event's values, in event order, each marked (``replay.values``). The
+    engine's is a ``ValueList``: values are derived when read (``event_values`` reads one
+    event's)."""
     values_error: str = ""
     """Why the values could not be decoded (a bug of ours); the verdict stands without them."""
     memory_not_judged: str = ""

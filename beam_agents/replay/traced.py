@@ -13,12 +13,12 @@ activation plus a few events per activation of the key.
 
 Sinks deliver at least once, so an event may appear twice: an exact copy is
 kept once; two *different* events at the same position are refused (exit 2),
-since only one of them can be the record of what happened.
+since only one of them can be the record of what happened. The kept activation
+is held as serialized bytes (``EventLog``), not as parsed messages.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from beam_agents._protos import TraceEvent
 from beam_agents.errors import TraceStreamError
+from beam_agents.replay.event_log import EventLog
 from beam_agents.replay.inputs import STDIN, CappedReader, describe_source, open_regular
 from beam_agents.replay.options import Source
 from beam_agents.replay.refusal import InputError
@@ -85,25 +86,24 @@ class TracedKey:
     seqs: set[int] = field(default_factory=set)
     """Every seq with at least one traced event (an activation may lack its start)."""
     kept_seq: int | None = None
-    """The seq whose events ``events`` holds."""
-    events: dict[int, TraceEvent] = field(default_factory=dict)
-    """The events of ``kept_seq``, by index."""
+    """The seq whose events ``event_bytes`` holds."""
+    event_bytes: dict[int, bytes] = field(default_factory=dict, repr=False)
+    """The events of ``kept_seq``, by index, as their deterministic serializations (a
+    parsed event costs four times its bytes: ``event_log``). Two streams disagreeing on
+    one position is a conflict, found by comparing these bytes."""
     provider: str = ""
     """The provider named by the first traced LLM_CALL of the key (any activation)."""
     history: dict[int, TracedSeq] = field(default_factory=dict)
     """Per traced seq: its intent, suspension and closing events."""
-    # sha256 of each kept event's bytes: two streams disagreeing on one position is a conflict.
-    # A digest, not the bytes: a 100,000-event activation would hold its trace twice.
-    _kept_bytes: dict[int, bytes] = field(default_factory=dict, repr=False)
 
     @property
     def highest_seq(self) -> int | None:
         """The highest traced seq, or None when the key has no traced event."""
         return max(self.seqs) if self.seqs else None
 
-    def activation(self) -> list[TraceEvent]:
+    def activation(self) -> EventLog:
         """The kept activation's events in index order (validated: see ``check_complete``)."""
-        return [self.events[i] for i in sorted(self.events)]
+        return EventLog(self.event_bytes[i] for i in sorted(self.event_bytes))
 
     def provider_of_kept(self) -> str:
         """The provider named by the kept activation's first LLM_CALL, else by any traced one."""
@@ -221,13 +221,11 @@ def _take(found: TracedKey, event: TraceEvent, name: str, wanted: int | None) ->
         return
     if found.kept_seq != seq:
         found.kept_seq = seq
-        found.events = {}
-        found._kept_bytes = {}
-    data = hashlib.sha256(serialize_trace_event(event)).digest()
-    known_bytes = found._kept_bytes.get(index)
+        found.event_bytes = {}
+    data = serialize_trace_event(event)
+    known_bytes = found.event_bytes.get(index)
     if known_bytes is None:
-        found.events[index] = event
-        found._kept_bytes[index] = data
+        found.event_bytes[index] = data
     elif known_bytes != data:
         raise _conflict(found.entity_key, seq, index, name)
 

@@ -23,9 +23,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 import traceback
-from collections.abc import Sequence
-from typing import Any
+from array import array
+from bisect import bisect_left, bisect_right
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from itertools import pairwise
+from typing import Any, overload
 
 from beam_agents import canonical_json
 from beam_agents._protos import (
@@ -43,7 +48,7 @@ from beam_agents.agent import Timeout
 from beam_agents.cache_key import request_digests
 from beam_agents.capture import CapturedValue, ValueCapture
 from beam_agents.llm_cache import ReplayCache, response_digest
-from beam_agents.replay.result import BlobDigest, Mark, Value
+from beam_agents.replay.result import BlobDigest, Mark, Value, ValueList
 from beam_agents.trace_events import (
     ATTR_ARGS_SHA256,
     ATTR_CACHE_KEY,
@@ -59,7 +64,7 @@ from beam_agents.trace_events import (
 from beam_agents.trace_view import IntentStaged, attribute_text
 from beam_agents.trace_view import ToolCall as ToolCallView
 
-__all__ = ["agent_frame", "collect_values"]
+__all__ = ["ReplayValues", "agent_frame", "collect_values"]
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -182,7 +187,12 @@ class _Builder:
         )
 
 
-def _request_values(b: _Builder, request: LlmRequest, provider: str, cache: ReplayCache) -> None:
+def _request_values(
+    b: _Builder,
+    request: LlmRequest,
+    provider: str,
+    fingerprint_of: Callable[[str], RequestFingerprint | None],
+) -> None:
     digests = request_digests(request, provider=provider)
     key = digests.cache_key()
     traced_key = b.traced_attr(ATTR_CACHE_KEY)
@@ -190,9 +200,7 @@ def _request_values(b: _Builder, request: LlmRequest, provider: str, cache: Repl
     # The traced request's fingerprint, when its entry is still cached: marks per component.
     fingerprint: RequestFingerprint | None = None
     if whole is Mark.DIFFERS and traced_key is not None:
-        entry = cache.get(traced_key)
-        if entry is not None and entry.fingerprint.key_format:
-            fingerprint = entry.fingerprint
+        fingerprint = fingerprint_of(traced_key)
 
     def component(path: str, value: Any, mine: bytes, theirs: bytes | None) -> None:
         mark: Mark
@@ -317,11 +325,198 @@ def _envelope_value(trigger: AgentEnvelope | Timeout) -> Any:
     return out
 
 
-def _by_event(capture: ValueCapture) -> dict[int, list[CapturedValue]]:
-    out: dict[int, list[CapturedValue]] = {}
-    for captured in capture.values:
-        out.setdefault(captured.event_index, []).append(captured)
-    return out
+class ReplayValues(ValueList):
+    """Every replayed event's values, in event order, each marked: derived when read.
+
+    No ``Value`` is kept: an event's values are derived from what the re-run
+    captured (``ValueCapture``) and the two events each time they are read, so
+    the values of a 100,000-event activation, or a 1 MiB model response's text,
+    are never held beside the re-run's own objects (issue 14). ``check`` derives
+    them all once, so that a value that cannot be decoded is known before anything
+    is rendered; deriving is deterministic, so every later read yields the same
+    values. ``for_event`` keeps the last few events' values for a renderer that
+    reads one event again and again (the TUI's detail pane).
+    """
+
+    __slots__ = (
+        "_cache",
+        "_captured",
+        "_counts",
+        "_fingerprints",
+        "_keys",
+        "_lock",
+        "_memory",
+        "_order",
+        "_outputs",
+        "_provider",
+        "_recent",
+        "_replayed",
+        "_traced",
+        "_trigger",
+    )
+
+    RECENT_EVENTS = 64
+    """How many events' values ``for_event`` keeps."""
+
+    def __init__(
+        self,
+        traced: Sequence[TraceEvent] | None,
+        replayed: Sequence[TraceEvent],
+        *,
+        capture: ValueCapture,
+        trigger: AgentEnvelope | Timeout,
+        provider: str,
+        cache: ReplayCache | None,
+        outputs: Sequence[BlobDigest],
+        memory: BlobDigest | None,
+    ) -> None:
+        self._traced = traced
+        self._replayed = replayed
+        self._trigger = trigger
+        self._provider = provider
+        self._outputs = tuple(outputs)
+        self._memory = memory
+        self._cache = cache
+        self._fingerprints: dict[str, RequestFingerprint | None] = {}
+        captured = capture.values
+        # The captured values of one event are a run of ``_order`` (stable: capture order).
+        keys = [c.event_index for c in captured]
+        order: Sequence[int] = range(len(captured))
+        if any(a > b for a, b in pairwise(keys)):
+            order = array("q", sorted(order, key=keys.__getitem__))
+            keys = [keys[i] for i in order]
+        self._captured = captured
+        self._order = order
+        self._keys = array("q", keys)
+        self._counts: array[int] | None = None
+        self._recent: OrderedDict[int, tuple[Value, ...]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def check(self) -> None:
+        """Derive every value once (raising what deriving raises), then let go of the cache.
+
+        The cache is read only for the traced requests' fingerprints, which are kept
+        (copied: not a view that would keep the whole cache alive).
+        """
+        counts = array("q")
+        for position in range(len(self._replayed)):
+            counts.append(len(self._derive(position)))
+        self._counts = counts
+        self._cache = None
+
+    def _fingerprint(self, key: str) -> RequestFingerprint | None:
+        if key in self._fingerprints:
+            return self._fingerprints[key]
+        found: RequestFingerprint | None = None
+        entry = self._cache.get(key) if self._cache is not None else None
+        if entry is not None and entry.fingerprint.key_format:
+            found = RequestFingerprint()
+            found.CopyFrom(entry.fingerprint)
+        self._fingerprints[key] = found
+        return found
+
+    def _captured_for(self, index: int) -> list[CapturedValue]:
+        lo = bisect_left(self._keys, index)
+        hi = bisect_right(self._keys, index, lo)
+        return [self._captured[self._order[k]] for k in range(lo, hi)]
+
+    def _derive(self, position: int) -> list[Value]:
+        event = self._replayed[position]
+        traced = self._traced
+        counterpart = traced[event.index] if traced is not None and event.index < len(traced) else None
+        b = _Builder(counterpart, event)
+        _event_values(
+            b,
+            event,
+            self._captured_for(event.index),
+            self._trigger,
+            self._provider,
+            self._fingerprint,
+        )
+        if event.kind == TraceEvent.ACTIVATION_END:
+            for i, out in enumerate(self._outputs):
+                b.add(
+                    f"outputs[{i}]",
+                    out.payload,
+                    digest=out.sha256,
+                    attribute=ATTR_OUTPUTS_SHA256,
+                    mark=out.mark,
+                    traced=out.traced_sha256,
+                )
+            memory = self._memory
+            if memory is not None:
+                b.add(
+                    "memory",
+                    _json_or_text(memory.payload.decode("utf-8", errors="backslashreplace")),
+                    digest=memory.sha256,
+                    attribute=ATTR_MEMORY_SHA256,
+                    mark=memory.mark,
+                    traced=memory.traced_sha256,
+                )
+        return b.values
+
+    def _position_of(self, index: int) -> int | None:
+        replayed = self._replayed
+        if 0 <= index < len(replayed) and replayed[index].index == index:
+            return index  # the re-run numbers its events 0, 1, … in order
+        for position, event in enumerate(replayed):  # pragma: no cover - never numbered so
+            if event.index == index:
+                return position
+        return None
+
+    def for_event(self, index: int) -> tuple[Value, ...]:
+        """The values of event ``index`` (the last ``RECENT_EVENTS`` events' are kept)."""
+        with self._lock:
+            found = self._recent.get(index)
+            if found is not None:
+                self._recent.move_to_end(index)
+                return found
+        position = self._position_of(index)
+        values = tuple(self._derive(position)) if position is not None else ()
+        with self._lock:
+            self._recent[index] = values
+            if len(self._recent) > self.RECENT_EVENTS:
+                self._recent.popitem(last=False)
+        return values
+
+    def __iter__(self) -> Iterator[Value]:
+        for position in range(len(self._replayed)):
+            yield from self._derive(position)
+
+    def _event_counts(self) -> array[int]:
+        if self._counts is None:
+            self.check()
+        assert self._counts is not None
+        return self._counts
+
+    def __len__(self) -> int:
+        return sum(self._event_counts())
+
+    def __bool__(self) -> bool:
+        return any(self._event_counts())
+
+    @overload
+    def __getitem__(self, i: int) -> Value: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> tuple[Value, ...]: ...
+
+    def __getitem__(self, i: int | slice) -> Value | tuple[Value, ...]:
+        if isinstance(i, slice):
+            return tuple(self)[i]
+        size = len(self)
+        if i < 0:
+            i += size
+        if not 0 <= i < size:
+            raise IndexError("value index out of range")
+        for position, count in enumerate(self._event_counts()):
+            if i < count:
+                return self._derive(position)[i]
+            i -= count
+        raise IndexError("value index out of range")  # pragma: no cover - counted above
+
+    def __repr__(self) -> str:
+        return f"ReplayValues({len(self._replayed)} events)"
 
 
 def collect_values(
@@ -334,8 +529,11 @@ def collect_values(
     cache: ReplayCache,
     outputs: Sequence[BlobDigest],
     memory: BlobDigest | None,
-) -> tuple[Value, ...]:
+) -> ReplayValues:
     """Every replayed event's values, in event order, each marked (see the module docstring).
+
+    They are derived once here (an error deriving them is raised here, never while a
+    report is being written) and again each time they are read: ``ReplayValues``.
 
     Args:
         traced: The traced events (None for a what-if: every value is unverifiable).
@@ -347,35 +545,18 @@ def collect_values(
         outputs: The re-run's outputs, already marked (``end_check``).
         memory: The re-run's committed memory, already marked.
     """
-    captured = _by_event(capture)
-    values: list[Value] = []
-    for event in replayed:
-        counterpart = (
-            traced[event.index] if traced is not None and event.index < len(traced) else None
-        )
-        b = _Builder(counterpart, event)
-        _event_values(b, event, captured.get(event.index, ()), trigger, provider, cache)
-        if event.kind == TraceEvent.ACTIVATION_END:
-            for i, out in enumerate(outputs):
-                b.add(
-                    f"outputs[{i}]",
-                    out.payload,
-                    digest=out.sha256,
-                    attribute=ATTR_OUTPUTS_SHA256,
-                    mark=out.mark,
-                    traced=out.traced_sha256,
-                )
-            if memory is not None:
-                b.add(
-                    "memory",
-                    _json_or_text(memory.payload.decode("utf-8", errors="backslashreplace")),
-                    digest=memory.sha256,
-                    attribute=ATTR_MEMORY_SHA256,
-                    mark=memory.mark,
-                    traced=memory.traced_sha256,
-                )
-        values.extend(b.values)
-    return tuple(values)
+    values = ReplayValues(
+        traced,
+        replayed,
+        capture=capture,
+        trigger=trigger,
+        provider=provider,
+        cache=cache,
+        outputs=outputs,
+        memory=memory,
+    )
+    values.check()
+    return values
 
 
 def _event_values(
@@ -384,7 +565,7 @@ def _event_values(
     captured: Sequence[CapturedValue],
     trigger: AgentEnvelope | Timeout,
     provider: str,
-    cache: ReplayCache,
+    fingerprint_of: Callable[[str], RequestFingerprint | None],
 ) -> None:
     """Add the values of ``event`` to ``b``, from what the re-run captured for it."""
     kind = event.kind
@@ -398,7 +579,7 @@ def _event_values(
         )
     for item in captured:
         if item.what == "request":
-            _request_values(b, item.value, provider, cache)
+            _request_values(b, item.value, provider, fingerprint_of)
         elif item.what == "response":
             _response_values(b, item.value)
         elif item.what == "args":

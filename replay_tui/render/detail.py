@@ -25,7 +25,9 @@ from beam_agents.replay.result import (
     Mark,
     ReplayResult,
     Value,
+    ValueList,
     Verdict,
+    event_values,
 )
 from replay_tui.render.layout import columns, fold, wrap
 from replay_tui.render.literal import literal, literal_text
@@ -329,13 +331,20 @@ _MARK_ORDER = {Mark.DIFFERS: 0, Mark.VERIFIED: 1, Mark.UNVERIFIABLE: 2}
 class ValuesIndex:
     """The result's values of one event, differing ones first, found by bisection.
 
-    The engine lists values in event order, so the index is one list of event indices
-    (built once, ~30 ms per million values); each lookup bisects and sorts a handful.
+    Values given as a tuple are listed in event order, so the index is one list of event
+    indices (built once, ~30 ms per million values); each lookup bisects and sorts a
+    handful. The engine's (a ``ValueList``) derive one event's values on request.
     """
 
-    __slots__ = ("_keys", "_values")
+    __slots__ = ("_derived", "_keys", "_values")
 
     def __init__(self, values: Sequence[Value]) -> None:
+        # The engine's values are derived per event when read: no index to build.
+        self._derived = values if isinstance(values, ValueList) else None
+        if self._derived is not None:
+            self._values: Sequence[Value] = ()
+            self._keys: list[int] = []
+            return
         keys = [v.event_index for v in values]
         if any(a > b for a, b in pairwise(keys)):
             values = sorted(values, key=lambda v: v.event_index)
@@ -345,11 +354,15 @@ class ValuesIndex:
 
     def get(self, index: int, default: Sequence[Value] = ()) -> list[Value]:
         """The values of event ``index`` (differing first), or ``default`` as a list."""
-        lo = bisect_left(self._keys, index)
-        hi = bisect_right(self._keys, index, lo)
-        if lo == hi:
+        if self._derived is not None:
+            found: Sequence[Value] = self._derived.for_event(index)
+        else:
+            lo = bisect_left(self._keys, index)
+            hi = bisect_right(self._keys, index, lo)
+            found = self._values[lo:hi]
+        if not found:
             return list(default)
-        return sorted(self._values[lo:hi], key=lambda v: _MARK_ORDER[v.mark])
+        return sorted(found, key=lambda v: _MARK_ORDER[v.mark])
 
 
 def values_by_event(result: ReplayResult) -> ValuesIndex:
@@ -406,7 +419,7 @@ def detail_lines(
     """
     what_if = result.verdict is Verdict.WHAT_IF
     if values is None:
-        values = [v for v in result.values if v.event_index == pair.index]
+        values = list(event_values(result.values, pair.index))
     lines = wrap(_title(pair, what_if=what_if), width)
     # The values first: they say what changed; the digests and the diff below say where.
     lines += values_lines(values, width, what_if=what_if)

@@ -22,7 +22,13 @@ from rich.text import Text
 from beam_agents import trace_events as te
 from beam_agents import trace_view as tv
 from beam_agents._protos import TraceEvent
-from beam_agents.replay.result import EventPair, ReplayResult, Verdict
+from beam_agents.replay.result import (
+    EventPair,
+    EventPairs,
+    ReplayResult,
+    Verdict,
+    differing_positions,
+)
 from replay_tui.render.literal import clip, literal
 
 KIND_LABELS: dict[int, str] = {
@@ -234,8 +240,9 @@ def build_row(
 class TimelineModel:
     """The rows of one result, built on demand and kept, plus where the notable rows are.
 
-    Constructing it reads only ``EventPair.differs`` of each pair (no trace
-    attributes), so it is cheap even for 100,000 events.
+    Constructing it reads only which pairs differ (``differing_positions``: for the
+    engine's ``EventPairs`` without building a pair), so it is cheap even for 100,000
+    events.
     """
 
     def __init__(self, result: ReplayResult) -> None:
@@ -255,12 +262,21 @@ class TimelineModel:
             self.miss_key_is_cache_key = False
         self.what_if = result.verdict is Verdict.WHAT_IF
         """Nothing was traced to compare with: rows are the re-run alone."""
-        notable = set() if self.what_if else {pair.index for pair in self.pairs if pair.differs}
+        self._dense = isinstance(self.pairs, EventPairs) or not self._sparse()
+        """Pair ``i`` is event ``i`` (always so for the engine's ``EventPairs``)."""
+        notable = (
+            set()
+            if self.what_if
+            else {
+                pos if self._dense else self.pairs[pos].index
+                for pos in differing_positions(self.pairs)
+            }
+        )
         for index in (self.first_divergence_index, self.miss_index):
             if index is not None:
                 notable.add(index)
         self._position = (
-            {pair.index: pos for pos, pair in enumerate(self.pairs)} if self._sparse() else None
+            None if self._dense else {pair.index: pos for pos, pair in enumerate(self.pairs)}
         )
         self.notable: list[int] = sorted(
             pos for pos in (self.position_of(i) for i in notable) if pos is not None

@@ -186,3 +186,55 @@ def test_comparing_equal_events_does_not_import_deepdiff() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_pairs_over_serialized_events_are_the_pairs_over_messages() -> None:
+    """The engine compares an ``EventLog`` (bytes) with the re-run: the same pairs as messages."""
+    from beam_agents.replay.event_log import EventLog
+    from beam_agents.replay.result import EventPairs, differing_positions, pair_counts
+
+    same = llm_call(hit=False)
+    normalized_only = llm_call(hit=False)
+    normalized_only.index = 2
+    changed = llm_call(hit=False, **{te.ATTR_RESPONSE_SHA256: "11" * 32})
+    changed.index = 3
+    traced = [same, normalized_only, changed]
+    replayed_hit = llm_call(hit=True)
+    replayed_hit.index = 2
+    replayed_changed = llm_call(hit=True, **{te.ATTR_RESPONSE_SHA256: "22" * 32})
+    replayed_changed.index = 3
+    extra = llm_call(hit=True)
+    extra.index = 4
+    replayed = [same, replayed_hit, replayed_changed, extra]
+    as_messages = compare_events(traced, replayed)
+    as_bytes = compare_events(EventLog.of(traced), EventLog.of(replayed))
+    assert isinstance(as_bytes.pairs, EventPairs)
+    assert list(as_bytes.pairs) == list(as_messages.pairs)
+    assert as_bytes.pairs == tuple(as_messages.pairs)  # a lazy sequence equals its items' tuple
+    assert as_bytes.first_difference == as_messages.first_difference == 2
+    pairs = list(as_bytes.pairs)
+    assert [p.differs for p in pairs] == [False, False, True, True]
+    assert pairs[1].normalized_fields == (
+        f"attributes[{te.ATTR_BILLED!r}]",
+        f"attributes[{te.ATTR_CACHE_HIT!r}]",
+    )
+    assert pairs[2].differing_fields == (f"attributes[{te.ATTR_RESPONSE_SHA256!r}]",)
+    assert pairs[3].traced is None and pairs[3].replayed == extra
+    assert differing_positions(as_bytes.pairs) == differing_positions(pairs) == [2, 3]
+    assert pair_counts(as_bytes.pairs) == pair_counts(pairs) == (3, 4, 2)
+    assert as_bytes.pairs[-1] == pairs[-1] and as_bytes.pairs[1:3] == tuple(pairs[1:3])
+    marked = as_bytes.pairs.marked(1, ["outputs"])
+    assert marked[1].differs and marked[1].differing_fields == ("outputs",)
+    assert not as_bytes.pairs[1].differs  # marking makes a copy
+
+
+def test_an_event_log_reads_back_the_events_it_was_given() -> None:
+    from beam_agents.replay.event_log import EventLog
+
+    events = [llm_call(hit=False), llm_call(hit=True)]
+    log = EventLog.of(events)
+    assert len(log) == 2 and list(log) == events and log == events
+    assert log[1] == events[1] and log[-1] == events[1] and list(log[:1]) == events[:1]
+    assert log.raw(0) == te.serialize_trace_event(events[0])
+    assert log[0] is not log[0]  # parsed on each read: nothing is kept but the bytes
+    assert EventLog.of(log) is log and not EventLog()

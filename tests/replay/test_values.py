@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 
 import replay_agents as ra
 from replay_harness import KEY, T0, KeyHistory, options
@@ -281,3 +282,34 @@ def test_a_value_that_cannot_be_decoded_never_changes_the_verdict(
     assert result.values == () and "a value our decoder chokes on" in result.values_error
     assert "values: not shown — decoding them failed (UnicodeError" in render_report(result)
     assert result_to_dict(result)["values_error"].startswith("UnicodeError")
+
+
+def test_values_are_derived_when_read_and_read_the_same_every_time() -> None:
+    """The engine keeps no ``Value`` (issue 14): each read derives them again, identically."""
+    from beam_agents.replay.result import ValueList, event_values
+    from beam_agents.replay.values import ReplayValues
+
+    history = KeyHistory(ra.NOTES, ra.TOOLS, ra.make_provider())
+    event = ask()
+    history.send(event)
+    result = replay(
+        options(history.export(), history.trace_bytes(), event=event, agent="replay_agents:NOTES")
+    )
+    values = result.values
+    assert isinstance(values, ReplayValues) and isinstance(values, ValueList)
+    eager = tuple(values)
+    assert values == eager and len(values) == len(eager) and bool(values)
+    assert [v for v in values] == list(eager) and values[-1] == eager[-1]
+    assert values[0] is not values[0]  # derived again, not kept
+    per_event = [event_values(values, i) for i in range(len(result.events))]
+    assert tuple(v for vs in per_event for v in vs) == eager
+    assert event_values(values, 2) == event_values(eager, 2)  # a tuple is filtered alike
+    assert event_values(values, 2) is event_values(values, 2)  # one event's values are kept
+    assert event_values(values, 99) == ()
+    # The document and the redacted one read them lazily too, and say the same.
+    assert result_to_dict(result)["values"] == result_to_dict(replace(result, values=eager))[
+        "values"
+    ]
+    hidden = redact(result).values
+    assert tuple(hidden) == tuple(redact(replace(result, values=eager)).values)
+    assert event_values(hidden, 1) == tuple(v for v in hidden if v.event_index == 1)
