@@ -471,7 +471,7 @@ _RAISE_IT = (
 class _RerunRanPast(CannotReproduce):
     """The re-run did not end within the time limit: it is not judged (exit 3)."""
 
-    def __init__(self, limit: float, ctx: Any, traced: tuple[Any, ...] | None) -> None:
+    def __init__(self, limit: float, ctx: Any, traced: Sequence[Any] | None) -> None:
         events = list(ctx.events) if ctx is not None else []
         if events:
             last = events[-1]
