@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from beam_agents.cli.output import silence_stdout, write_output
+from beam_agents.cli.output import json_text, print_out, write_output
 from beam_agents.cli.parsing import PROG, Parser, UsageError, add_time_limit_flag
 from beam_agents.cli.process import PROCESS_LIFE, cwd_importable
 from beam_agents.replay.escape import escape
@@ -49,8 +49,6 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
 
 
 def _run_check(ns: argparse.Namespace) -> int:
-    import json
-
     from beam_agents.replay.bulk import check_bundles, check_json, render_check, render_junit
 
     prog = f"{PROG} check"
@@ -79,12 +77,5 @@ def _run_check(ns: argparse.Namespace) -> int:
                 f"{escape(str(exc.strerror or exc))}\n"
             )
             return EXIT_USAGE
-    try:
-        if ns.json:
-            sys.stdout.write(json.dumps(check_json(report), indent=2, sort_keys=True) + "\n")
-        else:
-            sys.stdout.write(render_check(report))
-        sys.stdout.flush()
-    except BrokenPipeError:
-        silence_stdout()
+    print_out(json_text(check_json(report)) if ns.json else render_check(report))
     return report.exit_code

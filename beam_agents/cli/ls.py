@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
-from beam_agents.cli.output import report_refusal, silence_stdout
+from beam_agents.cli.output import json_text, print_out, report_refusal
 from beam_agents.cli.parsing import ExitCodesFormatter, Parser
 from beam_agents.cli.process import isolate
 from beam_agents.replay.result import EXIT_OK
@@ -53,8 +52,6 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
 
 
 def _run_ls(ns: argparse.Namespace) -> int:
-    import json
-
     from beam_agents.replay.listing import list_activations, listing_json, render_listing
     from beam_agents.replay.refusal import ReplayRefused
 
@@ -63,12 +60,5 @@ def _run_ls(ns: argparse.Namespace) -> int:
         listing = list_activations(ns.traces, snapshot=ns.snapshot, key=ns.key)
     except ReplayRefused as refused:
         return report_refusal("ls", refused)
-    try:
-        if ns.json:
-            sys.stdout.write(json.dumps(listing_json(listing), indent=2, sort_keys=True) + "\n")
-        else:
-            sys.stdout.write(render_listing(listing))
-        sys.stdout.flush()
-    except BrokenPipeError:
-        silence_stdout()
+    print_out(json_text(listing_json(listing)) if ns.json else render_listing(listing))
     return EXIT_OK

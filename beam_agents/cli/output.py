@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 from beam_agents.cli.parsing import PROG
 
@@ -13,6 +14,22 @@ def silence_stdout() -> None:
     """Point stdout at /dev/null so the interpreter's final flush does not fail again."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
+
+
+def print_out(text: str) -> None:
+    """Write ``text`` to standard output; a reader that went away (``| head``) is no error."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        silence_stdout()
+
+
+def json_text(document: Any) -> str:
+    """A command's ``--json`` document (``ls``, ``check``): indented, keys sorted, one line end."""
+    import json
+
+    return json.dumps(document, indent=2, sort_keys=True) + "\n"
 
 
 def report_refusal(command: str, refused: Exception) -> int:
