@@ -116,7 +116,7 @@ LARGE_CELL_BYTES = 1 << 16
 of it as ``bytes``): a 64 MB cache is then held once while it loads, not three times.
 Smaller cells take the plain path, which is faster for them."""
 
-Buffer = bytes | memoryview
+Buffer = bytes | bytearray | memoryview
 
 
 def _read_varint(data: memoryview, at: int) -> tuple[int, int] | None:
@@ -189,22 +189,37 @@ _BODY_FIELD_NUMBER: int = VersionedBlob.DESCRIPTOR.fields_by_name["body"].number
 _BODY_FIELD = frozenset({_BODY_FIELD_NUMBER})
 
 
+def unwrap_in_place(kind: str, raw: Buffer) -> tuple[int, Buffer] | None:
+    """``unwrap_blob`` whose body is a view of ``raw`` (no copy), for a well-formed blob.
+
+    Returns:
+        ``(stamped version, body)``, or None when ``raw`` is not a well-formed
+        ``VersionedBlob`` of ``kind`` (``unwrap_blob`` then says what is wrong).
+
+    Raises:
+        StateError: ``kind`` is not a blob kind.
+    """
+    _current_version(kind)
+    split = split_fields(raw, _BODY_FIELD)
+    if split is None:
+        return None
+    head, fields = split
+    try:
+        blob = VersionedBlob.FromString(head)
+    except DecodeError:
+        return None
+    if blob.kind != kind:
+        return None
+    return blob.schema_version, fields.get(_BODY_FIELD_NUMBER, b"")
+
+
 def _unwrap_large(kind: str, raw: Buffer) -> tuple[int, Buffer]:
     """``unwrap_blob`` whose body is a view of ``raw`` (no copy) when ``raw`` is well-formed.
 
     Anything else goes to ``unwrap_blob``, whose error names what is wrong.
     """
-    split = split_fields(raw, _BODY_FIELD)
-    if split is not None:
-        head, fields = split
-        try:
-            blob = VersionedBlob.FromString(head)
-        except DecodeError:
-            blob = None
-        if blob is not None and blob.kind == kind:
-            _current_version(kind)
-            return blob.schema_version, fields.get(_BODY_FIELD_NUMBER, b"")
-    return unwrap_blob(kind, bytes(raw))
+    unwrapped = unwrap_in_place(kind, raw)
+    return unwrapped if unwrapped is not None else unwrap_blob(kind, bytes(raw))
 
 
 def blob_version(kind: str, raw: Buffer) -> int:
@@ -318,6 +333,17 @@ def load_llm_cache(raw: Buffer) -> tuple[ReplayCache, list[str]]:
     return ReplayCache.from_body(parsed, copy=False), steps
 
 
+def load_llm_cache_at(version: int, body: bytes) -> tuple[ReplayCache, list[str]]:
+    """The replay cache from the body of an ``llm_cache`` cell stamped ``version``.
+
+    Returns:
+        ``(cache, applied migration steps)``.
+    """
+    body, steps = migrate("llm_cache", version, body)
+    parsed = parse_proto(LlmCacheBody, "llm_cache", body)
+    return ReplayCache.from_body(parsed, copy=False), steps
+
+
 def dump_llm_cache(cache: ReplayCache) -> bytes:
     """An ``llm_cache`` cell holding ``cache`` (entries in cache-key order)."""
     return encode_blob("llm_cache", cache.body_bytes())
@@ -335,6 +361,17 @@ def load_tool_cache(raw: Buffer) -> tuple[ToolCache, list[str]]:
     if not len(raw):
         return ToolCache(), []
     body, steps = _decode_large("tool_cache", raw)
+    parsed = parse_proto(ToolCacheBody, "tool_cache", body)
+    return ToolCache.from_body(parsed, copy=False), steps
+
+
+def load_tool_cache_at(version: int, body: bytes) -> tuple[ToolCache, list[str]]:
+    """The recorded tool results from the body of a ``tool_cache`` cell stamped ``version``.
+
+    Returns:
+        ``(cache, applied migration steps)``.
+    """
+    body, steps = migrate("tool_cache", version, body)
     parsed = parse_proto(ToolCacheBody, "tool_cache", body)
     return ToolCache.from_body(parsed, copy=False), steps
 

@@ -12,6 +12,7 @@ read-only and re-encode nothing).
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +28,6 @@ from beam_agents._protos import (
 )
 from beam_agents.blobs import (
     LARGE_CELL_BYTES,
-    Buffer,
     blob_version,
     dump_continuation,
     dump_llm_cache,
@@ -38,14 +38,17 @@ from beam_agents.blobs import (
     load_continuation,
     load_continuation_at,
     load_llm_cache,
+    load_llm_cache_at,
     load_memory,
     load_pending,
     load_pending_at,
     load_resume_history,
     load_resume_history_at,
     load_tool_cache,
+    load_tool_cache_at,
     split_fields,
     unwrap_blob,
+    unwrap_in_place,
 )
 from beam_agents.errors import BlobTooNewError, CorruptBlobError
 from beam_agents.llm_cache import ReplayCache
@@ -223,20 +226,28 @@ def load_snapshot(data: bytes) -> tuple[StateSnapshot, KeyState]:
     return snapshot, _state_of(snapshot, len(data))
 
 
-_CACHE_FIELDS = frozenset(
-    StateSnapshot.DESCRIPTOR.fields_by_name[name].number for name in ("llm_cache", "tool_cache")
-)
-_LLM_CACHE_FIELD: int = StateSnapshot.DESCRIPTOR.fields_by_name["llm_cache"].number
-_TOOL_CACHE_FIELD: int = StateSnapshot.DESCRIPTOR.fields_by_name["tool_cache"].number
+_CACHE_FIELD_NUMBERS: dict[str, int] = {
+    kind: StateSnapshot.DESCRIPTOR.fields_by_name[kind].number
+    for kind in ("llm_cache", "tool_cache")
+}
+_CACHE_FIELDS = frozenset(_CACHE_FIELD_NUMBERS.values())
 
 
-def load_snapshot_for_replay(data: bytes) -> tuple[StateSnapshot, KeyState, dict[str, int]]:
-    """``load_snapshot`` for replay, holding a large cache once while it loads (issue 14).
+def load_snapshot_for_replay(
+    data: bytes | bytearray,
+) -> tuple[StateSnapshot, KeyState, dict[str, int]]:
+    """``load_snapshot`` for replay, holding a large cache as few times as it can (issue 14).
 
-    The ``llm_cache`` and ``tool_cache`` blobs are parsed out of ``data`` in place
-    (``blobs.split_fields``), never copied out of it as ``bytes`` fields of a parsed
-    snapshot and then out of a parsed ``VersionedBlob``. Errors are those of
-    ``load_snapshot``: bytes that are not well-formed are loaded by it.
+    The ``llm_cache`` and ``tool_cache`` blobs are taken apart in place
+    (``blobs.split_fields``): each body is copied out of ``data`` once, never as a
+    ``bytes`` field of a parsed snapshot and again out of a parsed ``VersionedBlob``.
+    Errors are those of ``load_snapshot``: bytes that are not well-formed are loaded
+    by it.
+
+    Args:
+        data: The snapshot's bytes. A large ``bytearray`` is emptied once the bodies
+            are copied out of it, before they are parsed, so the snapshot's bytes are
+            not held alongside its parsed cache: pass one you have no further use for.
 
     Returns:
         ``(snapshot, the key's state at the current layouts, the version each blob was
@@ -246,39 +257,62 @@ def load_snapshot_for_replay(data: bytes) -> tuple[StateSnapshot, KeyState, dict
     Raises:
         As ``load_snapshot``.
     """
-    split = split_fields(data, _CACHE_FIELDS) if len(data) >= LARGE_CELL_BYTES else None
-    if split is not None:
-        rest, caches = split
-        try:
-            snapshot = StateSnapshot.FromString(rest)
-        except DecodeError:
-            split = None  # loaded whole below, whose error names what is wrong
-    llm_cache: Buffer
-    tool_cache: Buffer
-    if split is None:
-        snapshot, state = load_snapshot(data)
-        llm_cache, tool_cache = snapshot.llm_cache, snapshot.tool_cache
+    size = len(data)
+    parts = _cache_parts(data) if size >= LARGE_CELL_BYTES else None
+    if parts is None:
+        snapshot, state = load_snapshot(bytes(data))
+        cells = {kind: getattr(snapshot, kind) for kind in _CACHE_FIELD_NUMBERS}
         snapshot.ClearField("llm_cache")
         snapshot.ClearField("tool_cache")
-    else:
-        llm_cache = caches.get(_LLM_CACHE_FIELD, b"")
-        tool_cache = caches.get(_TOOL_CACHE_FIELD, b"")
-        state = _state_of(snapshot, len(data), llm_cache, tool_cache)
-    return snapshot, state, _stored_versions(snapshot, llm_cache, tool_cache)
+        versions = {kind: blob_version(kind, raw) for kind, raw in cells.items() if raw}
+        return snapshot, state, _stored_versions(snapshot, versions)
+    snapshot, bodies = parts
+    if isinstance(data, bytearray):
+        # The bodies are copies: nothing here refers into data any more. Something else
+        # holding a view of it (a debugger, a sampling profiler's frame) only keeps
+        # its memory from being freed now.
+        with contextlib.suppress(BufferError):
+            del data[:]
+    versions = {kind: version for kind, (version, _) in bodies.items()}
+    state = _state_of(snapshot, size, bodies)
+    return snapshot, state, _stored_versions(snapshot, versions)
 
 
-def _stored_versions(
-    snapshot: StateSnapshot, llm_cache: Buffer, tool_cache: Buffer
-) -> dict[str, int]:
-    """The schema version each blob of the snapshot was stored at (before migration)."""
+def _cache_parts(
+    data: bytes | bytearray,
+) -> tuple[StateSnapshot, dict[str, tuple[int, bytes]]] | None:
+    """The snapshot without its cache fields, and each non-empty cache blob's (version,
+    body) copied out of ``data``; None when ``data`` cannot be taken apart cleanly."""
+    split = split_fields(data, _CACHE_FIELDS)
+    if split is None:
+        return None
+    rest, views = split
+    try:
+        snapshot = StateSnapshot.FromString(rest)
+    except DecodeError:
+        return None
+    bodies: dict[str, tuple[int, bytes]] = {}
+    for kind, number in _CACHE_FIELD_NUMBERS.items():
+        view = views.get(number)
+        if view is None or not len(view):
+            continue  # an empty cell, as load_snapshot reads it
+        unwrapped = unwrap_in_place(kind, view)
+        if unwrapped is None:
+            return None
+        version, body = unwrapped
+        bodies[kind] = (version, bytes(body))
+    return snapshot, bodies
+
+
+def _stored_versions(snapshot: StateSnapshot, caches: dict[str, int]) -> dict[str, int]:
+    """The schema version each blob of the snapshot was stored at (before migration),
+    the caches' as ``caches`` gives them (a missing kind: an empty cell)."""
     versions: dict[str, int] = {"snapshot": snapshot.state_schema_version}
-    for kind, raw in (
-        ("memory", snapshot.memory),
-        ("llm_cache", llm_cache),
-        ("tool_cache", tool_cache),
-    ):
-        if len(raw):
-            versions[kind] = blob_version(kind, raw)
+    if snapshot.memory:
+        versions["memory"] = unwrap_blob("memory", snapshot.memory)[0]
+    for kind in ("llm_cache", "tool_cache"):
+        if kind in caches:
+            versions[kind] = caches[kind]
     if snapshot.HasField("continuation"):
         versions["continuation"] = snapshot.continuation.schema_version
     if snapshot.pending or snapshot.pending_schema_version:
@@ -289,13 +323,13 @@ def _stored_versions(
 
 
 def _state_of(
-    snapshot: StateSnapshot,
-    size: int,
-    llm_cache: Buffer | None = None,
-    tool_cache: Buffer | None = None,
+    snapshot: StateSnapshot, size: int, caches: dict[str, tuple[int, bytes]] | None = None
 ) -> KeyState:
-    """The state a parsed snapshot of ``size`` bytes holds; the caches' blobs are the
-    snapshot's fields unless given."""
+    """The state a parsed snapshot of ``size`` bytes holds.
+
+    ``caches`` (taken out of it as they are loaded): the ``(version, body)`` of each
+    non-empty cache blob, read from the snapshot's fields when None.
+    """
     found = snapshot.state_schema_version
     if found > STATE_SCHEMA_VERSION:
         raise BlobTooNewError("snapshot", found, STATE_SCHEMA_VERSION)
@@ -305,7 +339,12 @@ def _state_of(
         )
 
     memory, memory_steps = load_memory(snapshot.memory)
-    cache, cache_steps = load_llm_cache(snapshot.llm_cache if llm_cache is None else llm_cache)
+    if caches is None:
+        cache, cache_steps = load_llm_cache(snapshot.llm_cache)
+    elif "llm_cache" in caches:
+        cache, cache_steps = load_llm_cache_at(*caches.pop("llm_cache"))
+    else:
+        cache, cache_steps = load_llm_cache(b"")
     continuation: Continuation | None = None
     continuation_steps: list[str] = []
     if snapshot.HasField("continuation"):
@@ -329,7 +368,12 @@ def _state_of(
             snapshot.resumed_from_schema_version,
             ResumeHistory(records=snapshot.resumed_from).SerializeToString(deterministic=True),
         )
-    tools, tool_steps = load_tool_cache(snapshot.tool_cache if tool_cache is None else tool_cache)
+    if caches is None:
+        tools, tool_steps = load_tool_cache(snapshot.tool_cache)
+    elif "tool_cache" in caches:
+        tools, tool_steps = load_tool_cache_at(*caches.pop("tool_cache"))
+    else:
+        tools, tool_steps = ToolCache(), []
     state = KeyState(
         memory=memory,
         cache=cache,

@@ -50,7 +50,9 @@ Migration = Callable[[bytes], bytes]
 MessageT = TypeVar("MessageT", bound=Message)
 
 
-def parse_proto(message_type: type[MessageT], kind: str, data: bytes | memoryview) -> MessageT:
+def parse_proto(
+    message_type: type[MessageT], kind: str, data: bytes | bytearray | memoryview
+) -> MessageT:
     """Parse ``data`` as ``message_type``, or raise ``CorruptBlobError(kind, ...)``."""
     try:
         return message_type.FromString(data)  # type: ignore[arg-type]  # any buffer parses

@@ -554,7 +554,9 @@ def test_load_snapshot_for_replay_fails_or_succeeds_exactly_like_load_snapshot(
         data += _field(LLM_CACHE_FIELD, mutation[1])
     mutated = bytes(data)
 
-    assert outcome(load_snapshot_for_replay, mutated) == outcome(load_the_old_way, mutated)
+    expected = outcome(load_the_old_way, mutated)
+    assert outcome(load_snapshot_for_replay, mutated) == expected
+    assert outcome(load_snapshot_for_replay, bytearray(mutated)) == expected
 
 
 def test_a_large_snapshot_loads_its_caches_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -578,3 +580,12 @@ def test_a_large_snapshot_loads_its_caches_in_place(monkeypatch: pytest.MonkeyPa
     assert outcome(load_snapshot_for_replay, LARGE_SNAPSHOT) == outcome(
         lambda data: expected, LARGE_SNAPSHOT
     )
+
+
+def test_a_large_bytearray_is_emptied_once_its_cache_bodies_are_copied_out() -> None:
+    data = bytearray(LARGE_SNAPSHOT)
+
+    loaded = outcome(load_snapshot_for_replay, data)
+
+    assert data == bytearray()
+    assert loaded == outcome(load_the_old_way, LARGE_SNAPSHOT)

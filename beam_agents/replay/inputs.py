@@ -12,7 +12,7 @@ import importlib
 import os
 import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO, TypeVar
 
 from google.protobuf.message import DecodeError
@@ -145,6 +145,17 @@ def read_capped(stream: BinaryIO, flag: str, name: str) -> bytes:
     return data
 
 
+def _read_capped_mutable(stream: BinaryIO, flag: str, name: str) -> bytearray:
+    """``read_capped`` into a ``bytearray``, which its reader may empty when done with it."""
+    cap = size_cap(flag)
+    data = bytearray()
+    while chunk := stream.read(min(1 << 20, cap + 1 - len(data))):
+        data += chunk
+        if len(data) > cap:
+            raise _too_large(flag, name, cap)
+    return data
+
+
 class CappedReader:
     """A binary stream that refuses (``InputError``) to deliver more than ``flag``'s cap.
 
@@ -179,14 +190,26 @@ def read_source(source: Source, flag: str) -> bytes:
         InputError: The file cannot be read, is not a regular file, or is over the
             flag's size cap (naming the flag, the file, the cap and how to raise it).
     """
-    if isinstance(source, bytes):
-        return source
+    return source if isinstance(source, bytes) else _read_file(source, flag, read_capped)
+
+
+def _read_source_mutable(source: Source, flag: str) -> bytes | bytearray:
+    """``read_source``, a file read into a ``bytearray`` (bytes given are returned as they are)."""
+    return source if isinstance(source, bytes) else _read_file(source, flag, _read_capped_mutable)
+
+
+DataT = TypeVar("DataT", bytes, bytearray)
+
+
+def _read_file(
+    source: str | os.PathLike[str], flag: str, read: Callable[[BinaryIO, str, str], DataT]
+) -> DataT:
     path = os.fspath(source)
     try:
         if path == STDIN:
-            return read_capped(sys.stdin.buffer, flag, "<stdin>")
+            return read(sys.stdin.buffer, flag, "<stdin>")
         with open_regular(path, flag) as f:
-            return read_capped(f, flag, path)
+            return read(f, flag, path)
     except OSError as exc:
         raise InputError(
             f"cannot read {flag} {path}: {exc.strerror or exc}",
@@ -205,7 +228,9 @@ def load_snapshot_source(source: Source) -> tuple[StateSnapshot, KeyState, dict[
         CannotReproduce: A blob has no migration path to the current version.
     """
     name = describe_source(source)
-    data = read_source(source, "--snapshot")
+    # A bytearray, which the loader empties once it has copied the cache bodies out:
+    # the file's bytes are not held alongside the parsed cache (issue 14: memory).
+    data = _read_source_mutable(source, "--snapshot")
     try:
         # The snapshot comes without its two cache blobs: the state holds them parsed, and
         # nothing reads the stored bytes again (issue 14: memory ~ the snapshot's size).
