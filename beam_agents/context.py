@@ -250,7 +250,10 @@ class AgentContext:
             )
             if self._capture is not None:
                 self._capture.add(index, "request", _frozen_copy(request))
-                self._capture.add(index, "response", _frozen_copy(response))
+                # The cache's own response, which agent code never gets (it gets the copy
+                # above) and nothing changes: copying it again would hold every response
+                # served twice (issue 14: a 64 x 1 MiB cache).
+                self._capture.add(index, "response", found.response)
             return response
         try:
             response = self._provider.complete(request)

@@ -388,3 +388,41 @@ def test_encode_cache_cells_false_leaves_the_cache_cells_empty_and_the_rest_iden
         serialize_trace_event(e) for e in full.trace
     ]
     assert dump_key_state(skipped.state) == full.cells  # the state itself is the same
+
+
+# --- capture of a cache hit: the cache's response, never what agent code did to its copy ----
+
+
+class ScribblesOnTheAnswer(Agent):
+    """Asks the cached question, then changes the response object it was given."""
+
+    def start(self, ctx: Any, event: Event) -> Any:
+        answer = ctx.complete(chat_request("m-1", ("user", "same question")))
+        answer.text = "scribbled"
+        return Done(output=answer.text.encode())
+
+
+def test_a_captured_hit_is_the_cached_response_whatever_agent_code_does_to_its_copy() -> None:
+    from beam_agents.capture import ValueCapture
+
+    warm = run(AsksOnce(), empty_state(), event_envelope(KEY, "m", time_ms=T0))
+    before = load_key_state(warm.cells)
+    cached = before.cache.entries_by_recency()[0].response.SerializeToString(deterministic=True)
+    capture = ValueCapture()
+
+    result = run_activation(
+        ScribblesOnTheAnswer(),
+        TOOLS,
+        make_provider(),
+        before,
+        event_envelope(KEY, "m", time_ms=T0 + 1),
+        now_ms=T0 + 1,
+        seq=2,
+        entity_key=KEY,
+        capture=capture,
+    )
+
+    assert isinstance(result, ActivationCommit) and result.outputs == (b"scribbled",)
+    (response,) = [v.value for v in capture.values if v.what == "response"]
+    assert response.SerializeToString(deterministic=True) == cached
+    assert cache_bytes(before) == cache_bytes(load_key_state(warm.cells))
