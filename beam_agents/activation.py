@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +43,7 @@ from beam_agents.blobs import unwrap_blob
 from beam_agents.capture import ValueCapture
 from beam_agents.context import AgentContext, ProviderFailure, ToolMiss, _error_type
 from beam_agents.errors import AgentResultError, CorruptBlobError
+from beam_agents.event_log import EventLog
 from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
 from beam_agents.key_state import KeyState, StateCells, dump_key_state
 from beam_agents.llm_cache import DEFAULT_CACHE_POLICY, CachePolicy
@@ -153,7 +155,8 @@ class ActivationCommit:
     cells: StateCells
     """The same state as the bytes the state cells hold, at the current blob versions
     (the two cache cells empty when run with ``encode_cache_cells=False``)."""
-    trace: tuple[TraceEvent, ...]
+    trace: Sequence[TraceEvent]
+    """A tuple; an ``EventLog`` (the events as bytes) when run with ``compact_trace=True``."""
     outputs: tuple[bytes, ...] = ()
     released_intents: tuple[ToolIntent, ...] = ()
     """Intents for ``.intents``: executors may perform them now."""
@@ -179,7 +182,8 @@ class ActivationFailure:
 
     seq: int
     kind: ActivationKind
-    trace: tuple[TraceEvent, ...]
+    trace: Sequence[TraceEvent]
+    """A tuple; an ``EventLog`` (the events as bytes) when run with ``compact_trace=True``."""
     error_type: str
     error: BaseException = field(compare=False)
     provider_failures: tuple[ProviderFailure, ...] = ()
@@ -213,6 +217,7 @@ def run_activation(
     capture: ValueCapture | None = None,
     decision: TriggerDecision | None = None,
     encode_cache_cells: bool = True,
+    compact_trace: bool = False,
 ) -> ActivationResult:
     """Run one activation of ``agent`` for ``entity_key`` at ``seq`` on the clock ``now_ms``.
 
@@ -229,6 +234,9 @@ def run_activation(
     ``encode_cache_cells=False`` is for replay too: the commit's ``llm_cache`` and
     ``tool_cache`` cells stay empty instead of holding the caches encoded (replay
     reads only the memory cell; encoding a large cache would hold it twice more).
+    ``compact_trace=True`` is for replay too: the trace is recorded as the events'
+    serialized bytes (``EventLog``, a quarter of the parsed messages' memory), the
+    same events read back.
     """
     if decision is None:
         decision = classify_trigger(state, trigger)
@@ -257,6 +265,7 @@ def run_activation(
         tool_cache_policy=tool_cache_policy,
         serve_recorded_tools=serve_recorded_tools,
         capture=capture,
+        compact_trace=compact_trace,
     )
     # Agent code runs "inside an activation": side_effect=True tools refuse, and replay's
     # guard finds this context (and ctx.call's tool) through these ContextVars.
@@ -272,7 +281,7 @@ def run_activation(
         return ActivationFailure(
             seq=seq,
             kind=kind,
-            trace=tuple(ctx.events),
+            trace=_frozen_trace(ctx.events),
             error_type=_error_type(exc),
             error=exc,
             provider_failures=tuple(ctx.provider_failures),
@@ -281,6 +290,11 @@ def run_activation(
         )
     finally:
         _running.ACTIVATION.reset(running)
+
+
+def _frozen_trace(events: Sequence[TraceEvent]) -> Sequence[TraceEvent]:
+    """The result's trace: the context's ``EventLog`` as it is, else a tuple of its events."""
+    return events if isinstance(events, EventLog) else tuple(events)
 
 
 def _copy_state(state: KeyState) -> KeyState:
@@ -458,7 +472,7 @@ def _run(
         kind=kind,
         state=work,
         cells=cells,
-        trace=tuple(ctx.events),
+        trace=_frozen_trace(ctx.events),
         outputs=outputs,
         released_intents=tuple(released),
         approval_requests=tuple(approval_requests),

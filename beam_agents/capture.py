@@ -25,7 +25,7 @@ from beam_agents.context import JsonMemory
 __all__ = ["CapturedValue", "ValueCapture"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CapturedValue:
     """One value behind a digest of the trace event at ``event_index``."""
 

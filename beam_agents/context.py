@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import random as _random
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +25,7 @@ from beam_agents.errors import (
     SideEffectRefusedError,
     ToolNotRecordedError,
 )
+from beam_agents.event_log import EventLog
 from beam_agents.hitl import HitlPolicy
 from beam_agents.llm_cache import CachePolicy, LookupStatus, ReplayCache, response_digest
 from beam_agents.provider import Provider
@@ -149,6 +150,7 @@ class AgentContext:
         tool_cache_policy: ToolCachePolicy = DEFAULT_TOOL_CACHE_POLICY,
         serve_recorded_tools: bool = False,
         capture: ValueCapture | None = None,
+        compact_trace: bool = False,
     ) -> None:
         self.entity_key = entity_key
         """The key this activation runs for."""
@@ -174,7 +176,8 @@ class AgentContext:
         self._tool_cache = tool_cache if tool_cache is not None else ToolCache()
         self._tool_cache_policy = tool_cache_policy
         self._serve_recorded = serve_recorded_tools
-        self._events: list[TraceEvent] = []
+        # Replay holds a huge activation's trace as bytes (``run_activation``'s compact_trace).
+        self._events: list[TraceEvent] | EventLog = EventLog() if compact_trace else []
         self._call_ordinal = 0
         self.staged_intents: list[ToolIntent] = []
         self.provider_failures: list[ProviderFailure] = []
@@ -216,7 +219,7 @@ class AgentContext:
         return index
 
     @property
-    def events(self) -> list[TraceEvent]:
+    def events(self) -> Sequence[TraceEvent]:
         return self._events
 
     # -- model calls --------------------------------------------------------------------------

@@ -30,8 +30,8 @@ from types import MappingProxyType
 from typing import Any
 
 from beam_agents._protos import TraceEvent
+from beam_agents.event_log import EventLog
 from beam_agents.replay.event_data import attribute_text, event_to_dict
-from beam_agents.replay.event_log import EventLog
 from beam_agents.replay.result import (
     Divergence,
     DivergenceKind,

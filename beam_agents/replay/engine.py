@@ -250,6 +250,7 @@ def _replay(inputs: _Inputs, facts: HeaderSoFar, attempts: list[NetworkAttempt])
             serve_recorded_tools=True,
             capture=capture,
             encode_cache_cells=False,  # only the memory cell is read (issue 14: memory)
+            compact_trace=True,  # the trace as bytes (issue 14: memory)
         )
 
     try:

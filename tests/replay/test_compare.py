@@ -190,7 +190,7 @@ def test_comparing_equal_events_does_not_import_deepdiff() -> None:
 
 def test_pairs_over_serialized_events_are_the_pairs_over_messages() -> None:
     """The engine compares an ``EventLog`` (bytes) with the re-run: the same pairs as messages."""
-    from beam_agents.replay.event_log import EventLog
+    from beam_agents.event_log import EventLog
     from beam_agents.replay.result import EventPairs, differing_positions, pair_counts
 
     same = llm_call(hit=False)
@@ -229,7 +229,7 @@ def test_pairs_over_serialized_events_are_the_pairs_over_messages() -> None:
 
 
 def test_an_event_log_reads_back_the_events_it_was_given() -> None:
-    from beam_agents.replay.event_log import EventLog
+    from beam_agents.event_log import EventLog
 
     events = [llm_call(hit=False), llm_call(hit=True)]
     log = EventLog.of(events)

@@ -5,9 +5,11 @@ the attribute map); its deterministic serialization about 300 bytes. Replay
 holds a whole activation on each side (traced and replayed), so a
 100,000-event activation held as messages alone took 250 MB (issue 14). An
 ``EventLog`` keeps the bytes and parses an event each time it is read (about a
-microsecond): a read-only ``Sequence[TraceEvent]`` whose elements are equal,
-not identical, from one read to the next. Nothing in replay mutates an event
-it reads, so nothing can tell the difference except ``is``.
+microsecond): a ``Sequence[TraceEvent]`` whose elements are equal, not
+identical, from one read to the next. Nothing reads an event to change it, so
+nothing can tell the difference except ``is``. ``append`` adds an event (its
+bytes): ``run_activation(..., compact_trace=True)`` records the re-run's trace
+into one, and replay's trace scan keeps the traced activation in one.
 
 The bytes are ``serialize_trace_event``'s (deterministic), so comparing two
 events' ``raw`` bytes is the comparison ``compare`` makes, without parsing.
@@ -31,7 +33,7 @@ class EventLog(Sequence[TraceEvent]):
 
     def __init__(self, data: Iterable[bytes] = ()) -> None:
         """``data``: each event's ``serialize_trace_event`` bytes, in order."""
-        self._data: tuple[bytes, ...] = tuple(data)
+        self._data: list[bytes] = list(data)
 
     @classmethod
     def of(cls, events: Iterable[TraceEvent]) -> EventLog:
@@ -39,6 +41,10 @@ class EventLog(Sequence[TraceEvent]):
         if isinstance(events, EventLog):
             return events
         return cls(serialize_trace_event(event) for event in events)
+
+    def append(self, event: TraceEvent) -> None:
+        """Add ``event`` at the end (its bytes: changing ``event`` later changes nothing here)."""
+        self._data.append(serialize_trace_event(event))
 
     def raw(self, index: int) -> bytes:
         """The serialized bytes of event ``index`` (no parsing)."""
