@@ -78,6 +78,36 @@ def test_start_commits_memory_cache_outputs_and_a_full_trace() -> None:
     assert [e.index for e in result.trace] == [0, 1, 2, 3]
 
 
+@pytest.mark.parametrize("where", [None, "tool"])
+def test_a_compact_trace_holds_the_same_events_as_bytes(where: str | None) -> None:
+    """Replay's ``compact_trace=True``: the trace is an ``EventLog`` of the very same events."""
+    from beam_agents.event_log import EventLog
+
+    agent = AGENT if where is None else Exploding(where)
+    results = [
+        run_activation(
+            agent,
+            TOOLS,
+            make_provider(),
+            empty_state(),
+            event_envelope(KEY, "message", b"hello", time_ms=T0),
+            now_ms=T0,
+            seq=1,
+            entity_key=KEY,
+            compact_trace=compact,
+        )
+        for compact in (False, True)
+    ]
+    plain, compact = results
+    assert type(plain) is type(compact)
+    assert isinstance(plain.trace, tuple) and isinstance(compact.trace, EventLog)
+    assert len(compact.trace) == len(plain.trace) > 2
+    assert [serialize_trace_event(e) for e in compact.trace] == [
+        serialize_trace_event(e) for e in plain.trace
+    ]
+    assert compact.trace == plain.trace
+
+
 class Exploding(Agent):
     """Fails at a chosen point, after having written memory, called the model and staged intents."""
 
