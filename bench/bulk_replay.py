@@ -3,7 +3,8 @@
 Prints, measured side by side in one run:
 
   1. the in-process cost of replaying one demo bundle (``load_bundle`` + ``engine.replay``,
-     a loop in one process: the floor any bulk runner can reach per bundle);
+     a loop in one process: the floor any bulk runner can reach per bundle), and the same
+     without the time limit (the agent code on the calling thread, not a thread of its own);
   2. ``beam-agents-replay check DIR --jobs 2`` over N demo-sized bundles (the console script,
      start-up and worker processes included): bundles/s, and its CPU per bundle against
      (1), with start-up and without it (the marginal cost of N more bundles) (target:
@@ -63,16 +64,28 @@ def make_bundles(out: Path, count: int) -> Path:
     return folder
 
 
-def in_process_loop(bundle: Path, rounds: int) -> tuple[float, float]:
-    """(wall, CPU) seconds per bundle: load + replay of one bundle in a loop in this process."""
+def in_process_loop(
+    bundle: Path, rounds: int, *, time_limit: float | None = 60.0
+) -> tuple[float, float]:
+    """(wall, CPU) seconds per bundle: load + replay of one bundle in a loop in this process.
+
+    ``time_limit=None`` replays without the time limit (the agent code then runs on this
+    thread instead of a thread of its own): the limit's cost is the difference.
+    """
+    import dataclasses
+
     sys.path.insert(0, str(ROOT))
     from beam_agents.replay.bundle import bundle_options, load_bundle
     from beam_agents.replay.engine import replay
 
-    replay(bundle_options(load_bundle(bundle)))  # imports and first-use costs out of the loop
+    def once() -> None:
+        options = bundle_options(load_bundle(bundle))
+        replay(dataclasses.replace(options, time_limit=time_limit))
+
+    once()  # imports and first-use costs out of the loop
     started, cpu = time.perf_counter(), time.process_time()
     for _ in range(rounds):
-        replay(bundle_options(load_bundle(bundle)))
+        once()
     return (time.perf_counter() - started) / rounds, (time.process_time() - cpu) / rounds
 
 
@@ -176,6 +189,17 @@ def main() -> int:
         f"  1. in-process loop (the 5 demo bundles, {args.rounds} rounds each): "
         f"{floor_wall * 1000:.2f} ms/bundle wall ({1 / floor_wall:.0f}/s), "
         f"{floor_cpu * 1000:.2f} ms CPU"
+    )
+    unlimited = [
+        in_process_loop(folder / f"incident-{i:05d}.bundle", args.rounds, time_limit=None)
+        for i in range(5)
+    ]
+    bare_wall = sum(w for w, _ in unlimited) / len(unlimited)
+    bare_cpu = sum(c for _, c in unlimited) / len(unlimited)
+    print(
+        f"     the same without the time limit (no thread per re-run): {bare_wall * 1000:.2f} ms "
+        f"wall, {bare_cpu * 1000:.2f} ms CPU; the limit costs {floor_wall / bare_wall:.3f}x wall, "
+        f"{floor_cpu / bare_cpu:.3f}x CPU"
     )
     double = out / "bundles-2x"
     double.mkdir()

@@ -521,7 +521,8 @@ def _check_in_workers(
 def _context() -> BaseContext:
     """The start method of the worker processes.
 
-    ``fork`` when this process runs one thread (the CLI): the workers start at once
+    ``fork`` when this process runs one thread (the CLI; threads replay keeps idle for
+    the next re-run do not count): the workers start at once
     and share the already-imported engine. With other threads running (a Beam worker,
     the TUI, a test runner's helpers) forking could copy a lock held by one of them,
     so ``forkserver`` then, or ``spawn`` where neither exists.
@@ -529,8 +530,12 @@ def _context() -> BaseContext:
     import multiprocessing
     import threading
 
+    from beam_agents.replay.engine import idle_agent_threads
+
     methods = multiprocessing.get_all_start_methods()
-    if "fork" in methods and threading.active_count() == 1:
+    idle = idle_agent_threads()  # replay's own, waiting for the next re-run
+    others = [t for t in threading.enumerate() if t is not threading.current_thread()]
+    if "fork" in methods and all(t in idle for t in others):
         return multiprocessing.get_context("fork")
     if "forkserver" in methods:
         main_file = getattr(sys.modules.get("__main__"), "__file__", None)

@@ -15,6 +15,9 @@ message. A bug of ours is a ``USAGE_ERROR`` result too, marked as internal
 from __future__ import annotations
 
 import contextvars
+import os
+import queue
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -168,9 +171,14 @@ def _load_options(options: ReplayOptions, facts: HeaderSoFar) -> _Inputs:
             hitl = import_object(options.hitl, "--hitl", HitlPolicy)
         return agent, registry, hitl
 
-    # Importing agent code runs it (module bodies): limited like the re-run.
+    # Importing agent code runs it (module bodies): limited like the re-run, unless every
+    # module is imported already (check replays many bundles of one agent: no thread then).
+    paths = (options.agent, options.registry, options.hitl if options.hitl_policy is None else None)
+    imported = all(p is None or p.partition(":")[0] in sys.modules for p in paths)
     agent, registry, imported_hitl = _within_limit(
-        import_code, options.time_limit, lambda _: _ImportRanPast(options.time_limit or 0)
+        import_code,
+        None if imported else options.time_limit,
+        lambda _: _ImportRanPast(options.time_limit or 0),
     )
     if options.hitl_policy is not None:
         hitl = options.hitl_policy
@@ -416,6 +424,52 @@ def _with_end_check(
 _T = TypeVar("_T")
 
 
+class _AgentThread:
+    """A daemon thread that runs agent code handed to it, one call at a time.
+
+    Kept for the next replay once a call ends (starting a thread per replay cost more than
+    the replay of a small activation); abandoned when a call runs past its limit.
+    """
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.tasks: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self.thread = threading.Thread(
+            target=self._loop, name="beam-agents-replay agent code", daemon=True
+        )
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            self.tasks.get()()
+
+
+_IDLE: list[_AgentThread] = []
+_IDLE_LOCK = threading.Lock()
+
+
+def _forget_idle_threads() -> None:
+    _IDLE.clear()  # a forked child has none of its parent's threads
+
+
+os.register_at_fork(after_in_child=_forget_idle_threads)
+
+
+def idle_agent_threads() -> frozenset[threading.Thread]:
+    """The threads kept for the next replay, waiting (they hold no lock: safe to fork)."""
+    with _IDLE_LOCK:
+        return frozenset(r.thread for r in _IDLE)
+
+
+def _agent_thread() -> _AgentThread:
+    with _IDLE_LOCK:
+        while _IDLE:
+            runner = _IDLE.pop()
+            if runner.pid == os.getpid() and runner.thread.is_alive():
+                return runner
+    return _AgentThread()
+
+
 def _within_limit(
     run: Callable[[], _T],
     limit: float | None,
@@ -435,9 +489,11 @@ def _within_limit(
     context = contextvars.copy_context()
     outcome: dict[str, Any] = {}
     lock = threading.Lock()
+    finished = threading.Lock()
+    finished.acquire()
     held: list[Callable[[], None]] = []
 
-    def target() -> None:
+    def task() -> None:
         try:
             outcome["value"] = context.run(run)
         except BaseException as exc:  # handed to the caller, SystemExit included
@@ -445,17 +501,24 @@ def _within_limit(
         finally:
             with lock:
                 outcome["done"] = True
-            for release in held:
+            for release in held:  # abandoned, and ended after all: the thread may serve again
                 release()
+                with _IDLE_LOCK:
+                    _IDLE.append(runner)
+            finished.release()
 
-    thread = threading.Thread(target=target, name="beam-agents-replay agent code", daemon=True)
-    thread.start()
-    thread.join(limit)
-    with lock:
-        if "done" not in outcome:
-            held.append(keep_blocked())
+    runner = _agent_thread()
+    runner.tasks.put(task)
+    try:
+        finished.acquire(timeout=limit)
+    finally:  # also on Ctrl+C while waiting: the agent code runs on, as isolated as before
+        with lock:
+            if "done" not in outcome:
+                held.append(keep_blocked())
     if held:
         raise stopped(context.get(_running.ACTIVATION))
+    with _IDLE_LOCK:
+        _IDLE.append(runner)
     if "error" in outcome:
         raise outcome["error"]
     value: _T = outcome["value"]

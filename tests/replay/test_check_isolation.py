@@ -23,6 +23,14 @@ from beam_agents.replay.bulk import check_bundles
 from beam_agents.replay.result import Verdict
 
 
+@pytest.fixture(autouse=True)
+def _hang() -> Iterator[None]:
+    """The hanging tools hang in the workers (forked with this process's RELEASE event)."""
+    ia.RELEASE.clear()
+    yield
+    ia.RELEASE.set()
+
+
 @pytest.fixture(scope="module")
 def incident() -> Incident:
     return Incident()
