@@ -64,13 +64,10 @@ def make_bundles(out: Path, count: int) -> Path:
     return folder
 
 
-def in_process_loop(
-    bundle: Path, rounds: int, *, time_limit: float | None = 60.0
-) -> tuple[float, float]:
-    """(wall, CPU) seconds per bundle: load + replay of one bundle in a loop in this process.
-
-    ``time_limit=None`` replays without the time limit (the agent code then runs on this
-    thread instead of a thread of its own): the limit's cost is the difference.
+def in_process_loop(bundle: Path, rounds: int) -> tuple[tuple[float, float], tuple[float, float]]:
+    """(wall, CPU) seconds per bundle: load + replay of one bundle in a loop in this process,
+    with the default time limit, then without one (the agent code on the calling thread
+    instead of replay's thread), alternating round by round so load swings hit both alike.
     """
     import dataclasses
 
@@ -78,15 +75,21 @@ def in_process_loop(
     from beam_agents.replay.bundle import bundle_options, load_bundle
     from beam_agents.replay.engine import replay
 
-    def once() -> None:
+    def once(time_limit: float | None) -> None:
         options = bundle_options(load_bundle(bundle))
         replay(dataclasses.replace(options, time_limit=time_limit))
 
-    once()  # imports and first-use costs out of the loop
-    started, cpu = time.perf_counter(), time.process_time()
-    for _ in range(rounds):
-        once()
-    return (time.perf_counter() - started) / rounds, (time.process_time() - cpu) / rounds
+    once(60.0)  # imports and first-use costs out of the loop
+    once(None)
+    totals = {60.0: [0.0, 0.0], None: [0.0, 0.0]}
+    for i in range(rounds):
+        for limit in (60.0, None) if i % 2 else (None, 60.0):
+            started, cpu = time.perf_counter(), time.process_time()
+            once(limit)
+            totals[limit][0] += time.perf_counter() - started
+            totals[limit][1] += time.process_time() - cpu
+    (w, c), (bw, bc) = totals[60.0], totals[None]
+    return (w / rounds, c / rounds), (bw / rounds, bc / rounds)
 
 
 def run_check(folder: Path, jobs: int) -> tuple[float, float, float, dict[str, int]]:
@@ -182,24 +185,20 @@ def main() -> int:
     sizes = sorted({p.stat().st_size for p in folder.glob("*.bundle")})
     print(f"  bundles: {len(sizes)} distinct, {sizes[0]}-{sizes[-1]} bytes each")
 
-    loops = [in_process_loop(folder / f"incident-{i:05d}.bundle", args.rounds) for i in range(5)]
-    floor_wall = sum(w for w, _ in loops) / len(loops)
-    floor_cpu = sum(c for _, c in loops) / len(loops)
+    pairs = [in_process_loop(folder / f"incident-{i:05d}.bundle", args.rounds) for i in range(5)]
+    floor_wall = sum(p[0][0] for p in pairs) / len(pairs)
+    floor_cpu = sum(p[0][1] for p in pairs) / len(pairs)
+    bare_wall = sum(p[1][0] for p in pairs) / len(pairs)
+    bare_cpu = sum(p[1][1] for p in pairs) / len(pairs)
     print(
         f"  1. in-process loop (the 5 demo bundles, {args.rounds} rounds each): "
         f"{floor_wall * 1000:.2f} ms/bundle wall ({1 / floor_wall:.0f}/s), "
         f"{floor_cpu * 1000:.2f} ms CPU"
     )
-    unlimited = [
-        in_process_loop(folder / f"incident-{i:05d}.bundle", args.rounds, time_limit=None)
-        for i in range(5)
-    ]
-    bare_wall = sum(w for w, _ in unlimited) / len(unlimited)
-    bare_cpu = sum(c for _, c in unlimited) / len(unlimited)
     print(
-        f"     the same without the time limit (no thread per re-run): {bare_wall * 1000:.2f} ms "
-        f"wall, {bare_cpu * 1000:.2f} ms CPU; the limit costs {floor_wall / bare_wall:.3f}x wall, "
-        f"{floor_cpu / bare_cpu:.3f}x CPU"
+        f"     the same without the time limit (agent code on the calling thread), interleaved: "
+        f"{bare_wall * 1000:.2f} ms wall, {bare_cpu * 1000:.2f} ms CPU; the limit costs "
+        f"{floor_wall / bare_wall:.3f}x wall, {floor_cpu / bare_cpu:.3f}x CPU"
     )
     double = out / "bundles-2x"
     double.mkdir()
