@@ -11,7 +11,7 @@ from beam_agents.pipeline._quiet_import import quiet_beam_import
 with quiet_beam_import():
     import apache_beam  # noqa: F401  (first, so its import-time warnings are the quiet ones)
 
-from beam_agents.pipeline.dead_letter import ERROR_CODES, ErrorCode, ErrorRecord
+from beam_agents.dead_letter import ERROR_CODES, ErrorCode, ErrorRecord
 from beam_agents.pipeline.replay_bundles import (
     ReadBundleFiles,
     ReplayBundles,

@@ -53,6 +53,15 @@ from beam_agents.activation import (
 )
 from beam_agents.agent import Agent, Timeout
 from beam_agents.config import AgentConfig
+from beam_agents.dead_letter import (
+    INBOX_OVERFLOW,
+    MALFORMED_ENVELOPE,
+    NO_BODY,
+    REJECTED_TRIGGER,
+    STATE_UNREADABLE,
+    ErrorCode,
+    ErrorRecord,
+)
 from beam_agents.errors import StateError
 from beam_agents.key_state import KeyState, StateCells, load_key_state, make_snapshot
 from beam_agents.pipeline._beam import (
@@ -67,15 +76,6 @@ from beam_agents.pipeline._beam import (
     WindowedValue,
     beam,
     on_timer,
-)
-from beam_agents.pipeline.dead_letter import (
-    INBOX_OVERFLOW,
-    MALFORMED_ENVELOPE,
-    NO_BODY,
-    REJECTED_TRIGGER,
-    STATE_UNREADABLE,
-    ErrorCode,
-    ErrorRecord,
 )
 from beam_agents.provider import Provider
 from beam_agents.tools import ToolRegistry

@@ -20,8 +20,8 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from beam_agents._protos import AgentEnvelope
+from beam_agents.dead_letter import KEY_MISMATCH, MALFORMED_ENVELOPE, ErrorRecord
 from beam_agents.pipeline._beam import beam
-from beam_agents.pipeline.dead_letter import KEY_MISMATCH, MALFORMED_ENVELOPE, ErrorRecord
 
 TAG_ERRORS = "errors"
 """The tagged output of refused elements (``ErrorRecord``)."""

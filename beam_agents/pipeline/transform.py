@@ -19,10 +19,10 @@ from apache_beam.pvalue import PCollection
 
 from beam_agents.agent import Agent
 from beam_agents.config import AgentConfig
+from beam_agents.dead_letter import ErrorRecord
 from beam_agents.errors import ConfigError
 from beam_agents.pipeline._beam import GlobalWindows, beam
 from beam_agents.pipeline.agent_dofn import AgentDoFn
-from beam_agents.pipeline.dead_letter import ErrorRecord
 from beam_agents.pipeline.envelope_input import TAG_ERRORS, RouteEnvelopes
 from beam_agents.pipeline.sink_writers import WriteSnapshots, WriteTraces
 from beam_agents.tools import ToolRegistry

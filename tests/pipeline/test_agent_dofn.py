@@ -23,11 +23,11 @@ from beam_agents._protos import StateSnapshot, VersionedBlob
 from beam_agents.agent import Inbound, Outcome
 from beam_agents.blobs import load_memory, unwrap_blob
 from beam_agents.context import AgentContext, derive_intent_id
+from beam_agents.dead_letter import STATE_UNREADABLE
 from beam_agents.key_state import StateCells, load_snapshot
 from beam_agents.migrations import CURRENT_VERSIONS
 from beam_agents.pipeline import ErrorRecord
 from beam_agents.pipeline.agent_dofn import AgentDoFn
-from beam_agents.pipeline.dead_letter import STATE_UNREADABLE
 from beam_agents.testing import (
     approval_envelope,
     event_envelope,

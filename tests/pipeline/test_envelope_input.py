@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from beam_agents.dead_letter import KEY_MISMATCH, MALFORMED_ENVELOPE
 from beam_agents.pipeline import ErrorRecord
-from beam_agents.pipeline.dead_letter import KEY_MISMATCH, MALFORMED_ENVELOPE
 from beam_agents.pipeline.envelope_input import route_envelope
 from beam_agents.testing import event_envelope
 

@@ -28,16 +28,16 @@ from beam_agents import AgentConfig, HitlPolicy, RunAgent
 from beam_agents._protos import TraceEvent
 from beam_agents.blobs import load_llm_cache, load_memory
 from beam_agents.context import derive_intent_id
-from beam_agents.errors import ConfigError
-from beam_agents.migrations import STATE_SCHEMA_VERSION
-from beam_agents.pipeline import ErrorRecord
-from beam_agents.pipeline.dead_letter import (
+from beam_agents.dead_letter import (
     INBOX_OVERFLOW,
     KEY_MISMATCH,
     MALFORMED_ENVELOPE,
     NO_BODY,
     REJECTED_TRIGGER,
 )
+from beam_agents.errors import ConfigError
+from beam_agents.migrations import STATE_SCHEMA_VERSION
+from beam_agents.pipeline import ErrorRecord
 from beam_agents.testing import (
     approval_envelope,
     event_envelope,

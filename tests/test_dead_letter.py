@@ -6,8 +6,8 @@ import base64
 import json
 import pickle
 
+from beam_agents.dead_letter import KEY_MISMATCH
 from beam_agents.pipeline import ERROR_CODES, ErrorRecord
-from beam_agents.pipeline.dead_letter import KEY_MISMATCH
 
 
 def test_json_form_is_canonical_and_carries_the_raw_bytes() -> None:
