@@ -124,12 +124,23 @@ class StepResult:
         return tuple(value[1] for value in self.of(Emit.OUTPUTS))
 
     @property
+    def intents(self) -> tuple[bytes, ...]:
+        """Released ``ToolIntent`` bytes (without their key): an executor performs them."""
+        return tuple(value[1] for value in self.of(Emit.INTENTS))
+
+    @property
+    def approvals(self) -> tuple[bytes, ...]:
+        """Approval-gated ``ToolIntent`` bytes (without their key), for the approval service."""
+        return tuple(value[1] for value in self.of(Emit.APPROVALS))
+
+    @property
     def snapshots(self) -> tuple[bytes, ...]:
         """Serialized ``StateSnapshot``s (without their key)."""
         return tuple(value[1] for value in self.of(Emit.SNAPSHOTS))
 
     @property
     def errors(self) -> tuple[ErrorRecord, ...]:
+        """The refused inputs' ``ErrorRecord``s."""
         return self.of(Emit.ERRORS)
 
 

@@ -7,6 +7,8 @@
 These are the helpers beam-agents' own tests use; they are deterministic and offline.
 ``run_activation`` (what the DoFn and replay both call) and ``KeyState`` (a key's
 state; ``KeyState()`` is a new key's) are re-exported, for tests of one activation.
+``PipelineKey`` runs a key's whole history the way ``RunAgent`` does (SEQ, commit,
+HITL timer, inbox, exports), through the pipeline's own per-key step, without Beam.
 docs/agent-api.md lists every helper with its signature.
 """
 
@@ -28,13 +30,19 @@ from beam_agents._protos import (
     Usage,
 )
 from beam_agents.activation import run_activation
+from beam_agents.agent import Agent
+from beam_agents.config import AgentConfig
 from beam_agents.errors import AgentDefinitionError
-from beam_agents.key_state import KeyState
+from beam_agents.key_state import KeyState, StateCells, load_key_state
+from beam_agents.key_step import KeyStep, MemoryKeyStore, StepResult, activation_runner
+from beam_agents.provider import Provider
 from beam_agents.tools import ToolRegistry
 
 __all__ = [
     "KeyState",
+    "PipelineKey",
     "ScriptedProvider",
+    "StepResult",
     "approval_envelope",
     "chat_request",
     "event_envelope",
@@ -206,3 +214,83 @@ def fixture_registry(registry: ToolRegistry, /, **fixtures: Callable[..., Any]) 
             for declared in registry
         ]
     )
+
+
+class PipelineKey:
+    """One key as ``RunAgent`` holds it: its SEQ, state cells, inbox and HITL timer.
+
+    ``send(envelope)`` and ``fire_timer()`` hand it one input at a time to the
+    pipeline's own per-key step (``beam_agents.key_step``, what ``AgentDoFn`` runs for
+    each element and timer firing), without Beam, and return the ``StepResult``:
+    what the pipeline would emit (``.outputs``, ``.intents``, ``.approvals``,
+    ``.snapshots``, ``.errors``; all of it in order in ``.emitted``) and the
+    activations that ran (``.activations``: ``ActivationCommit``/``ActivationFailure``). The provider is built
+    once from ``config.provider_factory``, as a DoFn instance builds it in ``setup``.
+    """
+
+    def __init__(
+        self, agent: Agent, registry: ToolRegistry, config: AgentConfig, *, entity_key: bytes
+    ) -> None:
+        self.entity_key = entity_key
+        self.provider: Provider = config.provider_factory()
+        self.store = MemoryKeyStore()
+        """The key's SEQ, cells and inbox (``MemoryKeyStore``: plain attributes)."""
+        self.timer_ms: int | None = None
+        """Where the key's HITL timer is set (None: not set)."""
+        activate = activation_runner(
+            agent,
+            registry,
+            self.provider,
+            hitl=config.hitl,
+            cache_policy=config.cache,
+            tool_cache_policy=config.tool_cache,
+        )
+        self._step = KeyStep(activate, inbox_limit=config.inbox_limit)
+
+    @property
+    def seq(self) -> int:
+        """The last activation's seq (0 before the first)."""
+        return self.store.seq
+
+    @property
+    def cells(self) -> StateCells:
+        """The committed state cells, as the DoFn's state cells hold them."""
+        return self.store.cells
+
+    @property
+    def state(self) -> KeyState:
+        """The committed state, loaded."""
+        return load_key_state(self.store.cells)
+
+    @property
+    def inbox(self) -> list[bytes]:
+        """Raw envelopes queued while the key is suspended, in arrival order."""
+        return list(self.store.inbox)
+
+    def send(self, envelope: AgentEnvelope | bytes) -> StepResult:
+        """Hand the key one envelope (or its bytes, as read from a source)."""
+        if isinstance(envelope, AgentEnvelope):
+            if envelope.entity_key != self.entity_key:
+                raise ValueError(
+                    f"PipelineKey for {self.entity_key!r} was sent an envelope for "
+                    f"{envelope.entity_key!r}; RunAgent would route it to that key: "
+                    "build one PipelineKey per key"
+                )
+            envelope = envelope.SerializeToString()
+        return self._apply(self._step.envelope(self.entity_key, envelope, self.store))
+
+    def fire_timer(self) -> StepResult:
+        """Fire the HITL timer where it is set, as the watermark passing it would."""
+        fired_ms = self.timer_ms
+        if fired_ms is None:
+            raise ValueError(
+                f"PipelineKey {self.entity_key!r} has no HITL timer set (only a commit that "
+                "suspends the key sets one, and firing spends it)"
+            )
+        self.timer_ms = None
+        return self._apply(self._step.deadline(self.entity_key, fired_ms, self.store))
+
+    def _apply(self, result: StepResult) -> StepResult:
+        if result.timer is not None:
+            self.timer_ms = result.timer.at_ms
+        return result
