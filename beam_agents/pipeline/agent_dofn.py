@@ -1,25 +1,13 @@
 """``AgentDoFn``: the stateful DoFn that runs one key's serial history of activations.
 
 Input: ``(entity_key, envelope bytes)`` in the global window (``RunAgent`` routes
-and keys them). Per key it holds the state cells below and one event-time timer,
-and for each envelope does what ``classify_trigger`` decides:
-
-    START / RESUME  take the next SEQ, call ``run_activation`` (the one
-                    implementation), commit the cells on success (only SEQ on a
-                    failure), emit the trace and, on success, outputs/intents/
-                    approvals; arm or clear the HITL timer; when the key stops
-                    being suspended, run the events waiting in its inbox.
-    QUEUE           append the envelope to the key's bounded inbox.
-    EXPORT          emit one ``StateSnapshot`` of the cells as they are. Read-only:
-                    no cell written, no timer touched, SEQ unchanged.
-    REJECT          an ``ErrorRecord`` on ``errors``; nothing changes.
-
-Nothing here decides agent semantics: triggers are classified by
-``beam_agents.activation.classify_trigger``, blobs are read by
-``beam_agents.key_state.load_key_state`` (which migrates old versions in memory;
-the current version is written back only by the next commit) and exported by
-``make_snapshot``. This module only moves bytes between Beam's state cells, the
-core, and the outputs.
+and keys them). Per key it holds the state cells below and one event-time timer.
+What it does with each envelope and each timer firing is ``beam_agents.key_step``
+(classify, SEQ, run, commit, HITL timer target, inbox, export; Beam-free and
+shared with ``beam_agents.testing.PipelineKey``): this module is only an adapter
+between that step and Beam, its state cells and timer on one side (``_CellStore``),
+its tagged outputs and metrics on the other, serially or in concurrent lanes
+(``AgentConfig.max_in_flight > 1``, below).
 
 Every output element is ``(entity_key, bytes)`` of deterministic serializations,
 except ``trace_batches`` (``(entity_key, tuple of bytes)``: one activation's trace)
@@ -35,35 +23,28 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_for_futures
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
-
-from google.protobuf.message import DecodeError
 
 from beam_agents._protos import AgentEnvelope
 from beam_agents.activation import (
     ActivationCommit,
     ActivationResult,
-    TriggerAction,
     TriggerDecision,
-    classify_trigger,
-    hitl_timeout,
-    run_activation,
-    trigger_name,
 )
 from beam_agents.agent import Agent, Timeout
 from beam_agents.config import AgentConfig
-from beam_agents.dead_letter import (
-    INBOX_OVERFLOW,
-    MALFORMED_ENVELOPE,
-    NO_BODY,
-    REJECTED_TRIGGER,
-    STATE_UNREADABLE,
-    ErrorCode,
-    ErrorRecord,
+from beam_agents.key_state import KeyState, StateCells
+from beam_agents.key_step import (
+    Activate,
+    Emit,
+    HitlDeadline,
+    KeyStep,
+    MemoryKeyStore,
+    StepResult,
+    TimerTarget,
+    activation_runner,
 )
-from beam_agents.errors import StateError
-from beam_agents.key_state import KeyState, StateCells, load_key_state, make_snapshot
 from beam_agents.pipeline._beam import (
     BytesCoder,
     IterableCoder,
@@ -79,17 +60,11 @@ from beam_agents.pipeline._beam import (
 )
 from beam_agents.provider import Provider
 from beam_agents.tools import ToolRegistry
-from beam_agents.trace_events import serialize_trace_event
-from beam_agents.trace_view import Trigger
 
 METRICS_NAMESPACE = "beam_agents"
 
 _BLOB_CELLS = ("memory", "llm_cache", "continuation", "pending", "resume_history", "tool_cache")
 """The ``StateCells`` fields, each held in the Beam state cell of the same name."""
-
-
-def _deadline_of(state: KeyState) -> int | None:
-    return None if state.continuation is None else state.continuation.deadline_ms
 
 
 def _timestamp(ms: int) -> Timestamp:
@@ -121,25 +96,6 @@ TIMESTAMP_PARAM = beam.DoFn.TimestampParam
 WINDOW_PARAM = beam.DoFn.WindowParam
 
 
-@dataclass
-class _KeyRun:
-    """One key's state while one element (or timer) is handled; written back once at the end."""
-
-    seq: int
-    """The SEQ cell: the last activation's seq (0 before the first)."""
-    stored: StateCells
-    """The blob cells as read."""
-    cells: StateCells
-    """The blob cells as they will be written (``stored`` until a commit)."""
-    state: KeyState
-    """``cells`` loaded."""
-    timer_at: int | None
-    """Where the HITL timer is set now (None: not set)."""
-    timer_target: int | None
-    """Where it must be set when the element is done (None: cleared)."""
-    outputs: list[Any] = field(default_factory=list)
-
-
 class AgentDoFn(beam.DoFn):  # type: ignore[misc]
     """Runs ``agent`` for each key of a ``(entity_key, envelope bytes)`` PCollection.
 
@@ -149,19 +105,19 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
     ``TAG_ERRORS`` (``ErrorRecord``).
     """
 
-    TAG_INTENTS = "intents"
+    TAG_INTENTS = Emit.INTENTS.value
     """Released ``ToolIntent`` bytes: an executor may perform them now."""
-    TAG_APPROVALS = "approvals"
+    TAG_APPROVALS = Emit.APPROVALS.value
     """Approval-gated ``ToolIntent`` bytes for the approval service."""
-    TAG_TRACE_BATCHES = "trace_batches"
+    TAG_TRACE_BATCHES = Emit.TRACE_BATCHES.value
     """One element per activation: ``(entity_key, (serialize_trace_event bytes, ...))``, the
     activation's events in order. One element instead of one per event: each output element
     costs a runner far more than the bytes it carries (``RunAgentOutputs.traces`` splits it)."""
-    TAG_SNAPSHOTS = "snapshots"
+    TAG_SNAPSHOTS = Emit.SNAPSHOTS.value
     """``StateSnapshot`` bytes (deterministic serialization), one per export request."""
-    TAG_ERRORS = "errors"
+    TAG_ERRORS = Emit.ERRORS.value
     """``ErrorRecord`` of every refused trigger."""
-    TAG_OUTPUTS = "outputs"
+    TAG_OUTPUTS = Emit.OUTPUTS.value
     """The main output's name in ``RunAgentOutputs``."""
 
     SEQ = SEQ_SPEC
@@ -188,12 +144,16 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
         # so every instance of the DoFn in a process shares one pool and one bound).
         self._pool_id = uuid.uuid4().hex
         self._lanes: _Lanes | None = None
+        self._run_activation: Activate | None = None
+        self._step: KeyStep | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # The provider is built per instance in setup() and is never shipped to workers.
         state = dict(self.__dict__)
         state["_provider"] = None
         state["_lanes"] = None
+        state["_step"] = None
+        state["_run_activation"] = None
         return state
 
     def setup(self) -> None:
@@ -206,6 +166,15 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
         self._dead_letters = _Metric(Metrics.counter(METRICS_NAMESPACE, "dead_letters"))
         self._stale_timers = _Metric(Metrics.counter(METRICS_NAMESPACE, "stale_hitl_timers"))
         self._latency = _Metric(Metrics.distribution(METRICS_NAMESPACE, "activation_wall_ms"))
+        self._run_activation = activation_runner(
+            self._agent,
+            self._registry,
+            self._provider,
+            hitl=self._config.hitl,
+            cache_policy=self._config.cache,
+            tool_cache_policy=self._config.tool_cache,
+        )
+        self._step = KeyStep(self._activate, inbox_limit=self._config.inbox_limit)
 
     def start_bundle(self) -> None:
         if self._lanes is not None:  # the previous bundle failed: drop its work unrun
@@ -223,6 +192,8 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
         # A provider holding connections (beam_agents.providers) offers close().
         close = getattr(self._provider, "close", None)
         self._provider = None
+        self._run_activation = None
+        self._step = None
         if callable(close):
             close()
 
@@ -257,9 +228,11 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
             inbox_cell,
         )
         if self._lanes is not None:
-            self._lanes.add(key, store, timer, _Item(raw, None, timestamp, window))
+            self._lanes.add(key, store, timer, _Item(raw, timestamp, window))
             return iter(())
-        return _tagged(self._handle_envelope(key, raw, store, timer))
+        result = self._stepper().envelope(key, raw, store)
+        _set_timer(timer, result.timer)
+        return _tagged(self._account(result))
 
     @on_timer(HITL_TIMER_SPEC)  # type: ignore[untyped-decorator]
     def on_hitl_deadline(
@@ -291,238 +264,66 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
         )
         fired_ms = fired_at.micros // 1000
         if self._lanes is not None:
-            self._lanes.add(key, store, timer, _Item(None, fired_ms, fired_at, window))
+            self._lanes.add(key, store, timer, _Item(HitlDeadline(fired_ms), fired_at, window))
             return iter(())
-        return _tagged(self._handle_deadline(key, fired_ms, store, timer))
+        result = self._stepper().deadline(key, fired_ms, store)
+        _set_timer(timer, result.timer)
+        return _tagged(self._account(result))
 
-    # -- the logic, on plain objects (state cells: read/write/clear; timer: set/clear) ------
+    # -- the adapter's side of the step ------------------------------------------------------
 
-    def _handle_envelope(
-        self, key: bytes, raw: bytes, store: _Store, timer: Any
-    ) -> Iterator[tuple[str, Any]]:
-        """Handle one routed envelope of ``key``; yields ``(tag, element)`` pairs."""
-        try:
-            envelope = AgentEnvelope.FromString(raw)
-        except DecodeError as exc:  # RunAgent routes only parsed envelopes; a hand-fed one
-            yield self._error(MALFORMED_ENVELOPE, f"bytes that do not parse ({exc})", key, raw)
-            return
-        if envelope.WhichOneof("body") == "export_request":
-            # Before loading the state: an export must work even when this binary cannot
-            # load the key's blobs (that is when an operator needs the snapshot most), and
-            # it only copies the cells.
-            yield self._export(key, raw, envelope, store)
-            return
-        run = self._read(store, timer_at_from_state=True)
-        if isinstance(run, StateError):
-            yield self._error(
-                STATE_UNREADABLE, str(run), key, raw, envelope_id=envelope.envelope_id
-            )
-            return
-        decision = classify_trigger(run.state, envelope)
-        if decision.action is TriggerAction.REJECT:
-            code = NO_BODY if trigger_name(envelope) is Trigger.NONE else REJECTED_TRIGGER
-            yield self._error(code, decision.reason, key, raw, envelope_id=envelope.envelope_id)
-            return
-        if decision.action is TriggerAction.QUEUE:
-            yield from self._enqueue(key, raw, envelope, store)
-            return
-        was_suspended = run.state.continuation is not None
-        self._activate(key, run, envelope, decision, now_ms=envelope.event_time_ms)
-        if was_suspended and run.state.continuation is None:
-            self._drain_inbox(key, run, store)
-        self._write(run, store, timer)
-        yield from run.outputs
-
-    def _handle_deadline(
-        self, key: bytes, fired_ms: int, store: _Store, timer: Any
-    ) -> Iterator[tuple[str, Any]]:
-        """Handle the HITL timer of ``key`` firing at ``fired_ms``; yields ``(tag, element)``."""
-        run = self._read(store, timer_at_from_state=False)
-        if isinstance(run, StateError):
-            yield self._error(STATE_UNREADABLE, f"HITL timer at {fired_ms}: {run}", key, b"")
-            return
-        cont = run.state.continuation
-        if cont is None or cont.deadline_ms != fired_ms:
-            # A timer set for a suspension that has since ended or been replaced.
-            self._stale_timers.inc()
-            return
-        trigger = hitl_timeout(cont, fired_ms)
-        decision = classify_trigger(run.state, trigger)
-        if decision.action is not TriggerAction.RESUME:
-            return
-        self._activate(key, run, trigger, decision, now_ms=fired_ms)
-        if run.state.continuation is None:
-            self._drain_inbox(key, run, store)
-        self._write(run, store, timer)
-        yield from run.outputs
-
-    # -- steps -----------------------------------------------------------------------------
-
-    def _read(self, store: _Store, *, timer_at_from_state: bool) -> _KeyRun | StateError:
-        cells = store.read_cells()
-        try:
-            state = load_key_state(cells)
-        except StateError as exc:
-            return exc
-        # While suspended the timer is set at the continuation's deadline (every commit
-        # that suspends sets it); once it has fired it is set nowhere.
-        timer_at = _deadline_of(state) if timer_at_from_state else None
-        return _KeyRun(
-            seq=store.read_seq(),
-            stored=cells,
-            cells=cells,
-            state=state,
-            timer_at=timer_at,
-            timer_target=timer_at,
-        )
+    def _stepper(self) -> KeyStep:
+        step = self._step
+        if step is None:  # process() before setup(): a runner bug, or a hand-made call
+            raise RuntimeError("AgentDoFn.setup() was not called before processing")
+        return step
 
     def _activate(
         self,
         key: bytes,
-        run: _KeyRun,
+        seq: int,
+        state: KeyState,
         trigger: AgentEnvelope | Timeout,
         decision: TriggerDecision,
         *,
         now_ms: int,
-    ) -> None:
-        provider = self._provider
-        if provider is None:  # process() before setup(): a runner bug, or a hand-made call
+    ) -> ActivationResult:
+        """The step's ``Activate``: ``activation_runner``'s, timed and counted (Beam metrics)."""
+        run = self._run_activation
+        if run is None:  # process() before setup(): a runner bug, or a hand-made call
             raise RuntimeError("AgentDoFn.setup() was not called before processing")
-        seq = run.seq + 1
         started = time.perf_counter()
-        result: ActivationResult = run_activation(
-            self._agent,
-            self._registry,
-            provider,
-            run.state,
-            trigger,
-            now_ms=now_ms,
-            seq=seq,
-            entity_key=key,
-            hitl=self._config.hitl,
-            cache_policy=self._config.cache,
-            tool_cache_policy=self._config.tool_cache,
-            decision=decision,
-        )
+        result = run(key, seq, state, trigger, decision, now_ms=now_ms)
         self._latency.update(int((time.perf_counter() - started) * 1000))
         self._activations.inc()
-        # Each activation takes its SEQ, failed or not (invariant 1 keeps only this and
-        # the trace of a failure).
-        run.seq = seq
-        out = run.outputs
-        out.append(
-            (
-                AgentDoFn.TAG_TRACE_BATCHES,
-                (key, tuple([serialize_trace_event(event) for event in result.trace])),
-            )
-        )
         if result.provider_failures:
             self._provider_failures.inc(len(result.provider_failures))
         if not isinstance(result, ActivationCommit):
             self._failures.inc()
-            return
-        run.cells = result.cells
-        run.state = result.state
-        run.timer_target = result.timer_deadline_ms
-        for payload in result.outputs:
-            out.append((AgentDoFn.TAG_OUTPUTS, (key, payload)))
-        for intent in result.released_intents:
-            out.append((AgentDoFn.TAG_INTENTS, (key, intent.SerializeToString(deterministic=True))))
-        for intent in result.approval_requests:
-            out.append(
-                (AgentDoFn.TAG_APPROVALS, (key, intent.SerializeToString(deterministic=True)))
-            )
+        return result
 
-    def _drain_inbox(self, key: bytes, run: _KeyRun, store: _Store) -> None:
-        """Run the key's queued start events in arrival order until one suspends it again.
+    def _account(self, result: StepResult) -> tuple[tuple[Emit, Any], ...]:
+        """Count what ``result`` says happened (Beam metrics); its elements to emit."""
+        if result.queued:
+            self._queued.inc()
+        elif result.stale_timer:
+            self._stale_timers.inc()
+        for tag, _ in result.emitted:
+            if tag is Emit.ERRORS:
+                self._dead_letters.inc()
+            elif tag is Emit.SNAPSHOTS:
+                self._exports.inc()
+        return result.emitted
 
-        Each is its own activation with its own SEQ, on its own envelope's clock.
-        Only a suspended key queues, so a key that was not suspended has an empty inbox.
-        """
-        inbox = store.read_inbox()
-        if not inbox:
-            return
-        done = 0
-        for raw in inbox:
-            if run.state.continuation is not None:
-                break
-            done += 1
-            envelope = AgentEnvelope.FromString(raw)
-            # As a separate element would: from the committed bytes, exactly what replay
-            # loads from a snapshot taken between the two.
-            run.state = load_key_state(run.cells)
-            decision = classify_trigger(run.state, envelope)
-            if decision.action is not TriggerAction.START:
-                # Only events queue, and only while suspended; kept for safety, never dropped.
-                run.outputs.append(
-                    self._error(
-                        REJECTED_TRIGGER,
-                        f"queued event refused: {decision.reason or decision.action.value}",
-                        key,
-                        raw,
-                        envelope_id=envelope.envelope_id,
-                    )
-                )
-                continue
-            self._activate(key, run, envelope, decision, now_ms=envelope.event_time_ms)
-        store.write_inbox(inbox[done:])
 
-    def _enqueue(
-        self, key: bytes, raw: bytes, envelope: AgentEnvelope, store: _Store
-    ) -> Iterator[tuple[str, Any]]:
-        inbox = store.read_inbox()
-        limit = self._config.inbox_limit
-        if len(inbox) >= limit:
-            yield self._error(
-                INBOX_OVERFLOW,
-                f"key {key.hex()} is suspended and its inbox already holds {len(inbox)} "
-                f"start events (AgentConfig.inbox_limit={limit}); this event was not queued",
-                key,
-                raw,
-                envelope_id=envelope.envelope_id,
-            )
-            return
-        store.write_inbox([*inbox, raw])
-        self._queued.inc()
-
-    def _export(
-        self, key: bytes, raw: bytes, envelope: AgentEnvelope, store: _Store
-    ) -> tuple[str, Any]:
-        try:
-            snapshot = make_snapshot(
-                store.read_cells(),
-                entity_key=key,
-                seq=store.read_seq(),
-                snapshot_at_ms=envelope.event_time_ms,
-                request_id=envelope.export_request.request_id,
-            )
-        except StateError as exc:
-            return self._error(
-                STATE_UNREADABLE,
-                f"export {envelope.export_request.request_id!r}: {exc}",
-                key,
-                raw,
-                envelope_id=envelope.envelope_id,
-            )
-        self._exports.inc()
-        return AgentDoFn.TAG_SNAPSHOTS, (key, snapshot.SerializeToString(deterministic=True))
-
-    def _write(self, run: _KeyRun, store: _Store, timer: Any) -> None:
-        store.write_seq(run.seq)
-        store.write_changed(run.stored, run.cells)
-        if run.timer_target != run.timer_at:
-            if run.timer_target is None:
-                timer.clear()
-            else:
-                timer.set(_timestamp(run.timer_target))
-
-    def _error(
-        self, code: ErrorCode, reason: str, key: bytes, raw: bytes, *, envelope_id: str = ""
-    ) -> tuple[str, ErrorRecord]:
-        self._dead_letters.inc()
-        return AgentDoFn.TAG_ERRORS, ErrorRecord(
-            code, reason, entity_key=key, envelope_id=envelope_id, raw=raw
-        )
+def _set_timer(timer: Any, target: TimerTarget | None) -> None:
+    """Move Beam's HITL timer where the step says (None: leave it)."""
+    if target is None:
+        return
+    if target.at_ms is None:
+        timer.clear()
+    else:
+        timer.set(_timestamp(target.at_ms))
 
 
 class _CellStore:
@@ -635,69 +436,12 @@ class _Metric:
 
 @dataclass(frozen=True)
 class _Item:
-    """One thing a lane runs: an envelope (``raw``) or a HITL timer firing (``fired_ms``)."""
+    """One thing a lane runs: an envelope's bytes or a HITL timer firing."""
 
-    raw: bytes | None
-    fired_ms: int | None
+    input: bytes | HitlDeadline
     timestamp: Any
     """The element's (or timer's) timestamp: its outputs carry it."""
     window: Any
-
-
-class _MemoryStore:
-    """A key's cells held in memory while its lane runs; the ``_CellStore`` interface."""
-
-    __slots__ = ("cells", "inbox", "seq")
-
-    def __init__(self, seq: int, cells: StateCells, inbox: list[bytes]) -> None:
-        self.seq = seq
-        self.cells = cells
-        self.inbox = inbox
-
-    def read_seq(self) -> int:
-        return self.seq
-
-    def write_seq(self, seq: int) -> None:
-        self.seq = seq
-
-    def read_cells(self) -> StateCells:
-        return self.cells
-
-    def write_changed(self, before: StateCells, after: StateCells) -> None:
-        self.cells = after
-
-    def read_inbox(self) -> list[bytes]:
-        return list(self.inbox)
-
-    def write_inbox(self, inbox: list[bytes]) -> None:
-        self.inbox = list(inbox)
-
-
-_Store = _CellStore | _MemoryStore
-"""Where the handlers read and write a key's cells: Beam's state, or a lane's copy."""
-
-_CLEARED = object()
-
-
-class _TimerOps:
-    """Stands in for the HITL timer while a lane runs: keeps the last set/clear."""
-
-    __slots__ = ("last",)
-
-    def __init__(self) -> None:
-        self.last: Any = None
-
-    def set(self, timestamp: Any) -> None:
-        self.last = timestamp
-
-    def clear(self) -> None:
-        self.last = _CLEARED
-
-    def apply(self, timer: Any) -> None:
-        if self.last is _CLEARED:
-            timer.clear()
-        elif self.last is not None:
-            timer.set(self.last)
 
 
 class _Lane:
@@ -716,10 +460,11 @@ class _Lane:
         # Only a suspended key queues, so a key that is not suspended has an empty inbox
         # (the serial path relies on the same rule): one state read fewer per key.
         self._inbox = store.read_inbox() if self._cells.continuation else []
-        self._memory = _MemoryStore(self._seq, self._cells, self._inbox)
-        self._timer_ops = _TimerOps()
+        self._memory = MemoryKeyStore(self._seq, self._cells, self._inbox)
+        self._timer_target: TimerTarget | None = None
+        """Where the lane's last step that moved the timer left it (None: untouched)."""
         self._items: deque[_Item] = deque()
-        self._results: list[tuple[list[tuple[str, Any]], _Item]] = []
+        self._results: list[tuple[tuple[tuple[Emit, Any], ...], _Item]] = []
         self._tally: list[tuple[Callable[[int], None], int]] = []
         self._lock = threading.Lock()
         self._running = False
@@ -751,14 +496,10 @@ class _Lane:
                         self._running = False
                         return
                     item = self._items.popleft()
-                if item.raw is not None:
-                    pairs = dofn._handle_envelope(self.key, item.raw, self._memory, self._timer_ops)
-                else:
-                    assert item.fired_ms is not None
-                    pairs = dofn._handle_deadline(
-                        self.key, item.fired_ms, self._memory, self._timer_ops
-                    )
-                self._results.append((list(pairs), item))
+                result = dofn._stepper().handle(self.key, item.input, self._memory)
+                if result.timer is not None:
+                    self._timer_target = result.timer
+                self._results.append((dofn._account(result), item))
         except BaseException as exc:  # the bundle fails with it (commit_all re-raises)
             with self._lock:
                 self.error = exc
@@ -777,14 +518,14 @@ class _Lane:
         self._store.write_changed(self._cells, memory.cells)
         if memory.inbox != self._inbox:
             self._store.write_inbox(memory.inbox)
-        self._timer_ops.apply(self._timer)
+        _set_timer(self._timer, self._timer_target)
         for pairs, item in self._results:
             for tag, value in pairs:
                 windowed = WindowedValue(value, item.timestamp, (item.window,))
                 yield (
                     windowed
-                    if tag == AgentDoFn.TAG_OUTPUTS
-                    else beam.pvalue.TaggedOutput(tag, windowed)
+                    if tag is Emit.OUTPUTS
+                    else beam.pvalue.TaggedOutput(tag.value, windowed)
                 )
 
 
@@ -818,12 +559,12 @@ class _Lanes:
             yield from lane.commit()
 
 
-def _tagged(pairs: Iterable[tuple[str, Any]]) -> Iterator[Any]:
+def _tagged(pairs: Iterable[tuple[Emit, Any]]) -> Iterator[Any]:
     for tag, value in pairs:
-        if tag == AgentDoFn.TAG_OUTPUTS:
+        if tag is Emit.OUTPUTS:
             yield value
         else:
-            yield beam.pvalue.TaggedOutput(tag, value)
+            yield beam.pvalue.TaggedOutput(tag.value, value)
 
 
 __all__ = ["AgentDoFn"]

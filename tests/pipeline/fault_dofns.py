@@ -1,5 +1,7 @@
 """AgentDoFn subclasses that watch or break activations (importable by Beam's workers).
 
+Both hook ``AgentDoFn._activate``, the ``Activate`` the DoFn hands its ``KeyStep``: it runs
+one activation of one key at the SEQ the step gives it.
 ``OverlapTrackingDoFn`` records how many activations run at once, in all and per key.
 ``CrashOnceDoFn`` fails its bundle once, right after one chosen activation ran (its model
 calls made, its commit not yet written), as a worker dying mid-bundle would.
@@ -14,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from beam_agents._protos import AgentEnvelope
+from beam_agents.activation import ActivationResult, TriggerDecision
 from beam_agents.agent import Timeout
+from beam_agents.key_state import KeyState
 from beam_agents.pipeline.agent_dofn import AgentDoFn
 
 _LOCK = threading.Lock()
@@ -36,18 +40,19 @@ class OverlapTrackingDoFn(AgentDoFn):
     def _activate(
         self,
         key: bytes,
-        run: Any,
+        seq: int,
+        state: KeyState,
         trigger: AgentEnvelope | Timeout,
-        decision: Any,
+        decision: TriggerDecision,
         *,
         now_ms: int,
-    ) -> None:
+    ) -> ActivationResult:
         with _LOCK:
             RUNNING[key] = RUNNING.get(key, 0) + 1
             PEAK["all"] = max(PEAK["all"], sum(RUNNING.values()))
             PEAK["per_key"] = max(PEAK["per_key"], RUNNING[key])
         try:
-            super()._activate(key, run, trigger, decision, now_ms=now_ms)
+            return super()._activate(key, seq, state, trigger, decision, now_ms=now_ms)
         finally:
             with _LOCK:
                 RUNNING[key] -= 1
@@ -87,24 +92,24 @@ class CrashOnceDoFn(AgentDoFn):
     def _activate(
         self,
         key: bytes,
-        run: Any,
+        seq: int,
+        state: KeyState,
         trigger: AgentEnvelope | Timeout,
-        decision: Any,
+        decision: TriggerDecision,
         *,
         now_ms: int,
-    ) -> None:
-        seq = run.seq + 1
+    ) -> ActivationResult:
         with _LOCK:
             IN_FLIGHT.add((key, seq))
         try:
-            super()._activate(key, run, trigger, decision, now_ms=now_ms)
+            result = super()._activate(key, seq, state, trigger, decision, now_ms=now_ms)
         finally:
             with _LOCK:
                 IN_FLIGHT.discard((key, seq))
         with _LOCK, open(self._attempts_file, "a") as attempts:
             attempts.write(f"{key.hex()}:{seq}\n")
         if (key, seq) != (self._crash_key, self._crash_seq) or Path(self._marker).exists():
-            return
+            return result
         Path(self._marker).write_text("crashed")
         if self._config.max_in_flight > 1:
             deadline = time.monotonic() + 10

@@ -7,6 +7,7 @@ timer call can be asserted exactly. The last part runs real runners.
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 from pathlib import Path
 from typing import Any
@@ -16,10 +17,10 @@ from agents import SHOP_AGENT, SHOP_TOOLS, ShopAgent, make_provider, make_unpick
 from apache_beam.internal import pickler
 from apache_beam.pvalue import TaggedOutput
 from apache_beam.utils.timestamp import Timestamp
-from pipeline_harness import RUNNERS, SEED, T0, run_seeded
+from pipeline_harness import RUNNERS, SEED, T0, Watermark, run_dofn, run_seeded
 
 from beam_agents import AgentConfig, HitlPolicy
-from beam_agents._protos import StateSnapshot, VersionedBlob
+from beam_agents._protos import AgentEnvelope, StateSnapshot, VersionedBlob
 from beam_agents.agent import Inbound, Outcome
 from beam_agents.blobs import load_memory, unwrap_blob
 from beam_agents.context import AgentContext, derive_intent_id
@@ -29,6 +30,8 @@ from beam_agents.migrations import CURRENT_VERSIONS
 from beam_agents.pipeline import ErrorRecord
 from beam_agents.pipeline.agent_dofn import AgentDoFn
 from beam_agents.testing import (
+    PipelineKey,
+    StepResult,
     approval_envelope,
     event_envelope,
     export_request_envelope,
@@ -346,3 +349,107 @@ def test_old_blobs_are_exported_as_stored_and_written_current_on_the_next_commit
     assert state.migrations_applied == []  # nothing left to migrate
     assert [r.seq for r in new.resumed_from] == [4, 6, 8, 9]
     assert got.errors == []
+
+
+# --------------------------------------------------------------------------- the step it adapts
+
+OTHER_KEY = b"customer-7"
+
+
+def mixed_script() -> list[Any]:
+    """Two keys through every path: commit, failure, suspend, queue, drain, reject, export, timer."""
+    at = iter(range(T0, T0 + 100_000, 1_000))
+    shipped = derive_intent_id(KEY, 2, 0)
+    return [
+        event_envelope(KEY, "echo", b"hi", time_ms=next(at)),
+        event_envelope(KEY, "act", b"o-1", time_ms=next(at)),  # seq 2 suspends on `shipped`
+        event_envelope(KEY, "echo", b"queued-1", time_ms=next(at)),
+        event_envelope(KEY, "echo", b"queued-2", time_ms=next(at)),
+        event_envelope(OTHER_KEY, "refund", b"r-1", time_ms=next(at)),
+        export_request_envelope(KEY, "while-suspended", time_ms=next(at)),
+        tool_result_envelope(KEY, shipped, payload=b"sent", time_ms=next(at)),  # drains 2 events
+        tool_result_envelope(KEY, "in-unknown", time_ms=next(at)),
+        event_envelope(KEY, "fail_call", b"x", time_ms=next(at)),
+        approval_envelope(
+            OTHER_KEY,
+            derive_intent_id(OTHER_KEY, 1, 0),
+            approved=False,
+            reason="no",
+            time_ms=next(at),
+        ),
+        AgentEnvelope(entity_key=KEY, envelope_id="no-body", event_time_ms=next(at)),
+        event_envelope(KEY, "refund", b"r-2", time_ms=T0 + 50_000),  # times out (seq 8)
+        Watermark(T0 + 50_000 + HOUR + 1),
+        export_request_envelope(KEY, "after", time_ms=T0 + 50_000 + HOUR + 2),
+        export_request_envelope(OTHER_KEY, "other", time_ms=T0 + 50_000 + HOUR + 3),
+    ]
+
+
+def run_on_pipeline_keys(script: list[Any], *, watermarks: bool) -> dict[str, list[Any]]:
+    """The script through one ``PipelineKey`` per key (the step without Beam), by output."""
+    keys: dict[bytes, PipelineKey] = {}
+    results: list[StepResult] = []
+
+    def fire_due(ms: float) -> None:
+        for key in keys.values():
+            if key.timer_ms is not None and key.timer_ms <= ms:
+                results.append(key.fire_timer())
+
+    for step in script:
+        if isinstance(step, Watermark):
+            if watermarks:
+                fire_due(step.ms)
+            continue
+        key = keys.get(step.entity_key)
+        if key is None:
+            key = keys[step.entity_key] = PipelineKey(
+                SHOP_AGENT, SHOP_TOOLS, CONFIG, entity_key=step.entity_key
+            )
+        results.append(key.send(step))
+    fire_due(float("inf"))  # the watermark passes every timer when the input ends
+    by_tag: dict[str, list[Any]] = {}
+    for result in results:
+        for tag, value in result.emitted:
+            by_tag.setdefault(tag.value, []).append(value)
+    return by_tag
+
+
+def comparable(by_tag: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """Each output as a sorted list (the runner's bundle order is not meaningful)."""
+    out = {tag: sorted(values) for tag, values in by_tag.items() if tag != AgentDoFn.TAG_ERRORS}
+    errors = by_tag.get(AgentDoFn.TAG_ERRORS, [])
+    out[AgentDoFn.TAG_ERRORS] = sorted(errors, key=lambda e: (e.entity_key, e.envelope_id))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("runner", "max_in_flight"), [("batch", 1), ("batch", 4), ("streaming", 1)]
+)
+def test_the_dofn_emits_exactly_what_the_key_step_returns(
+    runner: str, max_in_flight: int, tmp_path: Path
+) -> None:
+    """AgentDoFn on a real runner (serially, and in concurrent lanes) vs PipelineKey: same bytes."""
+    script = mixed_script()
+    config = dataclasses.replace(CONFIG, max_in_flight=max_in_flight)
+    got = run_dofn(runner, AgentDoFn(SHOP_AGENT, SHOP_TOOLS, config), script, tmp_path)
+    batches: dict[bytes, list[tuple[bytes, bytes]]] = {}
+    for key, data in got.traces:
+        batches.setdefault(key, []).append((key, data))
+    from_dofn = {
+        AgentDoFn.TAG_OUTPUTS: got.outputs,
+        AgentDoFn.TAG_INTENTS: got.intents,
+        AgentDoFn.TAG_APPROVALS: got.approvals,
+        AgentDoFn.TAG_SNAPSHOTS: got.snapshots,
+        AgentDoFn.TAG_ERRORS: got.errors,
+        "trace events": got.traces,
+    }
+    from_step = run_on_pipeline_keys(script, watermarks=runner == "streaming")
+    from_step["trace events"] = [
+        (key, data) for key, events in from_step.pop(AgentDoFn.TAG_TRACE_BATCHES) for data in events
+    ]
+    assert comparable(from_dofn) == comparable(from_step)
+    # The script did reach every path it names.
+    assert {e.code for e in got.errors} == {"rejected_trigger", "no_body"}
+    assert len(got.snapshots) == 3 and len(got.approvals) == 2
+    assert b"4:echo:queued-1:ok:queued-1" in got.outputs_of(KEY)  # drained after the resume
+    assert any(o.startswith(b"8:timeout:") for o in got.outputs_of(KEY))
