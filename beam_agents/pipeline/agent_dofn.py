@@ -63,6 +63,13 @@ from beam_agents.tools import ToolRegistry
 
 METRICS_NAMESPACE = "beam_agents"
 
+# The step's output kinds the per-element path compares with, as plain module names (an
+# Enum's class attribute costs a metaclass lookup each time), and each one's tag as a str.
+_OUTPUTS = Emit.OUTPUTS
+_ERRORS = Emit.ERRORS
+_SNAPSHOTS = Emit.SNAPSHOTS
+_TAG_NAMES: dict[Emit, str] = {member: member.value for member in Emit}
+
 _BLOB_CELLS = ("memory", "llm_cache", "continuation", "pending", "resume_history", "tool_cache")
 """The ``StateCells`` fields, each held in the Beam state cell of the same name."""
 
@@ -309,9 +316,9 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
         elif result.stale_timer:
             self._stale_timers.inc()
         for tag, _ in result.emitted:
-            if tag is Emit.ERRORS:
+            if tag is _ERRORS:
                 self._dead_letters.inc()
-            elif tag is Emit.SNAPSHOTS:
+            elif tag is _SNAPSHOTS:
                 self._exports.inc()
         return result.emitted
 
@@ -524,8 +531,8 @@ class _Lane:
                 windowed = WindowedValue(value, item.timestamp, (item.window,))
                 yield (
                     windowed
-                    if tag is Emit.OUTPUTS
-                    else beam.pvalue.TaggedOutput(tag.value, windowed)
+                    if tag is _OUTPUTS
+                    else beam.pvalue.TaggedOutput(_TAG_NAMES[tag], windowed)
                 )
 
 
@@ -561,10 +568,10 @@ class _Lanes:
 
 def _tagged(pairs: Iterable[tuple[Emit, Any]]) -> Iterator[Any]:
     for tag, value in pairs:
-        if tag is Emit.OUTPUTS:
+        if tag is _OUTPUTS:
             yield value
         else:
-            yield beam.pvalue.TaggedOutput(tag.value, value)
+            yield beam.pvalue.TaggedOutput(_TAG_NAMES[tag], value)
 
 
 __all__ = ["AgentDoFn"]
