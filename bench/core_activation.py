@@ -14,6 +14,10 @@ output. Per activation it times what the DoFn calls for each element:
     run_activation(...)               the activation, including dump_key_state
     serialize_trace_event(e) per e    the trace output's bytes
 
+and then the same envelopes (as bytes) through ``KeyStep.envelope`` on one
+``MemoryKeyStore`` per key: the per-key step ``AgentDoFn`` runs for each element
+(parse, load, classify, run, commit, trace serialization), without Beam.
+
 It runs the whole set ``--repeat`` times and prints the fastest run (the machine
 is shared and noisy; the minimum is the least disturbed measurement), then a
 breakdown of the pieces of an activation timed on their own.
@@ -38,8 +42,10 @@ from beam_agents import Agent, Done, ToolRegistry, tool
 from beam_agents._protos import AgentEnvelope, Event, TraceEvent
 from beam_agents.activation import ActivationCommit, run_activation
 from beam_agents.cache_key import cache_key_and_fingerprint
+from beam_agents.config import DEFAULT_INBOX_LIMIT
 from beam_agents.context import AgentContext
 from beam_agents.key_state import StateCells, dump_key_state, load_key_state
+from beam_agents.key_step import KeyStep, MemoryKeyStore, activation_runner
 from beam_agents.testing import ScriptedProvider, chat_request, event_envelope
 from beam_agents.trace_events import make_event, serialize_trace_event
 
@@ -123,6 +129,20 @@ def time_core(
     return load, run, serialize
 
 
+def time_step(data: list[AgentEnvelope], agent: Agent | None = None) -> float:
+    """Seconds in ``KeyStep.envelope`` over ``data``: what AgentDoFn runs per element, sans Beam."""
+    activate = activation_runner(agent or CachedCallAgent(), ToolRegistry([]), make_provider())
+    step = KeyStep(activate, inbox_limit=DEFAULT_INBOX_LIMIT)
+    keyed = [(envelope.entity_key, envelope.SerializeToString()) for envelope in data]
+    stores: dict[bytes, MemoryKeyStore] = {key: MemoryKeyStore() for key, _ in keyed}
+    started = time.perf_counter()
+    for key, raw in keyed:
+        step.envelope(key, raw, stores[key])
+    elapsed = time.perf_counter() - started
+    assert all(store.seq for store in stores.values())
+    return elapsed
+
+
 def per_call_us(
     function: Callable[[], object],
     calls: int = 5_000,
@@ -199,6 +219,12 @@ def main() -> int:
     print(f"    run_activation:       {run * us:6.1f} µs")
     print(f"    trace serialization:  {serialize * us:6.1f} µs")
     print(f"  all runs (µs/activation): {', '.join(f'{sum(r) * us:.1f}' for r in runs)}")
+    time_step(data[:500])
+    steps = [time_step(data) for _ in range(args.repeat)]
+    print(
+        f"  per-key step (KeyStep.envelope, the DoFn's work without Beam): {min(steps) * us:6.1f} µs"
+    )
+    print(f"    all runs (µs/activation): {', '.join(f'{t * us:.1f}' for t in steps)}")
     print("pieces, each timed alone (µs per call, fastest of 5):")
     for name, cost in pieces():
         print(f"  {name:36s} {cost:6.1f}")
@@ -261,6 +287,7 @@ def print_recorded_tools(data: list[AgentEnvelope], repeat: int) -> None:
     print(f"    plain @tool:              {best_plain:6.1f} µs per activation")
     print(f"    @tool(recorded=True):     {best_recorded:6.1f} µs per activation")
     print(f"    recorded / plain:         {best_recorded / best_plain:6.2f}x")
+
 
 if __name__ == "__main__":
     raise SystemExit(main())

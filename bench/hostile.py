@@ -29,13 +29,18 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from beam_agents import Agent, Done, ToolRegistry, tool  # noqa: E402
+from beam_agents import Agent, AgentConfig, Done, ToolRegistry, tool  # noqa: E402
 from beam_agents._protos import Event, TraceEvent  # noqa: E402
-from beam_agents.activation import ActivationCommit, run_activation  # noqa: E402
+from beam_agents.activation import ActivationCommit  # noqa: E402
 from beam_agents.agent import Inbound, Outcome  # noqa: E402
 from beam_agents.context import AgentContext  # noqa: E402
-from beam_agents.key_state import StateCells, make_snapshot  # noqa: E402
-from beam_agents.testing import ScriptedProvider, chat_request, event_envelope  # noqa: E402
+from beam_agents.testing import (  # noqa: E402
+    PipelineKey,
+    ScriptedProvider,
+    chat_request,
+    event_envelope,
+    export_request_envelope,
+)
 from beam_agents.trace_stream import write_trace_stream  # noqa: E402
 
 KEY = b"bench-hostile"
@@ -91,23 +96,15 @@ def _record(agent: Agent, provider: ScriptedProvider) -> tuple[
     bytes, list[TraceEvent], bytes, bytes
 ]:
     """Run the activation twice (the second is replayed: its cache holds the first's answers)."""
-    from beam_agents.key_state import load_key_state
-
-    cells = StateCells()
+    key = PipelineKey(agent, TOOLS, AgentConfig(provider_factory=lambda: provider), entity_key=KEY)
     trace: list[TraceEvent] = []
     event = event_envelope(KEY, "go", b"go", time_ms=T0)
     for seq in (1, 2):
         event = event_envelope(KEY, "go", b"go", time_ms=T0 + seq)
-        result = run_activation(
-            agent, TOOLS, provider, load_key_state(cells), event,
-            now_ms=T0 + seq, seq=seq, entity_key=KEY,
-        )  # fmt: skip
+        [result] = key.send(event).activations
         assert isinstance(result, ActivationCommit), result
         trace.extend(result.trace)
-        cells = result.cells
-    snapshot = make_snapshot(
-        cells, entity_key=KEY, seq=2, snapshot_at_ms=T0 + 10, request_id="bench"
-    ).SerializeToString(deterministic=True)
+    [snapshot] = key.send(export_request_envelope(KEY, "bench", time_ms=T0 + 10)).snapshots
     return snapshot, trace, event.SerializeToString(), b""
 
 

@@ -21,7 +21,9 @@ The ratio cannot go below (bare + core) / bare: RunAgent does the bare DoFn's st
 traffic plus the activation core, so the floor is printed next to it.
 To show where RunAgent's time goes, it also times the activation core alone on
 the same envelopes, without Beam: ``load_key_state`` + ``run_activation`` +
-trace serialization per activation (what the DoFn calls for each element).
+trace serialization per activation, and the whole per-key step the DoFn runs for
+each element (``KeyStep.envelope`` on an in-memory store: parse, load, classify,
+run, commit, serialize): RunAgent minus that step is what Beam itself costs.
 Not a test: timings depend on the machine (see STYLE.md).
 """
 
@@ -39,7 +41,7 @@ from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 
 # The same agent, provider and core timer as bench/core_activation.py (this directory is on
 # sys.path when a bench script runs), so the two benchmarks measure one scenario.
-from core_activation import T0, CachedCallAgent, make_provider, time_core
+from core_activation import T0, CachedCallAgent, make_provider, time_core, time_step
 
 from beam_agents import AgentConfig, RunAgent, ToolRegistry
 from beam_agents._protos import AgentEnvelope
@@ -137,7 +139,9 @@ def main() -> int:
     run_agent(data[:200])
     bare = run_bare(data)
     agent = run_agent(data)
-    load, run, serialize = time_core([AgentEnvelope.FromString(raw) for raw in data])
+    parsed = [AgentEnvelope.FromString(raw) for raw in data]
+    load, run, serialize = time_core(parsed)
+    step = time_step(parsed)
     n = args.activations
     us = 1e6 / n
     print(f"{n} activations over {args.keys} keys, BundleBasedDirectRunner")
@@ -159,6 +163,8 @@ def main() -> int:
         f"  (load_key_state {load * us:.1f}, run_activation {run * us:.1f},"
         f" trace serialization {serialize * us:.1f})"
     )
+    print(f"  the per-key step (KeyStep), without Beam:  {step * us:6.1f}")
+    print(f"  RunAgent minus the step (Beam's share):    {(agent - step) * us:6.1f}")
     return 0
 
 

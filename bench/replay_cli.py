@@ -69,26 +69,17 @@ AGENT = BenchAgent()
 
 def build_inputs(directory: Path) -> tuple[list[bytes], bytes, bytes]:
     """Run the activation as the DoFn would; its frames, snapshot and event bytes."""
-    from beam_agents.activation import ActivationCommit, run_activation
-    from beam_agents.key_state import StateCells, load_key_state, make_snapshot
-    from beam_agents.testing import event_envelope
+    from beam_agents import AgentConfig
+    from beam_agents.activation import ActivationCommit
+    from beam_agents.testing import PipelineKey, event_envelope, export_request_envelope
     from beam_agents.trace_events import serialize_trace_event
 
+    provider = ScriptedProvider(lambda r: f"a:{r.messages[-1].content}", name="bench")
+    key = PipelineKey(AGENT, TOOLS, AgentConfig(provider_factory=lambda: provider), entity_key=KEY)
     event = event_envelope(KEY, "bench", b"go", time_ms=T0)
-    result = run_activation(
-        AGENT,
-        TOOLS,
-        ScriptedProvider(lambda r: f"a:{r.messages[-1].content}", name="bench"),
-        load_key_state(StateCells()),
-        event,
-        now_ms=T0,
-        seq=1,
-        entity_key=KEY,
-    )
+    [result] = key.send(event).activations
     assert isinstance(result, ActivationCommit) and len(result.trace) == EVENTS_PER_ACTIVATION
-    snapshot = make_snapshot(
-        result.cells, entity_key=KEY, seq=1, snapshot_at_ms=T0 + 1, request_id="bench"
-    ).SerializeToString(deterministic=True)
+    [snapshot] = key.send(export_request_envelope(KEY, "bench", time_ms=T0 + 1)).snapshots
     frames = [serialize_trace_event(e) for e in result.trace]
     return frames, snapshot, event.SerializeToString()
 

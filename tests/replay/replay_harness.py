@@ -1,33 +1,29 @@
 """A key's serial history without Beam: what the DoFn does per element, for fast replay tests.
 
-``KeyHistory`` loads the key's cells, classifies the trigger, takes the next
-SEQ, calls ``run_activation`` and keeps the commit's cells, exactly as
-``AgentDoFn`` does; ``export`` answers an export request with ``make_snapshot``.
-The end-to-end tests (``test_end_to_end.py``) do the same through a real Beam
-pipeline; these unit tests pin the engine's logic quickly.
+``KeyHistory`` hands each trigger to ``beam_agents.testing.PipelineKey``, which runs the
+pipeline's own per-key step (``beam_agents.key_step``: classify, SEQ, run, commit, HITL
+timer, inbox, export), the one ``AgentDoFn`` runs for each element; ``export`` answers
+an export request through the same step. The end-to-end tests (``test_end_to_end.py``)
+do the same through a real Beam pipeline; these unit tests pin the engine's logic quickly.
 """
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from beam_agents import Agent, ToolRegistry
+from beam_agents import Agent, AgentConfig, ToolRegistry
 from beam_agents._protos import AgentEnvelope, TraceEvent
-from beam_agents.activation import (
-    ActivationCommit,
-    ActivationResult,
-    TriggerAction,
-    classify_trigger,
-    run_activation,
-)
-from beam_agents.agent import Timeout
+from beam_agents.activation import ActivationResult
 from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
-from beam_agents.key_state import StateCells, load_key_state, make_snapshot
+from beam_agents.key_state import StateCells
+from beam_agents.key_step import StepResult
 from beam_agents.llm_cache import CachePolicy
 from beam_agents.provider import Provider
 from beam_agents.replay.options import ReplayOptions
+from beam_agents.testing import PipelineKey, export_request_envelope
 from beam_agents.tool_cache import ToolCachePolicy
 from beam_agents.trace_stream import write_trace_stream
 
@@ -37,7 +33,7 @@ KEY = b"customer-42"
 
 @dataclass
 class KeyHistory:
-    """One key's state cells and SEQ, advanced one trigger at a time."""
+    """One key's state cells and SEQ, advanced one trigger at a time, with its whole trace."""
 
     agent: Agent
     registry: ToolRegistry
@@ -46,64 +42,52 @@ class KeyHistory:
     hitl: HitlPolicy = DEFAULT_HITL_POLICY
     cache_policy: CachePolicy = field(default_factory=CachePolicy)
     tool_cache_policy: ToolCachePolicy = field(default_factory=ToolCachePolicy)
-    cells: StateCells = field(default_factory=StateCells)
-    seq: int = 0
     trace: list[TraceEvent] = field(default_factory=list)
     results: list[ActivationResult] = field(default_factory=list)
+    pipeline_key: PipelineKey = field(init=False)
 
-    def send(self, trigger: AgentEnvelope | Timeout) -> ActivationResult:
-        """Run the activation ``trigger`` starts (it must start or resume one)."""
-        state = load_key_state(self.cells)
-        decision = classify_trigger(state, trigger)
-        if decision.action not in (TriggerAction.START, TriggerAction.RESUME):
-            raise AssertionError(f"trigger not runnable: {decision}")
-        now_ms = trigger.deadline_ms if isinstance(trigger, Timeout) else trigger.event_time_ms
-        self.seq += 1
-        result = run_activation(
-            self.agent,
-            self.registry,
-            self.provider,
-            state,
-            trigger,
-            now_ms=now_ms,
-            seq=self.seq,
-            entity_key=self.key,
+    def __post_init__(self) -> None:
+        provider = self.provider
+        config = AgentConfig(
+            provider_factory=lambda: provider,
             hitl=self.hitl,
-            cache_policy=self.cache_policy,
-            tool_cache_policy=self.tool_cache_policy,
-            decision=decision,  # as the DoFn does: run what classify_trigger decided
+            cache=self.cache_policy,
+            tool_cache=self.tool_cache_policy,
         )
-        self.trace.extend(result.trace)
-        self.results.append(result)
-        if isinstance(result, ActivationCommit):
-            self.cells = result.cells
-        return result
+        self.pipeline_key = PipelineKey(self.agent, self.registry, config, entity_key=self.key)
+
+    @property
+    def cells(self) -> StateCells:
+        return self.pipeline_key.cells
+
+    @property
+    def seq(self) -> int:
+        return self.pipeline_key.seq
+
+    def send(self, envelope: AgentEnvelope) -> ActivationResult:
+        """Run the activation ``envelope`` starts or resumes (it must start or resume one)."""
+        return self._ran(self.pipeline_key.send(envelope), envelope)
 
     def fire_timeout(self) -> ActivationResult:
         """Fire the HITL timer of the suspended key, as the DoFn does."""
-        cont = load_key_state(self.cells).continuation
-        assert cont is not None, "the key is not suspended"
-        return self.send(
-            Timeout(
-                deadline_ms=cont.deadline_ms, awaiting_intent_ids=tuple(cont.awaiting_intent_ids)
-            )
-        )
+        return self._ran(self.pipeline_key.fire_timer(), "the HITL timer")
+
+    def _ran(self, step: StepResult, what: object) -> ActivationResult:
+        if not step.activations:
+            raise AssertionError(f"trigger not runnable: {what} gave {step}")
+        for result in step.activations:
+            self.trace.extend(result.trace)
+            self.results.append(result)
+        return step.activations[0]
 
     def export(self, request_id: str = "incident-1", *, at_ms: int = T0 + 10_000_000) -> bytes:
         """The serialized snapshot an export request would get now."""
-        snapshot = make_snapshot(
-            self.cells,
-            entity_key=self.key,
-            seq=self.seq,
-            snapshot_at_ms=at_ms,
-            request_id=request_id,
-        )
-        return snapshot.SerializeToString(deterministic=True)
+        request = export_request_envelope(self.key, request_id, time_ms=at_ms)
+        [snapshot] = self.pipeline_key.send(request).snapshots
+        return snapshot
 
     def trace_bytes(self, events: Sequence[TraceEvent] | None = None) -> bytes:
         """The trace (or ``events``) as a trace stream."""
-        import io
-
         out = io.BytesIO()
         write_trace_stream(out, self.trace if events is None else events)
         return out.getvalue()
