@@ -56,7 +56,7 @@ fuzz: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check beam_agents replay_tui tests bench examples scripts fuzz
-	$(BIN)/mypy beam_agents replay_tui examples scripts/demo.py
+	$(BIN)/mypy beam_agents replay_tui examples scripts/demo.py fuzz/targets.py
 
 bench: $(STAMP)
 	$(BIN)/python bench/trace_scan.py

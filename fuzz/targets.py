@@ -67,8 +67,7 @@ def trace(data: bytes) -> None:
     try:
         found = scan_traces([data], KEY, seq=None)
         if found.kept_seq is not None:
-            events = [found.events[i] for i in sorted(found.events)]
-            check_complete(events, KEY, found.kept_seq)
+            check_complete(found.activation(), KEY, found.kept_seq)
     except ReplayRefused as refused:
         _refused_well(refused.message)
 
