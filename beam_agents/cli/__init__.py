@@ -3,12 +3,17 @@
     beam-agents-replay --snapshot FILE --traces FILE|DIR [--traces ...] [--event FILE]
                        --agent module:ATTR --registry module:ATTR [--seq N]
                        [--hitl module:ATTR] [--headless] [--json]
-    beam-agents-replay tui <the same flags but --headless/--json>
-    beam-agents-replay convert-bq ROWS [-o OUT]
+    beam-agents-replay BUNDLE [--seq N] [--json] ...
+    beam-agents-replay tui <the same flags but --headless/--json> | tui BUNDLE ...
+    beam-agents-replay ls | bundle | check | convert-bq ...
     beam-agents-replay --version | --help | COMMAND --help
 
 The parser is ``build_parser()``: the default (replay) flags on the top-level parser and
 one argparse subparser per command, each registered by one function in ``SUBCOMMANDS``.
+This package is the top layer: one module per command (``replay``, ``tui``, ``ls``,
+``bundle``, ``check``, ``convert_bq``), their shared flags in ``parsing``, and
+``output``/``process`` helpers. It imports ``beam_agents.replay`` and, in ``tui`` only
+when that command runs, ``replay_tui``; neither imports it (tests/test_layers.py).
 
 Exit codes are the verdict's (0 reproduced or what-if, 1 diverged, 2 usage or
 configuration error, 3 irreproducible). ``main`` returns the code instead of
