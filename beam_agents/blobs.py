@@ -232,9 +232,8 @@ def blob_version(kind: str, raw: Buffer) -> int:
 
 
 def _decode_large(kind: str, raw: Buffer) -> tuple[Buffer, list[str]]:
-    """``decode_blob`` for a cache cell: at the current version, the body is a view of ``raw``."""
-    if len(raw) < LARGE_CELL_BYTES:
-        return decode_blob(kind, bytes(raw))
+    """``decode_blob`` for a large cache cell (``LARGE_CELL_BYTES``): at the current
+    version, the body is a view of ``raw``."""
     version, body = _unwrap_large(kind, raw)
     if version != CURRENT_VERSIONS.get(kind):
         body = bytes(body)  # migration steps take and give bytes
@@ -322,13 +321,14 @@ def dump_memory(memory: Mapping[str, Any]) -> bytes:
 # --- llm_cache ---------------------------------------------------------------------------
 
 
-def load_llm_cache(raw: Buffer) -> tuple[ReplayCache, list[str]]:
+def load_llm_cache(raw: bytes) -> tuple[ReplayCache, list[str]]:
     """The replay cache from an ``llm_cache`` cell (empty cell: an empty cache).
 
     Returns:
         ``(cache, applied migration steps)``.
     """
-    body, steps = _decode_large("llm_cache", raw)
+    decode = decode_blob if len(raw) < LARGE_CELL_BYTES else _decode_large
+    body, steps = decode("llm_cache", raw)
     parsed = parse_proto(LlmCacheBody, "llm_cache", body)
     return ReplayCache.from_body(parsed, copy=False), steps
 
@@ -352,7 +352,7 @@ def dump_llm_cache(cache: ReplayCache) -> bytes:
 # --- tool_cache --------------------------------------------------------------------------
 
 
-def load_tool_cache(raw: Buffer) -> tuple[ToolCache, list[str]]:
+def load_tool_cache(raw: bytes) -> tuple[ToolCache, list[str]]:
     """The recorded tool results from a ``tool_cache`` cell (empty cell: an empty cache).
 
     Returns:
@@ -360,7 +360,8 @@ def load_tool_cache(raw: Buffer) -> tuple[ToolCache, list[str]]:
     """
     if not len(raw):
         return ToolCache(), []
-    body, steps = _decode_large("tool_cache", raw)
+    decode = decode_blob if len(raw) < LARGE_CELL_BYTES else _decode_large
+    body, steps = decode("tool_cache", raw)
     parsed = parse_proto(ToolCacheBody, "tool_cache", body)
     return ToolCache.from_body(parsed, copy=False), steps
 

@@ -126,9 +126,10 @@ class EntryCache(Generic[EntryT]):
     5. If ``_shared``, another cache may hold this ``_body`` and ``_entries``:
        neither is changed before ``_own_body()`` replaced them with private copies.
     6. ``_touched`` (cache key -> ``(last_used_ms, last_used_tick)``) and ``_tick``
-       (None, or the body's tick) are this cache's uses of a shared body, newer than
-       what the body holds; both are empty unless ``_shared``. Recency is read
-       through ``_used_tick``, and ``_own_body()`` writes them into the private copy.
+       (the body's tick) are this cache's uses of a shared body, newer than what the
+       body holds; ``_touched`` is None when there are none (always unless
+       ``_shared``), and ``_tick`` is then unset. Recency is read through
+       ``_used_tick``, and ``_own_body()`` writes them into the private copy.
 
     Subclasses set ``BODY`` (the body message class) and ``KIND`` (the blob kind,
     for errors) and add their own ``insert``.
@@ -147,8 +148,8 @@ class EntryCache(Generic[EntryT]):
         self._entries: dict[str, EntryT] = {}
         self._shared = False
         self._sorted = True
-        self._touched: dict[str, tuple[int, int]] = {}
-        self._tick: int | None = None
+        self._touched: dict[str, tuple[int, int]] | None = None
+        self._tick: int
 
     @classmethod
     def empty(cls: type[CacheT]) -> CacheT:
@@ -232,8 +233,10 @@ class EntryCache(Generic[EntryT]):
         twin._body = self._body
         twin._entries = self._entries
         twin._sorted = self._sorted
-        twin._touched = dict(self._touched)
-        twin._tick = self._tick
+        twin._touched = None
+        if self._touched is not None:
+            twin._touched = dict(self._touched)
+            twin._tick = self._tick
         twin._shared = self._shared = True
         return twin
 
@@ -254,23 +257,22 @@ class EntryCache(Generic[EntryT]):
             self._body = body
             self._entries = entries = {entry.cache_key: entry for entry in body.entries}
             self._shared = False
-            for key, (used_ms, used_tick) in self._touched.items():
-                entry = entries[key]
-                entry.last_used_ms = used_ms
-                entry.last_used_tick = used_tick
-            if self._tick is not None:
+            if self._touched is not None:
+                for key, (used_ms, used_tick) in self._touched.items():
+                    entry = entries[key]
+                    entry.last_used_ms = used_ms
+                    entry.last_used_tick = used_tick
                 body.tick = self._tick
-            self._touched = {}
-            self._tick = None
+                self._touched = None
 
     def _used_tick(self, entry: CacheEntry) -> int:
         """``entry``'s recency tick, counting this cache's uses kept aside (``_touched``)."""
-        touched = self._touched.get(entry.cache_key) if self._touched else None
+        touched = self._touched.get(entry.cache_key) if self._touched is not None else None
         return entry.last_used_tick if touched is None else touched[1]
 
     def _sorted_body(self) -> Any:
         """``_body`` with its entries in cache-key order (sorting it first if needed)."""
-        if self._touched:
+        if self._touched is not None:
             self._own_body()  # the uses kept aside belong in the body
         if not self._sorted:
             self._own_body()  # reordering is a change like any other
@@ -307,9 +309,11 @@ class EntryCache(Generic[EntryT]):
         copying the whole body for two integers; ``_own_body()`` writes it in later.
         """
         if self._shared:
-            tick = (self._body.tick if self._tick is None else self._tick) + 1
-            self._tick = tick
-            self._touched[entry.cache_key] = (now_ms, tick)
+            if self._touched is None:
+                self._touched = {}
+                self._tick = self._body.tick
+            self._tick += 1
+            self._touched[entry.cache_key] = (now_ms, self._tick)
             return
         entry.last_used_ms = now_ms
         entry.last_used_tick = self._next_tick()
