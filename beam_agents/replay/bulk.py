@@ -314,16 +314,26 @@ def _check_in_process(
 
 
 def _worker_main(
-    conn: Connection, agent: str | None, registry: str | None, time_limit: float | None
+    conn: Connection,
+    agent: str | None,
+    registry: str | None,
+    time_limit: float | None,
+    environ: dict[str, str],
 ) -> None:
     """A ``check`` worker: isolated for life, then replays the bundles it is sent.
 
     Tasks are ``(path, after_seq)``; it answers ``("start", seq)`` before each re-run,
     ``("row", row)`` after it and ``("done",)`` after the bundle. After a re-run
     abandoned at its time limit it ends (a thread it cannot stop runs on).
+
+    ``environ`` is the caller's environment when ``check_bundles`` ran: a ``forkserver``
+    worker would otherwise have the server's, from whenever that process started.
     """
     from beam_agents.replay.network_guard import end_process, isolate_process, still_running
 
+    if os.environ != environ:
+        os.environ.clear()
+        os.environ.update(environ)
     isolate_process()  # before any agent code is imported: network, processes, side effects
     sys.dont_write_bytecode = True
     try:
@@ -436,7 +446,9 @@ def _check_in_workers(
     def start() -> _Worker:
         parent, child = context.Pipe()
         process = context.Process(  # type: ignore[attr-defined]
-            target=_worker_main, args=(child, agent, registry, time_limit), daemon=True
+            target=_worker_main,
+            args=(child, agent, registry, time_limit, dict(os.environ)),
+            daemon=True,
         )
         process.start()
         child.close()

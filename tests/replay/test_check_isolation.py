@@ -106,6 +106,31 @@ def test_workers_refuse_processes_signals_and_writes_and_end_the_process_as_erro
     assert "os._exit(0)" in by_name["tools_exit"].detail
 
 
+def test_forkserver_workers_run_with_the_environment_check_was_called_with(
+    incident: Incident, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With other threads running, workers come from a forkserver, which keeps the environment
+    # of whenever it started (here: before the variable below was set). The agent code must
+    # see the caller's, as a forked worker does: the write is then refused at the named file.
+    import multiprocessing
+
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        pytest.skip("no forkserver on this platform")
+    context = multiprocessing.get_context("forkserver")
+    monkeypatch.setattr(bulk, "_context", lambda: context)
+    monkeypatch.delenv(ia.WRITE_TARGET_ENV, raising=False)
+    good = tmp_path / "good.bundle"
+    good.write_bytes(incident.make(seq=1))
+    assert rows(check_bundles([good], jobs=1, isolate=True)) == [("good", 1, Verdict.REPRODUCED)]
+    target = tmp_path / "written-by-a-forkserver-worker.txt"
+    monkeypatch.setenv(ia.WRITE_TARGET_ENV, str(target))
+    report = check_bundles([_bundle(incident, tmp_path, "TOOLS_WRITE", seq=1)], jobs=1, isolate=True)
+    (row,) = report.rows
+    assert row.verdict is Verdict.IRREPRODUCIBLE, (row.cause, row.detail)
+    assert target.name in row.cause + row.detail
+    assert not target.exists()
+
+
 @pytest.mark.parametrize("registry", ["TOOLS_THREAD", "TOOLS_ATEXIT"])
 def test_a_thread_or_atexit_hook_in_a_worker_never_reaches_the_network(
     incident: Incident, tmp_path: Path, listener: socket.socket, registry: str
