@@ -19,7 +19,8 @@ before). Each replay must be:
   rolled over (the snapshot's ``resumed_from`` must then be full).
 
 Never ``diverged``, never a usage error. The generator steers the stream with an
-in-process model of the DoFn (``_Sim``); the pipeline is the record, and a model
+in-process model of the DoFn (``_Sim``: the DoFn's own per-key step, through
+``PipelineKey``); the pipeline is the record, and a model
 error only makes an envelope the pipeline rejects, which is fine.
 
 ``make test`` runs a few seeded examples; ``make fuzz`` (``BEAM_AGENTS_FUZZ_EXAMPLES``)
@@ -31,7 +32,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,20 +51,12 @@ from hypothesis import strategies as st
 
 from beam_agents import AgentConfig, RunAgent
 from beam_agents._protos import AgentEnvelope, StateSnapshot, ToolResult, TraceEvent
-from beam_agents.activation import (
-    MAX_RESUME_HISTORY,
-    ActivationCommit,
-    TriggerAction,
-    classify_trigger,
-    hitl_timeout,
-    run_activation,
-)
-from beam_agents.config import DEFAULT_INBOX_LIMIT
-from beam_agents.key_state import KeyState, StateCells, load_key_state
+from beam_agents.activation import MAX_RESUME_HISTORY
 from beam_agents.replay.engine import replay
 from beam_agents.replay.options import ReplayOptions
 from beam_agents.replay.result import ReplayResult, Verdict
 from beam_agents.testing import (
+    PipelineKey,
     approval_envelope,
     event_envelope,
     export_request_envelope,
@@ -98,85 +91,34 @@ class Watermark:
     ms: int
 
 
-@dataclass
-class _Key:
-    cells: StateCells = field(default_factory=StateCells)
-    seq: int = 0
-    inbox: list[AgentEnvelope] = field(default_factory=list)
-    timer: int | None = None
-    """The HITL timer, while set (a commit that suspends sets it; firing spends it)."""
-
-    @property
-    def state(self) -> KeyState:
-        return load_key_state(self.cells)
+SIM_CONFIG = AgentConfig(provider_factory=pa.make_provider, hitl=pa.HITL, cache=pa.CACHE)
+"""The pipeline's configuration without its sinks (the model of the DoFn needs none)."""
 
 
 class _Sim:
-    """What the DoFn does with each element, enough to aim approvals and results at live intents."""
+    """The DoFn's own per-key step, one ``PipelineKey`` per key, to aim approvals and results."""
 
     def __init__(self) -> None:
-        self.keys: dict[bytes, _Key] = {}
-        self.provider = pa.make_provider()
+        self.keys: dict[bytes, PipelineKey] = {}
 
-    def key(self, key: bytes) -> _Key:
-        return self.keys.setdefault(key, _Key())
-
-    def _activate(self, key: bytes, trigger: Any, now_ms: int) -> None:
-        k = self.key(key)
-        k.seq += 1
-        result = run_activation(
-            pa.AGENT,
-            pa.TOOLS,
-            self.provider,
-            k.state,
-            trigger,
-            now_ms=now_ms,
-            seq=k.seq,
-            entity_key=key,
-            hitl=pa.HITL,
-            cache_policy=pa.CACHE,
-        )
-        if isinstance(result, ActivationCommit):
-            k.cells = result.cells
-            k.timer = result.timer_deadline_ms
-
-    def _drain(self, key: bytes) -> None:
-        k = self.key(key)
-        while k.inbox and k.state.continuation is None:
-            envelope = k.inbox.pop(0)
-            if classify_trigger(k.state, envelope).action is TriggerAction.START:
-                self._activate(key, envelope, envelope.event_time_ms)
+    def key(self, key: bytes) -> PipelineKey:
+        found = self.keys.get(key)
+        if found is None:
+            found = self.keys[key] = PipelineKey(pa.AGENT, pa.TOOLS, SIM_CONFIG, entity_key=key)
+        return found
 
     def envelope(self, envelope: AgentEnvelope) -> None:
-        key = envelope.entity_key
-        k = self.key(key)
-        action = classify_trigger(k.state, envelope).action
-        if action is TriggerAction.QUEUE:
-            if len(k.inbox) < DEFAULT_INBOX_LIMIT:
-                k.inbox.append(envelope)
-            return
-        if action not in (TriggerAction.START, TriggerAction.RESUME):
-            return
-        was_suspended = k.state.continuation is not None
-        self._activate(key, envelope, envelope.event_time_ms)
-        if was_suspended and k.state.continuation is None:
-            self._drain(key)
+        self.key(envelope.entity_key).send(envelope)
 
     def next_deadline(self) -> int | None:
-        timers = [k.timer for k in self.keys.values() if k.timer is not None]
+        timers = [k.timer_ms for k in self.keys.values() if k.timer_ms is not None]
         return min(timers) if timers else None
 
     def watermark(self, ms: int) -> None:
-        for key, k in self.keys.items():
-            if k.timer is None or k.timer > ms:
-                continue
-            fired, k.timer = k.timer, None
-            cont = k.state.continuation
-            if cont is None or cont.deadline_ms != fired:
-                continue  # a stale timer
-            self._activate(key, hitl_timeout(cont, fired), fired)
-            if k.state.continuation is None:
-                self._drain(key)
+        """Fire every HITL timer due by ``ms`` (a resume that suspends again sets a later one)."""
+        for k in self.keys.values():
+            while k.timer_ms is not None and k.timer_ms <= ms:
+                k.fire_timer()
 
 
 # --------------------------------------------------------------------------- the generator
