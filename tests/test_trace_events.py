@@ -118,3 +118,30 @@ def test_an_unsupported_value_is_refused_naming_the_attribute() -> None:
 
     assert event.attributes["ok"].int_value == 1
     assert event.attributes["when"].WhichOneof("value") is None  # the entry, left unset
+
+
+@pytest.mark.parametrize("module", ["activation", "context"])
+def test_the_event_writers_name_attributes_only_through_the_constants(module: str) -> None:
+    """The writers build attribute dicts with ``trace_events.ATTR_*``, never a literal name.
+
+    They do not build ``trace_view`` views (docs/index.md, rule 4, says why): the constants
+    are the one home of the names, on both the writing and the reading side.
+    """
+    import ast
+    from pathlib import Path
+
+    from beam_agents import trace_events
+
+    names = {
+        value
+        for name, value in vars(trace_events).items()
+        if name.startswith("ATTR_") and isinstance(value, str)
+    }
+    source = Path(trace_events.__file__).with_name(f"{module}.py").read_text()
+    literals = {
+        node.value
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    }
+    assert len(names) > 30
+    assert literals & names == set()
