@@ -129,25 +129,29 @@ class StepResult(NamedTuple):
         """The emitted elements that go to ``where``, in order."""
         return tuple(value for tag, value in self.emitted if tag is where)
 
+    def payloads(self, where: Emit) -> tuple[bytes, ...]:
+        """The bytes emitted to ``where`` (not ``ERRORS``), in order, without their key."""
+        return tuple(value[1] for value in self.of(where))
+
     @property
     def outputs(self) -> tuple[bytes, ...]:
-        """The ``Done`` outputs (without their key)."""
-        return tuple(value[1] for value in self.of(Emit.OUTPUTS))
+        """The ``Done`` outputs."""
+        return self.payloads(Emit.OUTPUTS)
 
     @property
     def intents(self) -> tuple[bytes, ...]:
-        """Released ``ToolIntent`` bytes (without their key): an executor performs them."""
-        return tuple(value[1] for value in self.of(Emit.INTENTS))
+        """Released ``ToolIntent`` bytes: an executor performs them."""
+        return self.payloads(Emit.INTENTS)
 
     @property
     def approvals(self) -> tuple[bytes, ...]:
-        """Approval-gated ``ToolIntent`` bytes (without their key), for the approval service."""
-        return tuple(value[1] for value in self.of(Emit.APPROVALS))
+        """Approval-gated ``ToolIntent`` bytes, for the approval service."""
+        return self.payloads(Emit.APPROVALS)
 
     @property
     def snapshots(self) -> tuple[bytes, ...]:
-        """Serialized ``StateSnapshot``s (without their key)."""
-        return tuple(value[1] for value in self.of(Emit.SNAPSHOTS))
+        """Serialized ``StateSnapshot``s (one per export request)."""
+        return self.payloads(Emit.SNAPSHOTS)
 
     @property
     def errors(self) -> tuple[ErrorRecord, ...]:

@@ -1,7 +1,7 @@
-"""The support-desk example agent, run Beam-free through ``run_activation`` (the one core).
+"""The support-desk example agent, run Beam-free through the DoFn's own per-key step.
 
-The stream is played per key in arrival order, each key's state committed the
-way the DoFn commits it; the demo's pipeline and replay tests (tests/test_demo.py)
+The stream is played per key in arrival order through ``PipelineKey`` (SEQ,
+commit, inbox, timer as ``AgentDoFn`` handles them); the demo's pipeline and replay tests (tests/test_demo.py)
 cover the same agent end to end.
 """
 
@@ -12,19 +12,18 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from beam_agents import AgentConfig
 from beam_agents._protos import AgentEnvelope, LlmRequest, TraceEvent
 from beam_agents.activation import (
     ActivationCommit,
     ActivationFailure,
     ActivationResult,
-    TriggerAction,
-    classify_trigger,
     run_activation,
 )
 from beam_agents.agent import Agent
 from beam_agents.key_state import KeyState
 from beam_agents.provider import UnservableProvider
-from beam_agents.testing import ScriptedProvider, event_envelope
+from beam_agents.testing import PipelineKey, ScriptedProvider, event_envelope
 from beam_agents.trace_events import attributes_dict
 from examples.support_desk import agent as v1
 from examples.support_desk import agent_v2 as v2
@@ -55,30 +54,21 @@ class Desk:
 
 
 def play(stream: tuple[AgentEnvelope, ...], agent: Agent, provider: ScriptedProvider) -> Desk:
+    """Each key's envelopes through ``PipelineKey``: the DoFn's own per-key step, without Beam."""
     desk = Desk()
+    config = AgentConfig(provider_factory=lambda: provider)
+    keys: dict[bytes, PipelineKey] = {}
     for envelope in stream:
         key = envelope.entity_key
-        state = desk.states.get(key, KeyState())
-        decision = classify_trigger(state, envelope)
-        if decision.action is TriggerAction.REJECT:
-            desk.rejected.append(decision.reason)
-        if decision.action not in (TriggerAction.START, TriggerAction.RESUME):
-            continue
-        seq = desk.seqs.get(key, FIRST_SEQ - 1) + 1
-        desk.seqs[key] = seq
-        result = run_activation(
-            agent,
-            v1.TOOLS,
-            provider,
-            state,
-            envelope,
-            now_ms=envelope.event_time_ms,
-            seq=seq,
-            entity_key=key,
-        )
-        desk.results[(key, seq)] = result
-        if isinstance(result, ActivationCommit):
-            desk.states[key] = result.state
+        pipeline_key = keys.get(key)
+        if pipeline_key is None:
+            pipeline_key = keys[key] = PipelineKey(agent, v1.TOOLS, config, entity_key=key)
+        step = pipeline_key.send(envelope)
+        desk.rejected.extend(error.reason for error in step.errors)
+        for result in step.activations:
+            desk.results[(key, result.seq)] = result
+        desk.seqs[key] = pipeline_key.seq
+        desk.states[key] = pipeline_key.state
     return desk
 
 
