@@ -17,7 +17,7 @@ from beam_agents.cli.parsing import (
     add_value_flags,
     replay_options,
 )
-from beam_agents.cli.process import cwd_importable, isolate
+from beam_agents.cli.process import PROCESS_LIFE, cwd_importable, isolate
 from beam_agents.replay.options import ReplayOptions
 from beam_agents.replay.result import ReplayResult, Verdict
 
@@ -28,6 +28,7 @@ def run_replay(ns: argparse.Namespace) -> int:
     isolate()
     from beam_agents.replay.engine import replay
 
+    _hard_stop()
     # Replay reads; it writes nothing, not even bytecode caches of what it imports
     # (replay() turns them off while it imports and runs agent code).
     return emit(replay(options), as_json=ns.json, ns=ns)
@@ -98,7 +99,17 @@ def run_bundle(ns: argparse.Namespace) -> int:
     isolate()
     from beam_agents.replay.engine import replay
 
+    _hard_stop()
     return emit(replay(loaded), as_json=ns.json, ns=ns)  # replay() writes no bytecode
+
+
+def _hard_stop() -> None:
+    """As the console script: agent code that holds the interpreter lock past twice the time
+    limit ends the process (docs/replay.md, "Time limit")."""
+    if PROCESS_LIFE["isolate"]:
+        from beam_agents.replay.engine import HARD_STOP
+
+        HARD_STOP["armed"] = True
 
 
 def emit(result: ReplayResult, *, as_json: bool, ns: argparse.Namespace | None = None) -> int:

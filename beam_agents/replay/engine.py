@@ -470,6 +470,41 @@ def _agent_thread() -> _AgentThread:
     return _AgentThread()
 
 
+HARD_STOP = {"armed": False}
+"""Set by the console script (``beam_agents.cli``): see ``_arm_hard_stop``."""
+
+
+def _arm_hard_stop(limit: float) -> bool:
+    """As the console script, in its main thread: kill the process at twice ``limit``.
+
+    Agent code holding the interpreter lock without returning (native code: a catastrophic
+    regular expression) keeps the waiting thread from ever noticing the limit. Then, at
+    twice the limit, ``faulthandler`` prints every thread's stack to standard error (from
+    a thread that needs no lock) and ``SIGALRM``, left at its default action, ends the
+    process (status 142, never a verdict's code). Disarmed as soon as the wait returns.
+    """
+    import signal
+
+    if not HARD_STOP["armed"] or threading.current_thread() is not threading.main_thread():
+        return False
+    if not hasattr(signal, "setitimer"):
+        return False
+    import faulthandler
+
+    faulthandler.dump_traceback_later(2 * limit)
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    signal.setitimer(signal.ITIMER_REAL, 2 * limit + 0.5)
+    return True
+
+
+def _disarm_hard_stop() -> None:
+    import faulthandler
+    import signal
+
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    faulthandler.cancel_dump_traceback_later()
+
+
 def _within_limit(
     run: Callable[[], _T],
     limit: float | None,
@@ -509,9 +544,12 @@ def _within_limit(
 
     runner = _agent_thread()
     runner.tasks.put(task)
+    armed = _arm_hard_stop(limit)
     try:
         finished.acquire(timeout=limit)
     finally:  # also on Ctrl+C while waiting: the agent code runs on, as isolated as before
+        if armed:
+            _disarm_hard_stop()
         with lock:
             if "done" not in outcome:
                 held.append(keep_blocked())

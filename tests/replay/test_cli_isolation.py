@@ -241,3 +241,16 @@ print("exit", code)
     assert "connected" not in out.stdout
     assert not touched.exists()
     assert _no_connection(listener)
+
+
+def test_agent_code_holding_the_interpreter_lock_is_ended_at_twice_the_limit(
+    incident: Incident, tmp_path: Path
+) -> None:
+    """A catastrophic regular expression never lets the waiting thread run: the process is
+    ended by SIGALRM at twice the limit (after faulthandler printed the stacks), never 0."""
+    path = _bundle(incident, tmp_path, "TOOLS_REGEX", seq=1)
+    started = time.monotonic()
+    out = _run([str(path), "--time-limit", "0.5"], _env())
+    assert time.monotonic() - started < 60
+    assert out.returncode == -14, (out.returncode, out.stdout, out.stderr)  # SIGALRM
+    assert "Timeout (0:00:01)!" in out.stderr and "lookup_order" in out.stderr
