@@ -60,6 +60,7 @@ from beam_agents.trace_events import (
     ATTR_RESULT_SHA256,
     ATTR_STATE_SHA256,
     ATTR_TOOL_NAME,
+    ATTR_TOOL_RECORDED,
 )
 from beam_agents.trace_view import IntentStaged, attribute_text
 from beam_agents.trace_view import ToolCall as ToolCallView
@@ -86,10 +87,15 @@ def _json_value(value: Any) -> tuple[Any, bool]:
     return value, False
 
 
+_TEXT_ENCODER = json.JSONEncoder(ensure_ascii=False, sort_keys=True, default=repr)
+"""``json.dumps(value, ensure_ascii=False, sort_keys=True, default=repr)``, built once
+(values are derived each time they are read)."""
+
+
 def _text(value: Any) -> str:
     if isinstance(value, str):
         return value
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=repr)
+    return _TEXT_ENCODER.encode(value)
 
 
 def _json_or_text(data: str) -> Any:
@@ -275,8 +281,8 @@ def _recorded_kind_differs(traced: TraceEvent | None, value: Any) -> bool:
     The same bytes hash alike as bytes and as canonical JSON, so the digest alone
     cannot verify a recorded result. Plain tools' events do not trace the kind.
     """
-    if traced is None:
-        return False
+    if traced is None or ATTR_TOOL_RECORDED not in traced.attributes:
+        return False  # not a recorded tool's event (checked first: values are derived often)
     call = ToolCallView.of(traced)
     if not call.recorded:
         return False
