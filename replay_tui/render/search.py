@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from beam_agents.replay.result import ReplayResult, Value
+from beam_agents.replay.result import EventPair, ReplayResult, Value
 from beam_agents.trace_events import kind_name
 
 __all__ = ["search_position"]
@@ -21,8 +21,7 @@ class _Values(Protocol):
     def get(self, index: int, default: Sequence[Value] = ..., /) -> Sequence[Value]: ...
 
 
-def _holds(result: ReplayResult, values: Sequence[Value], position: int, needle: str) -> bool:
-    pair = result.events[position]
+def _holds(pair: EventPair, values: Sequence[Value], needle: str) -> bool:
     for event in (pair.replayed, pair.traced):
         if event is not None and (
             needle in event.name.casefold() or needle in kind_name(event.kind).casefold()
@@ -45,7 +44,8 @@ def search_position(
     total = len(result.events)
     for step in range(1, total + 1):
         position = (after + step) % total
-        values = values_by_index.get(result.events[position].index, ())
-        if _holds(result, values, position, needle):
+        pair = result.events[position]  # built once: the engine's pairs are built when read
+        values = values_by_index.get(pair.index, ())
+        if _holds(pair, values, needle):
             return position
     return None
