@@ -41,6 +41,16 @@ class FilterFinished(Message):
         self.positions = positions
 
 
+class SearchFinished(Message):
+    """A ``/`` search finished: the row it found (None: no event's values or name hold it)."""
+
+    def __init__(self, serial: int, query: str, position: int | None) -> None:
+        super().__init__()
+        self.serial = serial
+        self.query = query
+        self.position = position
+
+
 class StepPictureReady(Message):
     """The step index has read far enough to picture row ``position``."""
 

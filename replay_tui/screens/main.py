@@ -14,7 +14,8 @@ from textual.widgets import Footer, Input, Static
 from textual.worker import get_current_worker
 
 from beam_agents.replay.result import ReplayResult
-from replay_tui.messages import EventHighlighted, FilterFinished
+from replay_tui.messages import EventHighlighted, FilterFinished, SearchFinished
+from replay_tui.render.detail import ValuesIndex
 from replay_tui.render.literal import literal_text
 from replay_tui.render.report import pair_data
 from replay_tui.render.search import search_position
@@ -52,6 +53,8 @@ class MainScreen(Screen[None]):
         self.search_query = ""
         self.search_note: tuple[int, str] | None = None
         """The last search's match: shown in the status line while it is selected."""
+        self._search_serial = 0
+        """Counts searches: only the newest one's result is shown."""
 
     def compose(self) -> ComposeResult:
         yield ReplayHeaderPanel(self.result, id="header")
@@ -195,12 +198,26 @@ class MainScreen(Screen[None]):
         if not query:
             return
         current = self.timeline.position
-        found = search_position(
-            self.result,
-            self.query_one(DetailPane).values,
+        self._search_serial += 1
+        self._run_search(
+            self._search_serial,
             query,
+            self.query_one(DetailPane).values,
             -1 if current is None else current,
         )
+
+    @work(thread=True, exclusive=True, group="search")
+    def _run_search(self, serial: int, query: str, values: ValuesIndex, after: int) -> None:
+        # A worker: the engine's values are derived while the search reads them (seconds for
+        # a 100,000-event activation that does not hold the text), so the UI keeps answering.
+        found = search_position(self.result, values, query, after)
+        self.post_message(SearchFinished(serial, query, found))
+
+    @on(SearchFinished)
+    def _search_finished(self, message: SearchFinished) -> None:
+        if message.serial != self._search_serial:
+            return  # a newer search superseded this one
+        query, found = message.query, message.position
         if found is None:
             self._update_status(f"search {query!r}: no event's values or name hold it")
             return

@@ -169,6 +169,7 @@ async def test_slash_searches_the_values_and_jumps_to_the_match(real: Real) -> N
         await pilot.press("g", "slash")
         assert app.screen.query_one("#search", Input).has_focus
         await pilot.press(*"LOST IN TRANSIT", "enter")
+        await app.workers.wait_for_complete()  # the search runs in a worker
         await pilot.pause()
         tool = next(p.index for p in result.events if p.differs)
         assert selected(app) == tool  # the row whose result value holds it; no row hidden
@@ -178,6 +179,7 @@ async def test_slash_searches_the_values_and_jumps_to_the_match(real: Real) -> N
         detail = screen_text(app)
         assert "≠ differs" in detail and "lost in transit" in detail
         await pilot.press("slash", *"no-such-value-anywhere", "enter")
+        await app.workers.wait_for_complete()
         await pilot.pause()
         assert "no event's values or name hold it" in static_text(
             app.screen.query_one("#status", Static)
