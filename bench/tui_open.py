@@ -14,7 +14,12 @@ Frames are timed where Textual hands them to the driver (``App._display``),
 so the numbers include layout, every widget's render and the compositor, not
 the Pilot's idle waits. It prints each number and its ratio to the target.
 
-    .venv/bin/python bench/tui_open.py [--events 50,100000] [--presses 40] [--size 160x48]
+Those results hold tuples of pairs and values. ``--engine`` also measures the
+engine's own result of a replayed activation of the largest ``--events`` size
+(``bench/hostile.py``'s case (a): tool calls), whose pairs and values are built
+when read (docs/replay.md §6), so the detail pane derives each event's values.
+
+    .venv/bin/python bench/tui_open.py [--events 50,100000] [--presses 40] [--size 160x48] [--engine]
 """
 
 from __future__ import annotations
@@ -91,6 +96,37 @@ async def measure(result: ReplayResult, presses: int, size: tuple[int, int]) -> 
     return first_paint, times
 
 
+def _engine_result(count: int) -> ReplayResult:
+    """The engine's result of replaying ``bench/hostile.py``'s activation of ``count`` events."""
+    import os
+    import tempfile
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import hostile
+
+    from beam_agents.replay.engine import replay
+    from beam_agents.replay.options import ReplayOptions
+    from beam_agents.testing import ScriptedProvider
+
+    os.environ[hostile.CALLS_ENV] = str(count)
+    snapshot, trace, event, _ = hostile._record(hostile.MANY_CALLS, ScriptedProvider(lambda r: "x"))
+    with tempfile.TemporaryDirectory() as tmp:
+        hostile._write(Path(tmp), snapshot, trace, event)
+        del snapshot, trace
+        result = replay(
+            ReplayOptions(
+                snapshot=f"{tmp}/snapshot.pb",
+                traces=(f"{tmp}/traces.pb",),
+                event=f"{tmp}/event.pb",
+                agent="hostile:MANY_CALLS",
+                registry="hostile:TOOLS",
+                seq=2,
+            )
+        )
+    assert result.exit_code == 0, result.reason
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", default="50,100000")
@@ -99,16 +135,28 @@ def main() -> None:
     parser.add_argument(
         "--no-values", action="store_true", help="results without values (the engine's values off)"
     )
+    parser.add_argument(
+        "--engine",
+        action="store_true",
+        help="also measure the engine's result of a replayed activation of the largest size",
+    )
     args = parser.parse_args()
     width, height = (int(v) for v in args.size.split("x"))
-    for count in (int(c) for c in args.events.split(",")):
+    counts = [int(c) for c in args.events.split(",")]
+    runs: list[tuple[str, int, Any]] = [("", count, None) for count in counts]
+    if args.engine:
+        runs.append(("engine's ", max(counts), _engine_result))
+    for label, count, build in runs:
         built = time.perf_counter()
-        result = tui_results.large_result(count, values=not args.no_values)
+        if build is None:
+            result = tui_results.large_result(count, values=not args.no_values)
+        else:
+            result = build(count)
         build_s = time.perf_counter() - built
         first_paint, times = asyncio.run(measure(result, args.presses, (width, height)))
         median = statistics.median(times)
         print(
-            f"{count:>7} events, {len(result.values):>7} values "
+            f"{count:>7} events, {len(result.values):>7} {label}values "
             f"(result built in {build_s:.2f} s, not counted): "
             f"first paint {first_paint * 1000:7.1f} ms (target {FIRST_PAINT_TARGET_S * 1000:.0f} ms, "
             f"ratio {first_paint / FIRST_PAINT_TARGET_S:.2f})   "
