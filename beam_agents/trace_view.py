@@ -102,6 +102,19 @@ def attribute(event: TraceEvent, name: str) -> te.AttrValue | None:
     return te.attribute_value(event.attributes[name])
 
 
+def attribute_kind(event: TraceEvent, name: str) -> str | None:
+    """Which value attribute ``name`` carries (``string_value``, ``int_value``, …, or ``unset``
+    when it is there without a value), None if absent.
+
+    For checks of an attribute's type: a view reads a value of another type as its
+    type's default (``""``, ``0``), so a reader that must tell corruption from a
+    value asks this first.
+    """
+    if name not in event.attributes:
+        return None
+    return event.attributes[name].WhichOneof("value") or "unset"
+
+
 def attribute_path(name: str) -> str:
     """The path of attribute ``name`` in a ``FieldDiff`` or an ``EventPair`` (``attributes['…']``)."""
     return f"attributes[{name!r}]"

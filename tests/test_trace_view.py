@@ -107,3 +107,16 @@ def test_end_digests_distinguish_no_outputs_from_untraced() -> None:
 def test_an_unknown_kind_has_no_view() -> None:
     event = TraceEvent(kind=99)  # type: ignore[arg-type]
     assert tv.decode(event) is None
+
+
+def test_attribute_kind_tells_absent_unset_and_each_value_type_apart() -> None:
+    event = TraceEvent(kind=TraceEvent.ACTIVATION_END)
+    event.attributes["text"].string_value = ""
+    event.attributes["number"].int_value = 0
+    event.attributes["unset"].Clear()
+    before = event.SerializeToString(deterministic=True)
+    assert tv.attribute_kind(event, "absent") is None
+    assert tv.attribute_kind(event, "text") == "string_value"
+    assert tv.attribute_kind(event, "number") == "int_value"
+    assert tv.attribute_kind(event, "unset") == "unset"
+    assert event.SerializeToString(deterministic=True) == before  # asking inserted nothing

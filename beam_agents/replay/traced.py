@@ -32,7 +32,7 @@ from beam_agents.replay.options import Source
 from beam_agents.replay.refusal import InputError
 from beam_agents.trace_events import END_DIGEST_ATTRIBUTES, kind_name, serialize_trace_event
 from beam_agents.trace_stream import StreamSource, read_trace_stream, trace_stream_files
-from beam_agents.trace_view import IntentStaged, LlmCall
+from beam_agents.trace_view import IntentStaged, LlmCall, attribute_kind
 
 __all__ = ["TracedKey", "TracedSeq", "scan_traces", "seq_ranges"]
 
@@ -314,16 +314,17 @@ def _check_end_digests(end: TraceEvent, where: str) -> None:
     without the other, or one of another type, is corruption, and judging it would
     silently skip that check: a changed output would replay as "reproduced".
     """
-    present = [name for name in END_DIGEST_ATTRIBUTES if name in end.attributes]
+    kinds = {name: attribute_kind(end, name) for name in END_DIGEST_ATTRIBUTES}
+    present = [name for name, kind in kinds.items() if kind is not None]
     if not present:
         return
-    wrong = [name for name in present if end.attributes[name].WhichOneof("value") != "string_value"]
-    missing = [name for name in END_DIGEST_ATTRIBUTES if name not in end.attributes]
+    wrong = [name for name in present if kinds[name] != "string_value"]
+    missing = [name for name, kind in kinds.items() if kind is None]
     if missing or wrong:
         what = (
             f"{present[0]!r} but not {missing[0]!r}"
             if missing
-            else f"{wrong[0]!r} as a {end.attributes[wrong[0]].WhichOneof('value')}, not text"
+            else f"{wrong[0]!r} as {kinds[wrong[0]]}, not text"
         )
         raise InputError(
             f"the trace of {where} ends with an ACTIVATION_END holding {what}: every "

@@ -201,7 +201,9 @@ def test_the_cli_exits_1_for_a_changed_output(tmp_path, capsys) -> None:  # type
     assert "diverged" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("corruption", ["no outputs digest", "no memory digest", "bytes digest"])
+@pytest.mark.parametrize(
+    "corruption", ["no outputs digest", "no memory digest", "bytes digest", "unset digest"]
+)
 def test_an_activation_end_with_half_its_digests_is_refused_not_reproduced(
     corruption: str,
 ) -> None:
@@ -218,6 +220,8 @@ def test_an_activation_end_with_half_its_digests_is_refused_not_reproduced(
                 del copy.attributes[ATTR_OUTPUTS_SHA256]
             elif corruption == "no memory digest":
                 del copy.attributes[ATTR_MEMORY_SHA256]
+            elif corruption == "unset digest":  # the name is there, its value is not
+                copy.attributes[ATTR_MEMORY_SHA256].Clear()
             else:
                 text = copy.attributes[ATTR_OUTPUTS_SHA256].string_value
                 copy.attributes[ATTR_OUTPUTS_SHA256].bytes_value = text.encode()
@@ -232,3 +236,10 @@ def test_an_activation_end_with_half_its_digests_is_refused_not_reproduced(
     )
     assert result.verdict is Verdict.USAGE_ERROR and result.exit_code == 2, result.reason
     assert "ACTIVATION_END holding" in result.reason and "corrupt or edited" in result.reason
+    named = {
+        "no outputs digest": f"{ATTR_MEMORY_SHA256!r} but not {ATTR_OUTPUTS_SHA256!r}",
+        "no memory digest": f"{ATTR_OUTPUTS_SHA256!r} but not {ATTR_MEMORY_SHA256!r}",
+        "bytes digest": f"{ATTR_OUTPUTS_SHA256!r} as bytes_value, not text",
+        "unset digest": f"{ATTR_MEMORY_SHA256!r} as unset, not text",
+    }[corruption]
+    assert named in result.reason, result.reason
