@@ -119,9 +119,10 @@ Smaller cells take the plain path, which is faster for them."""
 Buffer = bytes | bytearray | memoryview
 
 
-def _read_varint(data: memoryview, at: int) -> tuple[int, int] | None:
+def _read_varint(data: memoryview, at: int, limit: int = 10) -> tuple[int, int] | None:
+    """``(value, position after it)`` of the varint at ``at`` of at most ``limit`` bytes."""
     value = shift = 0
-    while at < len(data) and shift < 64:
+    while at < len(data) and shift < 7 * limit:
         byte = data[at]
         at += 1
         value |= (byte & 0x7F) << shift
@@ -129,6 +130,10 @@ def _read_varint(data: memoryview, at: int) -> tuple[int, int] | None:
             return value, at
         shift += 7
     return None
+
+
+_MAX_TAG = 0xFFFF_FFFF
+_MAX_LENGTH = 0x7FFF_FFFF  # upb refuses a length from INT32_MAX on
 
 
 def split_fields(
@@ -151,8 +156,11 @@ def split_fields(
     size = len(view)
     while at < size:
         field_start = at
-        tag = _read_varint(view, at)
-        if tag is None:
+        # The protobuf parser (upb) refuses a tag longer than 5 bytes or over 32 bits
+        # (even a padded encoding of a valid tag): so does this, or a taken field's
+        # malformed tag would vanish from what the parser is given (issue 14 hostile pass).
+        tag = _read_varint(view, at, limit=5)
+        if tag is None or tag[0] > _MAX_TAG:
             return None
         key, at = tag
         number, wire_type = key >> 3, key & 7
@@ -169,7 +177,7 @@ def split_fields(
             at += 4
         elif wire_type == 2:
             length = _read_varint(view, at)
-            if length is None:
+            if length is None or length[0] >= _MAX_LENGTH:
                 return None
             value_start = length[1]
             at = value_start + length[0]
