@@ -17,6 +17,7 @@ import io
 import sys
 import tempfile
 from collections.abc import Callable
+from typing import Any
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,7 +39,14 @@ def _refused_well(message: str) -> None:
 
 
 def snapshot(data: bytes) -> None:
-    """``--snapshot``: parse, version-check, migrate in memory."""
+    """``--snapshot``: parse, version-check, migrate in memory.
+
+    Then the same bytes again, differentially: replay's loader with every cache blob
+    read by hand (``blobs.split_fields``, in place, which only cells of 64 KiB and
+    more take, larger than the fuzzer's inputs) must give what upb alone gives (the
+    same snapshot, state, migrations and versions, or the same error): bytes the hand
+    reading takes out are never seen by upb.
+    """
     from beam_agents.replay.inputs import load_snapshot_source
     from beam_agents.replay.refusal import ReplayRefused
 
@@ -46,6 +54,60 @@ def snapshot(data: bytes) -> None:
         load_snapshot_source(data)
     except ReplayRefused as refused:
         _refused_well(refused.message)
+    by_hand = _snapshot_outcome(data, in_place_from=1)
+    by_upb = _snapshot_outcome(data, in_place_from=sys.maxsize)
+    if by_hand != by_upb:
+        raise FuzzFindingError(f"the in-place load gave {by_hand!r:.300}, upb {by_upb!r:.300}")
+
+
+def _snapshot_outcome(data: bytes, in_place_from: int) -> object:
+    """What replay's snapshot loader makes of ``data`` when cells of ``in_place_from``
+    bytes or more are read in place; with ``sys.maxsize``, nothing is (the old load)."""
+    from unittest import mock
+
+    import beam_agents.blobs
+    import beam_agents.key_state
+    from beam_agents.blobs import unwrap_blob
+    from beam_agents.errors import StateError
+    from beam_agents.key_state import dump_key_state, load_snapshot, load_snapshot_for_replay
+
+    def whole(data: bytes) -> tuple[Any, Any, dict[str, int]]:
+        snapshot, state = load_snapshot(data)
+        versions = {"snapshot": snapshot.state_schema_version}
+        for kind in ("memory", "llm_cache", "tool_cache"):
+            if getattr(snapshot, kind):
+                versions[kind] = unwrap_blob(kind, getattr(snapshot, kind))[0]
+        if snapshot.HasField("continuation"):
+            versions["continuation"] = snapshot.continuation.schema_version
+        if snapshot.pending or snapshot.pending_schema_version:
+            versions["pending"] = snapshot.pending_schema_version
+        if snapshot.resumed_from or snapshot.resumed_from_schema_version:
+            versions["resume_history"] = snapshot.resumed_from_schema_version
+        snapshot.ClearField("llm_cache")
+        snapshot.ClearField("tool_cache")
+        return snapshot, state, versions
+
+    with (
+        mock.patch.object(beam_agents.key_state, "LARGE_CELL_BYTES", in_place_from),
+        mock.patch.object(beam_agents.blobs, "LARGE_CELL_BYTES", in_place_from),
+    ):
+        try:
+            if in_place_from == sys.maxsize:
+                snapshot, state, versions = whole(data)
+            else:
+                snapshot, state, versions = load_snapshot_for_replay(bytearray(data))
+        except StateError as exc:
+            return type(exc).__name__, str(exc)
+    try:
+        cells: object = dump_key_state(state)
+    except StateError as exc:
+        cells = type(exc).__name__, str(exc)
+    return (
+        snapshot.SerializeToString(deterministic=True),
+        cells,
+        state.migrations_applied,
+        versions,
+    )
 
 
 def event(data: bytes) -> None:

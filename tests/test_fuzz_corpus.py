@@ -52,3 +52,16 @@ def test_short_seeded_atheris_run(target: str, tmp_path: Path) -> None:
     assert out.returncode == 0, out.stdout + out.stderr
     line = next(line for line in out.stdout.splitlines() if line.startswith(target))
     assert int(line.split()[1]) >= runs, line
+
+
+def test_the_snapshot_target_reports_an_in_place_load_that_disagrees_with_upb(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The snapshot target's differential half can fail: a hand path giving other versions."""
+    import beam_agents.key_state
+
+    data = (targets.CORPUS / "snapshot" / "valid.pb").read_bytes()
+    targets.snapshot(data)
+    monkeypatch.setattr(beam_agents.key_state, "_stored_versions", lambda snapshot, caches: {})
+    with pytest.raises(targets.FuzzFindingError, match="in-place load"):
+        targets.snapshot(data)
