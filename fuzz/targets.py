@@ -17,8 +17,8 @@ import io
 import sys
 import tempfile
 from collections.abc import Callable
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 for extra in (ROOT / "tests" / "replay", ROOT / "tests"):
@@ -182,7 +182,11 @@ def cli(data: bytes) -> None:
 def cli_input(snapshot: bytes, traces: bytes, event: bytes) -> bytes:
     """The ``cli`` target's input for three files."""
     return (
-        len(snapshot).to_bytes(2, "big") + snapshot + len(traces).to_bytes(2, "big") + traces + event
+        len(snapshot).to_bytes(2, "big")
+        + snapshot
+        + len(traces).to_bytes(2, "big")
+        + traces
+        + event
     )
 
 
@@ -201,4 +205,3 @@ def corpus_files(target: str) -> list[Path]:
     """The regression corpus of ``target``: every hostile input found so far, and valid ones."""
     directory = CORPUS / target
     return sorted(p for p in directory.iterdir() if p.is_file()) if directory.is_dir() else []
-
