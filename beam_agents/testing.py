@@ -19,6 +19,8 @@ import hashlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from google.protobuf.message import DecodeError
+
 from beam_agents._protos import (
     AgentEnvelope,
     Approval,
@@ -231,6 +233,11 @@ class PipelineKey:
     def __init__(
         self, agent: Agent, registry: ToolRegistry, config: AgentConfig, *, entity_key: bytes
     ) -> None:
+        if not isinstance(entity_key, bytes) or not entity_key:
+            raise TypeError(
+                f"PipelineKey entity_key= must be the key as non-empty bytes (as in "
+                f"AgentEnvelope.entity_key, e.g. b'customer-42'), got {entity_key!r}"
+            )
         self.entity_key = entity_key
         self.provider: Provider = config.provider_factory()
         self.store = MemoryKeyStore()
@@ -268,16 +275,39 @@ class PipelineKey:
         return list(self.store.inbox)
 
     def send(self, envelope: AgentEnvelope | bytes) -> StepResult:
-        """Hand the key one envelope (or its bytes, as read from a source)."""
+        """Hand the key one envelope (or its bytes, as read from a source).
+
+        Bytes that do not parse are the step's ``malformed_envelope`` error record, as
+        in the pipeline; an envelope (parsed or as bytes) for another key is refused
+        with ``ValueError``, since ``RunAgent`` would never route it here.
+        """
         if isinstance(envelope, AgentEnvelope):
-            if envelope.entity_key != self.entity_key:
-                raise ValueError(
-                    f"PipelineKey for {self.entity_key!r} was sent an envelope for "
-                    f"{envelope.entity_key!r}; RunAgent would route it to that key: "
-                    "build one PipelineKey per key"
-                )
-            envelope = envelope.SerializeToString()
-        return self._apply(self._step.envelope(self.entity_key, envelope, self.store))
+            routed: AgentEnvelope | None = envelope
+            raw = envelope.SerializeToString()
+        elif isinstance(envelope, bytes | bytearray | memoryview):
+            raw = bytes(envelope)
+            try:
+                routed = AgentEnvelope.FromString(raw)
+            except DecodeError:
+                routed = None  # the step refuses it as RunAgent's errors output would
+        else:
+            raise TypeError(
+                "PipelineKey.send takes an AgentEnvelope (event_envelope(...) and the other "
+                f"builders here) or its serialized bytes, got {type(envelope).__name__}: "
+                f"{envelope!r:.80}"
+            )
+        if routed is not None and not routed.entity_key:
+            raise ValueError(
+                f"PipelineKey for {self.entity_key!r} was sent an envelope with an empty "
+                "entity_key; RunAgent refuses it on .errors (it cannot be routed to a key)"
+            )
+        if routed is not None and routed.entity_key != self.entity_key:
+            raise ValueError(
+                f"PipelineKey for {self.entity_key!r} was sent an envelope for "
+                f"{routed.entity_key!r}; RunAgent would route it to that key: "
+                "build one PipelineKey per key"
+            )
+        return self._apply(self._step.envelope(self.entity_key, raw, self.store))
 
     def fire_timer(self) -> StepResult:
         """Fire the HITL timer where it is set, as the watermark passing it would."""

@@ -50,3 +50,23 @@ def test_raw_bytes_go_to_the_step_as_read_and_bad_ones_become_an_error_record() 
     assert ok.outputs == (b"answer to: hi",)
     [error] = key.send(b"\xff\xff").errors
     assert error.code == "malformed_envelope" and key.seq == 1
+
+
+def test_bytes_for_another_key_or_no_key_are_refused_as_the_parsed_envelope_is() -> None:
+    # Bytes skipped the key check and ran under this key, tracing another key's event as its own.
+    key = new_key()
+    other = event_envelope(b"customer-7", "message", b"hi", time_ms=T0).SerializeToString()
+    with pytest.raises(ValueError, match=r"b'customer-42'.*b'customer-7'.*one PipelineKey per key"):
+        key.send(other)
+    with pytest.raises(ValueError, match=r"empty entity_key; RunAgent refuses it on \.errors"):
+        key.send(b"")  # parses: an envelope with no key and no body
+    assert key.seq == 0 and key.inbox == []
+
+
+def test_a_key_or_an_envelope_of_the_wrong_type_is_a_type_error_saying_what_is_expected() -> None:
+    with pytest.raises(TypeError, match=r"entity_key= must be the key as non-empty bytes.*'customer-42'"):
+        PipelineKey(AGENT, TOOLS, CONFIG, entity_key="customer-42")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="entity_key= must be the key as non-empty bytes"):
+        PipelineKey(AGENT, TOOLS, CONFIG, entity_key=b"")
+    with pytest.raises(TypeError, match=r"takes an AgentEnvelope .* or its serialized bytes, got str"):
+        new_key().send("hello")  # type: ignore[arg-type]
