@@ -9,7 +9,12 @@ import os
 import sys
 from typing import NoReturn
 
-from beam_agents.replay.options import DEFAULT_TIME_LIMIT, ReplayOptions
+from beam_agents.replay.options import (
+    DEFAULT_TIME_LIMIT,
+    MAX_TIME_LIMIT,
+    ReplayOptions,
+    checked_time_limit,
+)
 
 PROG = "beam-agents-replay"
 EXIT_CODES_HELP = """\
@@ -72,10 +77,10 @@ def replay_usage(prog: str, *, headless: bool) -> str:
     """
     indent = " " * (len("usage: ") + len(prog) + 1)
     last = (
-        f"[--hitl module:ATTR] [--what-if] [--headless | --json]\n{indent}"
-        "[--full-values] [--redact]"
+        f"[--hitl module:ATTR] [--what-if] [--time-limit SECONDS]\n{indent}"
+        "[--headless | --json] [--full-values] [--redact]"
         if headless
-        else "[--hitl module:ATTR] [--what-if] [--export-dir DIR]"
+        else f"[--hitl module:ATTR] [--what-if] [--time-limit SECONDS]\n{indent}[--export-dir DIR]"
     )
     return (
         f"{prog} --snapshot FILE --traces FILE|DIR [--traces ...] --agent module:ATTR\n"
@@ -147,15 +152,18 @@ def add_replay_flags(parser: Parser, *, headless: bool) -> None:
 
 
 def time_limit(value: str) -> float:
-    """``--time-limit SECONDS``: a finite number of seconds, 0 or more (0: no limit)."""
+    """``--time-limit SECONDS``: seconds from 0 to ``MAX_TIME_LIMIT`` (0: no limit)."""
     try:
         seconds = float(value)
     except ValueError:
         seconds = math.nan
-    if not (math.isfinite(seconds) and seconds >= 0):
+    try:
+        checked_time_limit(seconds)
+    except ValueError:
         raise argparse.ArgumentTypeError(
-            f"must be a number of seconds, 0 or more (0: no limit), got {value!r}"
-        )
+            f"must be a number of seconds from 0 to {MAX_TIME_LIMIT:g} (a day; 0: no limit), "
+            f"got {value!r}"
+        ) from None
     return seconds
 
 
@@ -166,7 +174,8 @@ def add_time_limit_flag(parser: Parser) -> None:
         type=time_limit,
         default=DEFAULT_TIME_LIMIT,
         help=f"how long agent code may run, importing it and then each re-run (default: "
-        f"{DEFAULT_TIME_LIMIT:g}; 0: no limit); past it the activation is irreproducible (exit 3)",
+        f"{DEFAULT_TIME_LIMIT:g}; 0: no limit; at most {MAX_TIME_LIMIT:g}); past it the activation "
+        "is irreproducible (exit 3)",
     )
 
 

@@ -48,7 +48,7 @@ from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any
 
-from beam_agents.replay.options import DEFAULT_TIME_LIMIT, RAN_PAST
+from beam_agents.replay.options import DEFAULT_TIME_LIMIT, RAN_PAST, checked_time_limit
 from beam_agents.replay.result import ReplayResult, Verdict
 
 __all__ = [
@@ -602,7 +602,10 @@ def check_bundles(
     """
     if jobs < 1:
         raise ValueError(f"jobs must be 1 or more, got {jobs}")
-    time_limit = time_limit or None
+    try:
+        time_limit = checked_time_limit(time_limit)
+    except ValueError as exc:
+        raise ValueError(f"time_limit {exc}") from None
     paths = list(paths)
     files = bundle_paths(paths)
     started = time.perf_counter()

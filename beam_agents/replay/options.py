@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from beam_agents.errors import ConfigError
 
 if TYPE_CHECKING:
     from beam_agents.hitl import HitlPolicy
@@ -14,6 +17,33 @@ Source = str | os.PathLike[str] | bytes
 
 DEFAULT_TIME_LIMIT = 60.0
 """Seconds of wall time agent code may run in one replay (docs/replay.md, "Time limit")."""
+
+MAX_TIME_LIMIT = 86_400.0
+"""The largest time limit, a day (0 means no limit). Past some far larger value the timers
+a limit arms (the wait, and the console script's last resort at twice the limit) overflow."""
+
+
+def checked_time_limit(value: object) -> float | None:
+    """``value`` as a time limit: seconds, or None for no limit (None or 0).
+
+    Raises:
+        ValueError: not a number of seconds from 0 to ``MAX_TIME_LIMIT``; the message
+            says what is allowed and what was given.
+    """
+    if value is None:
+        return None
+    seconds = (
+        float(value)
+        if isinstance(value, int | float) and not isinstance(value, bool)
+        else math.nan
+    )
+    if not (math.isfinite(seconds) and 0 <= seconds <= MAX_TIME_LIMIT):
+        raise ValueError(
+            f"must be a number of seconds from 0 to {MAX_TIME_LIMIT:g} (a day; 0: no limit), "
+            f"got {value!r}"
+        )
+    return seconds or None
+
 
 RAN_PAST = "the re-run ran past the time limit of"
 """How the reason of a replay stopped at its time limit begins (``check`` groups by it)."""
@@ -50,3 +80,9 @@ class ReplayOptions:
     """Seconds of wall time the agent code may take: importing it, then the re-run (each
     limited on its own). Past it the replay is irreproducible (exit 3). None or 0: no limit
     (``--time-limit``)."""
+
+    def __post_init__(self) -> None:
+        try:
+            checked_time_limit(self.time_limit)
+        except ValueError as exc:
+            raise ConfigError(f"ReplayOptions time_limit= {exc}") from None

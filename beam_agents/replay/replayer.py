@@ -24,7 +24,7 @@ from beam_agents.errors import ConfigError
 from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
 from beam_agents.replay.engine import HeaderSoFar, _guarded, _Inputs, _snapshot_facts
 from beam_agents.replay.inputs import load_event_source, load_snapshot_source
-from beam_agents.replay.options import DEFAULT_TIME_LIMIT, Source
+from beam_agents.replay.options import DEFAULT_TIME_LIMIT, Source, checked_time_limit
 from beam_agents.replay.result import ReplayHeader, ReplayResult
 from beam_agents.tools import ToolRegistry
 from beam_agents.trace_stream import write_trace_stream
@@ -78,8 +78,10 @@ class Replayer:
                 native code or side effects) until it ends, if ever. Run replays of
                 code that may hang in a process you can end (``check`` does).
         """
-        if time_limit is not None and not (time_limit >= 0):
-            raise ConfigError(f"Replayer time_limit= must be 0 or more seconds, got {time_limit!r}")
+        try:
+            time_limit = checked_time_limit(time_limit)
+        except ValueError as exc:
+            raise ConfigError(f"Replayer time_limit= {exc}") from None
         for name, value, expected in (
             ("agent", agent, Agent),
             ("registry", registry, ToolRegistry),

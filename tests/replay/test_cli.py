@@ -71,6 +71,20 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
     return code, out, err
 
 
+@pytest.mark.parametrize("argv", [["--help"], ["tui", "--help"]])
+def test_the_written_usage_names_every_flag_help_lists(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The replay and tui usages are written by hand (replay_usage): --time-limit was listed
+    # under options but missing from both usages.
+    code, out, _ = run(argv, capsys)
+    assert code == 0
+    usage, _, rest = out.partition("\n\n")
+    flags = set(re.findall(r"^  (--[a-z-]+)", rest, re.M)) - {"--help", "--version"}
+    assert {"--snapshot", "--time-limit", "--what-if"} <= flags
+    assert [flag for flag in sorted(flags) if flag not in usage] == []
+
+
 def test_version_and_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert run(["--version"], capsys) == (0, "beam-agents-replay 1.0.0a1\n", "")
     code, out, _ = run(["--help"], capsys)
@@ -124,6 +138,7 @@ def test_help_lists_the_commands_and_marks_the_required_flags(
         "[--what-if]",
         "[--full-values]",
         "[--redact]",
+        "[--time-limit SECONDS]",
     ):
         assert optional in usage
     assert "beam-agents-replay COMMAND ..." in usage
@@ -148,7 +163,8 @@ def test_help_lists_the_commands_and_marks_the_required_flags(
             [
                 "usage: beam-agents-replay tui --snapshot FILE",
                 "required flags:",
-                "[--what-if] [--export-dir DIR]",
+                "[--what-if] [--time-limit SECONDS]",
+                "[--export-dir DIR]",
                 "beam-agents-replay tui BUNDLE [--seq N]",
             ],
             ["  --json", "--headless"],

@@ -16,9 +16,12 @@ import pytest
 import replay_agents as ra
 from replay_harness import KEY, T0, KeyHistory, options
 
+from beam_agents.errors import ConfigError
 from beam_agents.replay import Replayer
+from beam_agents.replay.bulk import check_bundles
 from beam_agents.replay.engine import replay
 from beam_agents.replay.network_guard import late_attempts, still_running
+from beam_agents.replay.options import ReplayOptions
 from beam_agents.replay.result import Verdict
 from beam_agents.testing import event_envelope
 
@@ -110,8 +113,19 @@ def test_the_replayer_takes_the_limit(recorded: tuple[KeyHistory, object]) -> No
     result = replayer.replay(history.export(), history.trace_bytes(), event)  # type: ignore[arg-type]
     assert result.verdict is Verdict.IRREPRODUCIBLE
     assert "ran past the time limit of 0.2 s" in result.reason
-    with pytest.raises(Exception, match="time_limit= must be 0 or more seconds"):
-        Replayer(agent=ra.AGENT, registry=ra.TOOLS, time_limit=-1)
+    assert Replayer(agent=ra.AGENT, registry=ra.TOOLS, time_limit=0).time_limit is None
+
+
+@pytest.mark.parametrize("bad", [-1, float("inf"), float("nan"), 1e12, 86_400.5, "5", True])
+def test_a_time_limit_out_of_range_is_a_config_error_naming_the_range(bad: object) -> None:
+    # A huge limit overflowed the wait's and the last resort's timers: an internal error.
+    message = r"time_limit=? must be a number of seconds from 0 to 86400 \(a day; 0: no limit\)"
+    with pytest.raises(ConfigError, match=message):
+        Replayer(agent=ra.AGENT, registry=ra.TOOLS, time_limit=bad)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=message):
+        ReplayOptions(snapshot=b"", traces=(), agent="m:A", registry="m:T", time_limit=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=message):
+        check_bundles([], time_limit=bad)  # type: ignore[arg-type]
 
 
 def test_an_import_that_never_ends_is_irreproducible(recorded: tuple[KeyHistory, object]) -> None:
