@@ -9,6 +9,7 @@ intents); ``run_activation`` commits them only if the activation succeeds.
 from __future__ import annotations
 
 import hashlib
+import json
 import random as _random
 from collections.abc import Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
@@ -324,13 +325,13 @@ class AgentContext:
             index = self.record(TraceEvent.TOOL_CALL, tool, attrs)
             if self._capture is not None:
                 if te.ATTR_ARGS_SHA256 in attrs:
-                    self._capture.add(index, "args", args)
+                    self._capture.add(index, "args", _frozen_json(args))
                 self._capture.add(index, "error", exc)
             raise
         index = self.record(TraceEvent.TOOL_CALL, tool, attrs)
         if self._capture is not None:
-            self._capture.add(index, "args", args)
-            self._capture.add(index, "result", result)
+            self._capture.add(index, "args", _frozen_json(args))
+            self._capture.add(index, "result", _frozen_json(result))
         return result
 
     def _call_recorded(self, declared: Tool, args: dict[str, Any]) -> Any:
@@ -398,13 +399,13 @@ class AgentContext:
             index = self.record(TraceEvent.TOOL_CALL, tool, attrs)
             if self._capture is not None:
                 if te.ATTR_ARGS_SHA256 in attrs:
-                    self._capture.add(index, "args", args)
+                    self._capture.add(index, "args", _frozen_json(args))
                 self._capture.add(index, "error", exc)
             raise
         index = self.record(TraceEvent.TOOL_CALL, tool, attrs)
         if self._capture is not None:
-            self._capture.add(index, "args", args)
-            self._capture.add(index, "result", result)
+            self._capture.add(index, "args", _frozen_json(args))
+            self._capture.add(index, "result", _frozen_json(result))
         return result
 
     def act(self, tool: str, /, **args: Any) -> str:
@@ -447,6 +448,21 @@ class AgentContext:
         if self._capture is not None:
             self._capture.add(index, "intent_args", args_json)
         return intent.intent_id
+
+
+_FREEZE_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
+
+
+def _frozen_json(value: Any) -> Any:
+    """A copy of a tool's arguments or result (a JSON value or bytes, as ``digest_value``
+    checked), so agent code editing the object it was handed after the call cannot change
+    what replay shows and verifies against the traced digest."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    try:
+        return json.loads(_FREEZE_ENCODER.encode(value))
+    except (ValueError, TypeError, RecursionError):  # pragma: no cover - digested as JSON
+        return value
 
 
 def _frozen_copy(message: Any) -> Any:

@@ -193,7 +193,18 @@ class OtherMemoryNotesAgent(NotesAgent):
         return str(order["status"]).upper()
 
 
+class ResultEditingNotesAgent(NotesAgent):
+    """Edits the tool result it was handed after the call (its own object to keep)."""
+
+    def start(self, ctx: AgentContext, event: Event) -> Outcome:
+        order = ctx.call("lookup_order", order_id="A1")
+        order["status"] = "seen by the agent"
+        order["score"] = float("nan")  # no longer a JSON value
+        return Done(output=b"ok")
+
+
 AGENT = SupportAgent()
+NOTES_EDITS_RESULT = ResultEditingNotesAgent()
 AGENT_OTHER_OUTPUT = OtherOutputAgent()
 NOTES = NotesAgent()
 NOTES_OTHER_MEMORY = OtherMemoryNotesAgent()

@@ -18,7 +18,7 @@ from beam_agents import canonical_json
 from beam_agents._protos import AgentEnvelope
 from beam_agents.activation import ActivationCommit
 from beam_agents.replay.engine import replay
-from beam_agents.replay.json_report import result_to_dict
+from beam_agents.replay.json_report import render_json, result_to_dict
 from beam_agents.replay.redact import redact
 from beam_agents.replay.report import VALUE_WIDTH, render_report
 from beam_agents.replay.result import Mark, ReplayResult, Value, Verdict
@@ -56,6 +56,28 @@ def test_a_reproduced_run_has_every_traced_value_verified() -> None:
     args = tool["args"]
     assert args.traced_digest == args.digest
     assert args.digest == hashlib.sha256(canonical_json.dumps(args.value)).hexdigest()
+
+
+def test_a_tool_result_the_agent_edits_after_the_call_is_shown_as_the_tool_returned_it() -> None:
+    """Hostile pass: the capture held the agent's own object, so an edit after the call
+    marked a reproduced run's result 'differs', and a NaN put in it ended --json with an
+    internal error."""
+    history = KeyHistory(ra.NOTES_EDITS_RESULT, ra.TOOLS, ra.make_provider())
+    event = ask()
+    history.send(event)
+    result = replay(
+        options(
+            history.export(),
+            history.trace_bytes(),
+            event=event,
+            agent="replay_agents:NOTES_EDITS_RESULT",
+        )
+    )
+    assert result.verdict is Verdict.REPRODUCED, result.reason
+    tool = by_path(result, 1)
+    assert tool["result"].value == {"order_id": "A1", "status": "shipped"}
+    assert tool["result"].mark is Mark.VERIFIED
+    assert json.loads(render_json(result))["verdict"] == "reproduced"
 
 
 def test_a_changed_tool_result_differs_and_its_arguments_stay_verified() -> None:
