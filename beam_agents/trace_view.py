@@ -102,6 +102,11 @@ def attribute(event: TraceEvent, name: str) -> te.AttrValue | None:
     return te.attribute_value(event.attributes[name])
 
 
+def has_attribute(event: TraceEvent, name: str) -> bool:
+    """Whether the event carries attribute ``name`` (a cheap test before decoding a view)."""
+    return name in event.attributes
+
+
 def attribute_kind(event: TraceEvent, name: str) -> str | None:
     """Which value attribute ``name`` carries (``string_value``, ``int_value``, …, or ``unset``
     when it is there without a value), None if absent.

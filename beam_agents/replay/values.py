@@ -62,7 +62,7 @@ from beam_agents.trace_events import (
     ATTR_TOOL_NAME,
     ATTR_TOOL_RECORDED,
 )
-from beam_agents.trace_view import IntentStaged, attribute_text
+from beam_agents.trace_view import IntentStaged, attribute_text, has_attribute
 from beam_agents.trace_view import ToolCall as ToolCallView
 
 __all__ = ["ReplayValues", "agent_frame", "collect_values"]
@@ -281,7 +281,7 @@ def _recorded_kind_differs(traced: TraceEvent | None, value: Any) -> bool:
     The same bytes hash alike as bytes and as canonical JSON, so the digest alone
     cannot verify a recorded result. Plain tools' events do not trace the kind.
     """
-    if traced is None or ATTR_TOOL_RECORDED not in traced.attributes:
+    if traced is None or not has_attribute(traced, ATTR_TOOL_RECORDED):
         return False  # not a recorded tool's event (checked first: values are derived often)
     call = ToolCallView.of(traced)
     if not call.recorded:

@@ -458,11 +458,12 @@ def event_search_text(event: TraceEvent) -> str:
             parts.append(value.string_value)
         elif which == "int_value":
             parts.append(str(value.int_value))
-        elif which == "bool_value":
-            if name == te.ATTR_CACHE_HIT:
-                parts.append("hit" if value.bool_value else "miss")
-            elif name == te.ATTR_BILLED and value.bool_value:
-                parts.append("billed")
+    if kind == TraceEvent.LLM_CALL:
+        call = tv.LlmCall.of(event)
+        if call.cache_hit is not None:
+            parts.append("hit" if call.cache_hit else "miss")
+        if call.billed:
+            parts.append("billed")
     return " ".join(parts).lower()
 
 
