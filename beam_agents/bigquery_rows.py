@@ -239,15 +239,32 @@ def _to_int(value: Any, column: str, *, low: int = _INT64_MIN, high: int = _INT6
     if isinstance(value, int):
         number = value
     elif isinstance(value, str) and _INT_TEXT.fullmatch(value.strip()):
-        number = int(value)
+        # int() refuses text past 4300 digits (leading zeros count): no INT64 has 20.
+        text = value.strip()
+        significant = text.lstrip("+-").lstrip("0") or "0"
+        if len(significant) > _MAX_INT_DIGITS:
+            raise _BadRow(
+                f"column {column!r} holds an integer of {len(significant)} digits, "
+                f"outside [{low}, {high}]"
+            )
+        number = -int(significant) if text.startswith("-") else int(significant)
     elif isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
         # A JSON tool that read the number as a double; exact below 2**53.
         number = int(value)
     else:
         raise _BadRow(f"column {column!r} holds {value!r}, not an integer")
     if not low <= number <= high:
-        raise _BadRow(f"column {column!r} holds {number}, outside [{low}, {high}]")
+        shown = (
+            str(number)
+            if number.bit_length() < 128
+            else f"an integer of {len(str(abs(number)))} digits"
+        )
+        raise _BadRow(f"column {column!r} holds {shown}, outside [{low}, {high}]")
     return number
+
+
+_MAX_INT_DIGITS = 40
+"""The most significant digits an integer column's text is converted with (an INT64 has 19)."""
 
 
 def _to_float(value: Any, column: str) -> float:

@@ -257,6 +257,11 @@ def test_two_different_events_at_one_position_are_refused() -> None:
         ({"entity_key": "", "seq": "x", "index": "0", "kind": "LLM_CALL"}, "'seq' holds 'x'"),
         ({"entity_key": "", "seq": "1", "index": "-1", "kind": "LLM_CALL"}, "outside [0, 4294967295]"),
         ({"entity_key": "", "seq": str(2**63), "index": "0", "kind": "X"}, "outside"),
+        # Found by the 100,000-run fuzz: past 4300 digits int() raised ValueError (a traceback).
+        ({"entity_key": "", "seq": "1", "index": "0", "kind": "LLM_CALL", "end_ms": "1" + "9" * 6000},
+         "'end_ms' holds an integer of 6001 digits, outside"),
+        ({"entity_key": "", "seq": "-" + "0" * 5000 + "7", "index": "0", "kind": "LLM_CALL",
+          "end_ms": 10**4000}, "'end_ms' holds an integer of 4001 digits, outside"),
         ({"entity_key": "", "seq": "1", "index": "0", "kind": "NOPE"}, "not a TraceEvent.Kind"),
         ({"entity_key": "", "seq": "1", "index": "0", "kind": "LLM_CALL", "attributes": "x"}, "not a list"),
         ({"entity_key": "", "seq": "1", "index": "0", "kind": "LLM_CALL",
