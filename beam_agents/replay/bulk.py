@@ -170,6 +170,9 @@ def result_cause(result: ReplayResult) -> str:
             return f"{where}: missing from the re-run"
         if divergence.extra:
             return f"{where}: extra in the re-run"
+        kind = next((f for f in divergence.fields if f.path == "kind"), None)
+        if kind is not None:  # another event altogether: every attribute differs, none is the cause
+            return f"{where}: the re-run has {kind.replayed} here"
         return f"{where}: {', '.join(f.path for f in divergence.fields) or 'differs'}"
     miss = result.cache_miss
     if verdict is Verdict.IRREPRODUCIBLE and result.reason.startswith(RAN_PAST):

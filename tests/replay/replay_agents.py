@@ -159,6 +159,14 @@ class CatchingAgent(SupportAgent):
             return "fallback"
 
 
+class NoModelAgent(SupportAgent):
+    """Reads the order and answers without asking the model (another event where it asked)."""
+
+    def _ask(self, ctx: AgentContext, text: str) -> str:
+        order = ctx.call("lookup_order", order_id="A1")
+        return f"order {order['status']}"
+
+
 class OtherOutputAgent(SupportAgent):
     """The same steps; only the bytes of its Done output changed (a new output format)."""
 
@@ -209,6 +217,7 @@ AGENT_OTHER_OUTPUT = OtherOutputAgent()
 NOTES = NotesAgent()
 NOTES_OTHER_MEMORY = OtherMemoryNotesAgent()
 AGENT_NEW_PROMPT = NewPromptAgent()
+AGENT_NO_MODEL = NoModelAgent()
 AGENT_CATCHES_MISS = CatchingAgent()
 NOT_AN_AGENT = {"just": "a dict"}
 

@@ -191,3 +191,14 @@ def test_a_directory_without_bundles_is_an_error_row_not_a_pass(
     assert (doc["activations"], doc["files"], doc["counts"]) == (0, 0, {"error": 1})
     suite = ET.fromstring(junit.read_bytes()).find("testsuite")
     assert suite is not None and (suite.get("tests"), suite.get("errors")) == ("1", "1")
+
+
+def test_a_divergence_into_another_event_is_grouped_by_the_two_kinds(tmp_path: Path) -> None:
+    # Every attribute of an LLM_CALL and of an ACTIVATION_END differs: the cause listed them all
+    # (16 fields on the demo's bundles), one long line per pair of kinds.
+    bundle = tmp_path / "no-model.bundle"
+    bundle.write_bytes(Incident().make(seq=1, agent="replay_agents:AGENT_NO_MODEL"))
+    [row] = check_bundles([bundle]).rows
+    assert row.verdict is Verdict.DIVERGED
+    assert row.cause == "LLM_CALL 'replay-test-model': the re-run has ACTIVATION_END here"
+    assert "differs: kind, name, attributes[" in row.detail  # the full reason stays in the detail
