@@ -25,6 +25,7 @@ from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
 from beam_agents.replay.engine import HeaderSoFar, _guarded, _Inputs, _snapshot_facts
 from beam_agents.replay.inputs import load_event_source, load_snapshot_source
 from beam_agents.replay.options import DEFAULT_TIME_LIMIT, Source, checked_time_limit
+from beam_agents.replay.refusal import InputError
 from beam_agents.replay.result import ReplayHeader, ReplayResult
 from beam_agents.tools import ToolRegistry
 from beam_agents.trace_stream import write_trace_stream
@@ -134,6 +135,19 @@ class Replayer:
         )
 
         def load() -> _Inputs:
+            for name, value, message, allowed in (
+                ("snapshot", snapshot, StateSnapshot, "a StateSnapshot, its bytes, or a file path"),
+                ("event", event, AgentEnvelope, "an AgentEnvelope, its bytes, a file path, or None"),
+            ):
+                if not (
+                    isinstance(value, message | bytes | str)
+                    or hasattr(value, "__fspath__")
+                    or (value is None and name == "event")
+                ):
+                    raise InputError(
+                        f"Replayer.replay {name}= must be {allowed}, got "
+                        f"{type(value).__name__}: {value!r:.80}"
+                    )
             data = (
                 snapshot.SerializeToString(deterministic=True)
                 if isinstance(snapshot, StateSnapshot)

@@ -60,3 +60,20 @@ def test_the_replayer_refuses_a_path_where_an_object_belongs() -> None:
         Replayer(agent="replay_agents:AGENT", registry=ra.TOOLS)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="registry= must be an instance of ToolRegistry"):
         Replayer(agent=ra.AGENT, registry=[ra.TOOLS])  # type: ignore[arg-type]
+
+
+def test_an_input_of_the_wrong_type_is_a_usage_error_naming_it_not_an_internal_error(
+    history: KeyHistory,
+) -> None:
+    # An int event was 'internal error: TypeError: expected str, bytes or os.PathLike' ("a bug").
+    event = ask()
+    history.send(event)
+    replayer = Replayer(agent=ra.AGENT, registry=ra.TOOLS)
+    for snapshot, event_arg, message in (
+        (history.export(), 42, "Replayer.replay event= must be an AgentEnvelope, its bytes, a file path, or None, got int: 42"),
+        (event, event, "Replayer.replay snapshot= must be a StateSnapshot, its bytes, or a file path, got AgentEnvelope"),
+        (history.export(), StateSnapshot(), "Replayer.replay event= must be an AgentEnvelope"),
+    ):
+        result = replayer.replay(snapshot, history.trace_bytes(), event_arg)  # type: ignore[arg-type]
+        assert result.verdict is Verdict.USAGE_ERROR and result.exit_code == 2
+        assert result.error.startswith(message) and "internal error" not in result.error
