@@ -475,7 +475,8 @@ HARD_STOP = {"armed": False}
 
 
 def _arm_hard_stop(limit: float) -> bool:
-    """As the console script, in its main thread: kill the process at twice ``limit``.
+    """As the console script, in its main thread: kill the process at twice ``limit`` (at
+    least half a second past it).
 
     Agent code holding the interpreter lock without returning (native code: a catastrophic
     regular expression) keeps the waiting thread from ever noticing the limit. Then, at
@@ -491,9 +492,12 @@ def _arm_hard_stop(limit: float) -> bool:
         return False
     import faulthandler
 
-    faulthandler.dump_traceback_later(2 * limit)
+    # At least half a second past the limit: with a tiny limit (--time-limit 1e-6), twice
+    # it came before the waiting thread could disarm, and every replay printed its stacks.
+    stop_at = max(2 * limit, limit + 0.5)
+    faulthandler.dump_traceback_later(stop_at)
     signal.signal(signal.SIGALRM, signal.SIG_DFL)
-    signal.setitimer(signal.ITIMER_REAL, 2 * limit + 0.5)
+    signal.setitimer(signal.ITIMER_REAL, stop_at + 0.5)
     return True
 
 

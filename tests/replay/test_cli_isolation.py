@@ -94,6 +94,18 @@ def test_a_bundle_replay_that_never_ends_exits_3_at_the_time_limit(
     assert "Traceback" not in out.stderr
 
 
+def test_a_tiny_time_limit_exits_3_without_the_last_resorts_stack_dump(
+    incident: Incident, tmp_path: Path
+) -> None:
+    """Hostile pass: the last resort was armed at twice the limit, so --time-limit 1e-6 had
+    faulthandler print every thread's stack before the wait could disarm it."""
+    path = _bundle(incident, tmp_path, "TOOLS_LOOP", seq=1)
+    out = _run([str(path), "--time-limit", "0.000001"], _env())
+    assert out.returncode == 3, (out.stdout, out.stderr)
+    assert "ran past the time limit of 1e-06 s" in out.stdout, out.stdout
+    assert "Timeout (" not in out.stderr and "Thread 0x" not in out.stderr, out.stderr
+
+
 def test_the_json_report_of_a_run_past_the_limit_is_complete(
     incident: Incident, tmp_path: Path
 ) -> None:
@@ -121,7 +133,10 @@ def test_a_bad_time_limit_is_a_usage_error(incident: Incident, tmp_path: Path, v
     path = _bundle(incident, tmp_path, "TOOLS_LOOP", seq=1)
     out = _run([str(path), f"--time-limit={value}"], _env())
     assert out.returncode == 2, out.stderr
-    assert f"--time-limit: must be a number of seconds from 0 to 86400 (a day; 0: no limit), got '{value}'" in out.stderr
+    assert (
+        f"--time-limit: must be a number of seconds from 0 to 86400 (a day; 0: no limit), got '{value}'"
+        in out.stderr
+    )
     assert "internal error" not in out.stderr and "Traceback" not in out.stderr
     out = _run(["check", str(path), f"--time-limit={value}"], _env())
     assert out.returncode == 2 and "--time-limit" in out.stderr
