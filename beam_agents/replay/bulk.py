@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import json
 import os
 import re
 import sys
@@ -354,15 +355,101 @@ def _worker_main(
                 registry,
                 time_limit=time_limit,
                 after_seq=after_seq,
-                on_start=lambda seq: conn.send(("start", seq)),
+                on_start=lambda seq: _send(conn, ["start", seq]),
             ):
-                conn.send(("row", row))
+                _send(conn, ["row", _row_fields(row)])
                 if still_running():
                     end_process(0)  # the parent replaces this worker and goes on
-            conn.send(("done",))
+            _send(conn, ["done"])
     except BaseException:  # the parent turns a lost worker into a row
         end_process(1)
     end_process(0)  # the real exit: isolate_process() refuses os._exit, which multiprocessing uses
+
+
+# --- what a worker tells the parent: JSON, never a pickle ---------------------------------------
+# The worker runs agent code, which can write to the worker's end of the pipe: a pickle
+# from it would run any code in the parent when loaded (outside the worker's isolation), and
+# junk would end the whole check. The parent reads each message as JSON of a fixed shape
+# and takes anything else as the worker lost (``_garbled_row``).
+
+MAX_MESSAGE_BYTES = 1 << 24
+"""The longest message the parent reads from a worker (a row is a few KB)."""
+
+_ROW_TEXT_FIELDS = ("path", "cause", "detail")
+
+
+def _send(conn: Connection, message: list[Any]) -> None:
+    conn.send_bytes(json.dumps(message, ensure_ascii=True).encode("ascii"))
+
+
+def _row_fields(row: CheckRow) -> dict[str, Any]:
+    return {
+        "path": row.path,
+        "seq": row.seq,
+        "entity_key": row.entity_key.hex(),
+        "verdict": row.verdict.value,
+        "cause": row.cause,
+        "detail": row.detail,
+        "seconds": row.seconds,
+    }
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _message(data: bytes, path: str) -> tuple[str, Any] | None:
+    """``("start", seq)``, ``("row", CheckRow)`` or ``("done", None)`` from a worker
+    replaying ``path``; None for anything else (not JSON, another shape, another path)."""
+    try:
+        message = json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(message, list) or not message or not isinstance(message[0], str):
+        return None
+    kind, args = message[0], message[1:]
+    if kind == "done" and not args:
+        return kind, None
+    if kind == "start" and len(args) == 1 and _is_int(args[0]):
+        return kind, args[0]
+    if kind != "row" or len(args) != 1 or not isinstance(args[0], dict):
+        return None
+    fields = args[0]
+    try:
+        row = CheckRow(
+            path=fields["path"],
+            seq=fields["seq"],
+            entity_key=bytes.fromhex(fields["entity_key"]),
+            verdict=Verdict(fields["verdict"]),
+            cause=fields["cause"],
+            detail=fields["detail"],
+            seconds=float(fields["seconds"]),
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+    if (
+        row.path != path
+        or not all(isinstance(getattr(row, name), str) for name in _ROW_TEXT_FIELDS)
+        or not (row.seq is None or _is_int(row.seq))
+        or len(fields) != 7
+    ):
+        return None
+    return kind, row
+
+
+def _garbled_row(path: str, seq: int | None, seconds: float) -> CheckRow:
+    return CheckRow(
+        path=path,
+        seq=seq,
+        entity_key=b"",
+        verdict=Verdict.USAGE_ERROR,
+        cause="the worker process sent something that is no check message",
+        detail=f"the worker process replaying {path}"
+        + (f" seq {seq}" if seq is not None else "")
+        + " sent its parent something that is no check message, and was ended: agent code "
+        "wrote to the worker's pipe; replay cannot judge an activation whose code does that",
+        seconds=seconds,
+    )
 
 
 BACKSTOP_GRACE = 30.0
@@ -496,12 +583,19 @@ def _check_in_workers(
             now = time.monotonic()
             for worker in busy:
                 if worker.conn in ready:
+                    path = worker.task[0] if worker.task else ""
                     try:
-                        message = worker.conn.recv()
+                        message = _message(worker.conn.recv_bytes(MAX_MESSAGE_BYTES), path)
                     except (EOFError, OSError):
                         lost(worker, None)
                         continue
-                    if message[0] == "start":
+                    if message is None:
+                        worker.process.kill()
+                        garbled = _garbled_row(path, worker.seq, now - worker.seq_started)
+                        if worker.finished:  # after its row: this row replaces it
+                            rows[:] = [r for r in rows if (r.path, r.seq) != (path, worker.seq)]
+                        lost(worker, garbled)
+                    elif message[0] == "start":
                         worker.seq, worker.finished, worker.seq_started = message[1], False, now
                     elif message[0] == "row":
                         rows.append(message[1])

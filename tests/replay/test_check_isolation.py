@@ -85,6 +85,30 @@ def test_a_worker_agent_code_kills_costs_that_activation_an_error_row_and_nothin
         assert report.exit_code == 2
 
 
+@pytest.mark.parametrize("registry", ["TOOLS_PIPE_JUNK", "TOOLS_PIPE_PICKLE", "TOOLS_PIPE_FORGED"])
+def test_a_worker_writing_to_its_pipe_costs_that_activation_an_error_row_and_runs_nothing_here(
+    incident: Incident, tmp_path: Path, registry: str
+) -> None:
+    """Hostile pass: the parent unpickled what the worker sent, so agent code in an isolated
+    worker ran code in the parent (a planted pickle), and junk ended the whole check."""
+    ia.UNPICKLED_IN.clear()
+    planted = _bundle(incident, tmp_path, registry, all_seqs=True)
+    good = tmp_path / "good.bundle"
+    good.write_bytes(incident.make(seq=1))
+
+    report = check_bundles([planted, good], jobs=1, isolate=True)
+
+    assert ia.UNPICKLED_IN == []
+    assert rows(report) == [
+        (registry.lower(), 1, Verdict.USAGE_ERROR),
+        (registry.lower(), 2, Verdict.USAGE_ERROR),
+        (registry.lower(), 3, Verdict.REPRODUCED),  # a fresh worker went on with the bundle
+        (registry.lower(), 4, Verdict.REPRODUCED),
+        ("good", 1, Verdict.REPRODUCED),
+    ], [r.detail for r in report.rows]
+    assert report.rows[0].cause == "the worker process sent something that is no check message"
+
+
 def test_workers_refuse_processes_signals_and_writes_and_end_the_process_as_error(
     incident: Incident, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -124,7 +148,9 @@ def test_forkserver_workers_run_with_the_environment_check_was_called_with(
     assert rows(check_bundles([good], jobs=1, isolate=True)) == [("good", 1, Verdict.REPRODUCED)]
     target = tmp_path / "written-by-a-forkserver-worker.txt"
     monkeypatch.setenv(ia.WRITE_TARGET_ENV, str(target))
-    report = check_bundles([_bundle(incident, tmp_path, "TOOLS_WRITE", seq=1)], jobs=1, isolate=True)
+    report = check_bundles(
+        [_bundle(incident, tmp_path, "TOOLS_WRITE", seq=1)], jobs=1, isolate=True
+    )
     (row,) = report.rows
     assert row.verdict is Verdict.IRREPRODUCIBLE, (row.cause, row.detail)
     assert target.name in row.cause + row.detail
