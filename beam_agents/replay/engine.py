@@ -578,8 +578,10 @@ class _RerunRanPast(CannotReproduce):
     """The re-run did not end within the time limit: it is not judged (exit 3)."""
 
     def __init__(self, limit: float, ctx: Any, traced: Sequence[Any] | None) -> None:
-        events = list(ctx.events) if ctx is not None else []
-        if events:
+        # The last event only: a re-run looping until the limit may have recorded millions,
+        # and parsing them all (an EventLog parses each read) would take GBs at the limit.
+        events: Sequence[Any] = ctx.events if ctx is not None else ()
+        if len(events):
             last = events[-1]
             where = f"it had reached event {last.index} ({kind_name(last.kind)} {last.name!r})"
         else:

@@ -10,6 +10,7 @@ import select
 import socket
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import isolation_agents as ia
 import pytest
@@ -152,3 +153,35 @@ def test_agent_code_ending_the_process_inside_the_limit_is_still_refused(
     result = _replay(recorded, "TOOLS_EXIT", 30)
     assert result.verdict is Verdict.USAGE_ERROR
     assert "os._exit(0)" in result.reason
+
+
+def test_the_limit_reason_reads_only_the_last_event_the_re_run_recorded() -> None:
+    """Hostile pass: the reason parsed every recorded event (list(ctx.events)) to name the
+    last one: a re-run looping until the limit records millions, GBs once parsed."""
+    from collections.abc import Sequence
+    from types import SimpleNamespace
+
+    from beam_agents import trace_events as te
+    from beam_agents._protos import TraceEvent
+    from beam_agents.replay.engine import _RerunRanPast
+
+    last = te.make_event(
+        entity_key=KEY, seq=1, index=2_999_999, kind=TraceEvent.TOOL_CALL, name="lookup_order",
+        now_ms=T0,
+    )  # fmt: skip
+
+    class Recorded(Sequence[TraceEvent]):
+        def __len__(self) -> int:
+            return 3_000_000
+
+        def __getitem__(self, index: object) -> TraceEvent:
+            if index not in (-1, 2_999_999):
+                raise AssertionError(f"read event {index!r}")
+            return last
+
+        def __iter__(self) -> Any:
+            raise AssertionError("read every event")
+
+    refused = _RerunRanPast(0.5, SimpleNamespace(events=Recorded()), None)
+
+    assert "it had reached event 2999999 (TOOL_CALL 'lookup_order')" in refused.message
