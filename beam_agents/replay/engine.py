@@ -55,7 +55,7 @@ from beam_agents.replay.result import (
     Verdict,
 )
 from beam_agents.replay.traced import TracedKey, scan_traces
-from beam_agents.replay.values import collect_values
+from beam_agents.replay.values import collect_values, freeze_errors
 from beam_agents.replay.views import intent_ledger, state_view
 from beam_agents.tools import ToolRegistry
 from beam_agents.trace_events import ATTR_OUTPUTS_SHA256, kind_name
@@ -244,7 +244,7 @@ def _replay(inputs: _Inputs, facts: HeaderSoFar, attempts: list[NetworkAttempt])
     capture = ValueCapture()
 
     def rerun() -> Any:
-        return run_activation(
+        ran = run_activation(
             agent,
             registry,
             provider,
@@ -260,6 +260,9 @@ def _replay(inputs: _Inputs, facts: HeaderSoFar, attempts: list[NetworkAttempt])
             encode_cache_cells=False,  # only the memory cell is read (issue 14: memory)
             compact_trace=True,  # the trace as bytes (issue 14: memory)
         )
+        # Exceptions' text (their __str__ is agent code) taken here: within the time limit.
+        freeze_errors(capture)
+        return ran
 
     try:
         result = _within_limit(

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import threading
 import traceback
@@ -29,6 +30,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any, overload
 
@@ -65,7 +67,7 @@ from beam_agents.trace_events import (
 from beam_agents.trace_view import IntentStaged, attribute_text, has_attribute
 from beam_agents.trace_view import ToolCall as ToolCallView
 
-__all__ = ["ReplayValues", "agent_frame", "collect_values"]
+__all__ = ["CapturedError", "ReplayValues", "agent_frame", "collect_values", "freeze_errors"]
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -98,12 +100,32 @@ def _text(value: Any) -> str:
     return _TEXT_ENCODER.encode(value)
 
 
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"{text} is not a finite number")
+    return number
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 def _json_or_text(data: str) -> Any:
-    """A JSON-encoded string field (tool arguments, parameters) decoded, else as it is."""
+    """A JSON-encoded string field (tool arguments, parameters) decoded, else as it is.
+
+    Only a JSON value every report can print is decoded: ``NaN``, ``Infinity``, a number
+    past a double's range (``1e999``), an integer past 4300 digits or nesting deeper than
+    ``MAX_JSON_DEPTH`` stays text (a cached response's tool-call arguments come from the
+    snapshot: ``--json`` refuses non-finite numbers and ended with an internal error).
+    """
     try:
-        return json.loads(data)
-    except ValueError:
+        value = json.loads(data, parse_float=_finite, parse_constant=_no_constant)
+    except (ValueError, RecursionError):
         return data
+    if isinstance(value, (dict, list)) and canonical_json.check_json_value(value) is not None:
+        return data
+    return value
 
 
 def _tool_call(call: ToolCall) -> dict[str, Any]:
@@ -134,7 +156,10 @@ def _params(request: LlmRequest) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in ("temperature", "top_p", "max_tokens", "seed"):
         if p.HasField(name):
-            out[name] = getattr(p, name)
+            value = getattr(p, name)
+            # A non-finite float (agent code may set one) as its text: --json prints no NaN.
+            finite = not isinstance(value, float) or math.isfinite(value)
+            out[name] = value if finite else repr(value)
     if p.stop:
         out["stop"] = list(p.stop)
     if p.extra:
@@ -289,10 +314,48 @@ def _recorded_kind_differs(traced: TraceEvent | None, value: Any) -> bool:
     return bool(call.result_is_bytes) != isinstance(value, (bytes, bytearray, memoryview))
 
 
-def _error_values(b: _Builder, error: BaseException, *, frame: bool) -> None:
+@dataclass(frozen=True, slots=True)
+class CapturedError:
+    """An exception the re-run captured, as text: what the values show of it."""
+
+    type: str
+    message: str
+    raised_at: str
+
+
+def freeze_errors(capture: ValueCapture) -> None:
+    """Replace each exception in ``capture`` by its text (``CapturedError``), in place.
+
+    ``str()`` of an exception runs agent code (its class's ``__str__``): the engine calls
+    this at the end of the re-run, on its thread, so that code runs once, within the time
+    limit and the guard, and values derived later (each time they are read) are the same
+    on every read. A ``__str__`` that raises shows as a message saying so.
+    """
     from beam_agents.context import _error_type
 
-    kind = _error_type(error)
+    values = capture.values
+    # Where it was raised is shown for the activation's own failure only: its last event.
+    last = max((item.event_index for item in values), default=-1)
+    for i, item in enumerate(values):
+        error = item.value
+        if item.what != "error" or not isinstance(error, BaseException):
+            continue
+        try:
+            message = str(error)
+        except Exception as exc:
+            message = f"(str() of this exception raised {type(exc).__name__})"
+        where = agent_frame(error) if item.event_index == last else ""
+        values[i] = CapturedValue(
+            item.event_index, "error", CapturedError(_error_type(error), message, where)
+        )
+
+
+def _error_values(b: _Builder, error: BaseException | CapturedError, *, frame: bool) -> None:
+    from beam_agents.context import _error_type
+
+    if not isinstance(error, CapturedError):
+        error = CapturedError(_error_type(error), str(error), agent_frame(error))
+    kind = error.type
     traced = b.traced_attr(ATTR_ERROR_TYPE)
     b.add(
         "error.type",
@@ -302,11 +365,9 @@ def _error_values(b: _Builder, error: BaseException, *, frame: bool) -> None:
         traced=traced,
         digest=kind,
     )
-    b.add("error.message", str(error), mark=Mark.UNVERIFIABLE)
-    if frame:
-        where = agent_frame(error)
-        if where:
-            b.add("error.raised_at", where, mark=Mark.UNVERIFIABLE)
+    b.add("error.message", error.message, mark=Mark.UNVERIFIABLE)
+    if frame and error.raised_at:
+        b.add("error.raised_at", error.raised_at, mark=Mark.UNVERIFIABLE)
 
 
 def _envelope_value(trigger: AgentEnvelope | Timeout) -> Any:
@@ -429,7 +490,9 @@ class ReplayValues(ValueList):
     def _derive(self, position: int) -> list[Value]:
         event = self._replayed[position]
         traced = self._traced
-        counterpart = traced[event.index] if traced is not None and event.index < len(traced) else None
+        counterpart = (
+            traced[event.index] if traced is not None and event.index < len(traced) else None
+        )
         b = _Builder(counterpart, event)
         _event_values(
             b,

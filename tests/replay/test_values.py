@@ -329,9 +329,77 @@ def test_values_are_derived_when_read_and_read_the_same_every_time() -> None:
     assert event_values(values, 2) is event_values(values, 2)  # one event's values are kept
     assert event_values(values, 99) == ()
     # The document and the redacted one read them lazily too, and say the same.
-    assert result_to_dict(result)["values"] == result_to_dict(replace(result, values=eager))[
-        "values"
-    ]
+    assert (
+        result_to_dict(result)["values"] == result_to_dict(replace(result, values=eager))["values"]
+    )
     hidden = redact(result).values
     assert tuple(hidden) == tuple(redact(replace(result, values=eager)).values)
     assert event_values(hidden, 1) == tuple(v for v in hidden if v.event_index == 1)
+
+
+# --- values hostile to the reports (hostile pass) ----------------------------------------------
+
+
+def replay_of(agent: str, provider: object = None, **changes: object) -> ReplayResult:
+    import value_agents as va
+
+    history = KeyHistory(getattr(va, agent), ra.TOOLS, provider or ra.make_provider())
+    event = ask()
+    history.send(event)
+    opts = options(
+        history.export(), history.trace_bytes(), event=event, agent=f"value_agents:{agent}"
+    )
+    return replay(replace(opts, **changes))
+
+
+def test_cached_tool_call_arguments_that_are_no_printable_json_are_shown_as_text() -> None:
+    """NaN, 1e999, -Infinity or 400 levels in a cached response's tool-call arguments (the
+    snapshot's bytes) ended --json with 'internal error: ValueError: Out of range float'."""
+    import value_agents as va
+
+    result = replay_of("ASKS", va.non_json_provider())
+
+    assert result.verdict is Verdict.REPRODUCED, result.reason
+    [calls] = [v for v in result.values if v.path == "response.tool_calls"]
+    assert [c["arguments"] for c in calls.value] == list(va.NON_JSON_ARGUMENTS)
+    document = json.loads(render_json(result))
+    assert document["verdict"] == "reproduced"
+    [shown] = [v for v in document["values"] if v["path"] == "response.tool_calls"]
+    assert shown["value"] == [c for c in calls.value]
+
+
+def test_a_non_finite_request_parameter_is_shown_as_text() -> None:
+    result = replay_of("NAN_TEMPERATURE")
+
+    assert result.verdict is Verdict.REPRODUCED, result.reason
+    [params] = [v for v in result.values if v.path == "request.params"]
+    assert params.value == {"temperature": "nan"}
+    assert json.loads(render_json(result))["verdict"] == "reproduced"
+
+
+def test_an_exceptions_text_is_taken_once_and_every_read_gives_the_same_values() -> None:
+    """Values are derived when read: str() of an agent's exception (agent code) ran on every
+    read, and one raising the second time ended the report with an internal error."""
+    result = replay_of("SHIFTY")
+
+    assert result.verdict is Verdict.REPRODUCED, result.reason
+    assert by_path(result, 1)["error.message"].value == "the first str()"
+    assert list(result.values) == list(result.values)
+    document = json.loads(render_json(result))
+    assert [v["value"] for v in document["values"] if v["path"] == "error.message"] == [
+        "the first str()"
+    ]
+
+
+def test_an_exceptions_text_is_taken_within_the_time_limit() -> None:
+    """str() of an agent's exception that never returns hung replay past --time-limit."""
+    import value_agents as va
+
+    va.RELEASE.clear()
+    try:
+        result = replay_of("STALLS", time_limit=0.3)
+    finally:
+        va.RELEASE.set()
+
+    assert result.verdict is Verdict.IRREPRODUCIBLE
+    assert "time limit of 0.3 s" in result.reason
