@@ -243,6 +243,8 @@ def _replay(inputs: _Inputs, facts: HeaderSoFar, attempts: list[NetworkAttempt])
     provider = UnservableProvider(provider_name)
     capture = ValueCapture()
 
+    ended: list[Sequence[Any]] = []  # the re-run's trace, once run_activation returned
+
     def rerun() -> Any:
         ran = run_activation(
             agent,
@@ -260,6 +262,7 @@ def _replay(inputs: _Inputs, facts: HeaderSoFar, attempts: list[NetworkAttempt])
             encode_cache_cells=False,  # only the memory cell is read (issue 14: memory)
             compact_trace=True,  # the trace as bytes (issue 14: memory)
         )
+        ended.append(ran.trace)
         # Exceptions' text (their __str__ is agent code) taken here: within the time limit.
         freeze_errors(capture)
         return ran
@@ -268,7 +271,9 @@ def _replay(inputs: _Inputs, facts: HeaderSoFar, attempts: list[NetworkAttempt])
         result = _within_limit(
             rerun,
             inputs.time_limit,
-            lambda ctx: _RerunRanPast(inputs.time_limit or 0, ctx, plan.traced),
+            lambda ctx: _RerunRanPast(
+                inputs.time_limit or 0, ctx, plan.traced, ended=ended[0] if ended else None
+            ),
         )
     except (SystemExit, GeneratorExit) as exc:
         # run_activation turns every Exception into a failure; these are not Exceptions.
@@ -580,18 +585,31 @@ _RAISE_IT = (
 class _RerunRanPast(CannotReproduce):
     """The re-run did not end within the time limit: it is not judged (exit 3)."""
 
-    def __init__(self, limit: float, ctx: Any, traced: Sequence[Any] | None) -> None:
+    def __init__(
+        self,
+        limit: float,
+        ctx: Any,
+        traced: Sequence[Any] | None,
+        *,
+        ended: Sequence[Any] | None = None,
+    ) -> None:
         # The last event only: a re-run looping until the limit may have recorded millions,
         # and parsing them all (an EventLog parses each read) would take GBs at the limit.
-        events: Sequence[Any] = ctx.events if ctx is not None else ()
+        events: Sequence[Any] = ctx.events if ctx is not None else (ended or ())
+        of = f" of the {len(traced)} traced" if traced is not None else ""
         if len(events):
             last = events[-1]
-            where = f"it had reached event {last.index} ({kind_name(last.kind)} {last.name!r})"
+            event = f"event {last.index} ({kind_name(last.kind)} {last.name!r}){of}"
+            where = f"it had reached {event}"
+            if ctx is None:  # ended, then str() of an exception it raised did not return
+                where = (
+                    f"it had ended at {event}, but the text of an exception it raised (its "
+                    "__str__, agent code) did not come back"
+                )
         else:
-            where = "it had not recorded its first event"
-        of = f" of the {len(traced)} traced" if traced is not None else ""
+            where = f"it had not recorded its first event{of}"
         super().__init__(
-            f"{RAN_PAST} {limit:g} s and was not judged: {where}{of}",
+            f"{RAN_PAST} {limit:g} s and was not judged: {where}",
             _RAISE_IT,
         )
 
