@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from beam_agents import _running
-from beam_agents._protos import AgentEnvelope, StateSnapshot
+from beam_agents._protos import AgentEnvelope, StateSnapshot, TraceEvent
 from beam_agents._version import __version__
 from beam_agents.activation import ActivationCommit, run_activation
 from beam_agents.agent import Agent
@@ -33,7 +33,7 @@ from beam_agents.capture import ValueCapture
 from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
 from beam_agents.key_state import KeyState
 from beam_agents.provider import UnservableProvider
-from beam_agents.replay.compare import EventComparison
+from beam_agents.replay.compare import EventComparison, compare_events
 from beam_agents.replay.end_check import EndCheck, check_end, end_divergence_detail
 from beam_agents.replay.inputs import (
     import_object,
@@ -275,6 +275,8 @@ def _replay(inputs: _Inputs, facts: HeaderSoFar, attempts: list[NetworkAttempt])
                 inputs.time_limit or 0, ctx, plan.traced, ended=ended[0] if ended else None
             ),
         )
+    except _RerunRanPast as ran_past:
+        return _ran_past_result(ran_past, plan.traced, facts)
     except (SystemExit, GeneratorExit) as exc:
         # run_activation turns every Exception into a failure; these are not Exceptions.
         detail = str(exc) if isinstance(exc, SystemExit) and exc.code is not None else ""
@@ -597,6 +599,10 @@ class _RerunRanPast(CannotReproduce):
         # and parsing them all (an EventLog parses each read) would take GBs at the limit.
         events: Sequence[Any] = ctx.events if ctx is not None else (ended or ())
         of = f" of the {len(traced)} traced" if traced is not None else ""
+        # What the re-run had recorded, as far as the trace goes, for the result's events:
+        # read once, here, while the abandoned code may still be appending.
+        reached = min(len(events), len(traced)) if traced is not None else 0
+        self.reached: tuple[TraceEvent, ...] = tuple(events[i] for i in range(reached))
         if len(events):
             last = events[-1]
             event = f"event {last.index} ({kind_name(last.kind)} {last.name!r}){of}"
@@ -612,6 +618,27 @@ class _RerunRanPast(CannotReproduce):
             f"{RAN_PAST} {limit:g} s and was not judged: {where}",
             _RAISE_IT,
         )
+
+
+def _ran_past_result(
+    ran_past: _RerunRanPast,
+    traced: Sequence[TraceEvent] | None,
+    facts: HeaderSoFar,
+) -> ReplayResult:
+    """Exit 3 with the events the re-run had reached, paired with the traced ones.
+
+    Only the reached positions are paired: the traced events after them are not
+    "missing" (the re-run did not get there), and nothing is judged, so a pair that
+    differs is shown marked but the verdict stays irreproducible.
+    """
+    reached = ran_past.reached
+    return ReplayResult(
+        verdict=ran_past.verdict,
+        reason=ran_past.reason,
+        header=facts.header.with_target(ran_past.target),
+        error=ran_past.message,
+        events=compare_events(traced[: len(reached)], reached).pairs if traced else (),
+    )
 
 
 class _ImportRanPast(CannotReproduce):

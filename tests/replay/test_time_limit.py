@@ -17,6 +17,7 @@ import pytest
 import replay_agents as ra
 from replay_harness import KEY, T0, KeyHistory, options
 
+from beam_agents._protos import TraceEvent
 from beam_agents.errors import ConfigError
 from beam_agents.replay import Replayer
 from beam_agents.replay.bulk import check_bundles
@@ -75,6 +76,12 @@ def test_agent_code_that_never_ends_is_irreproducible_naming_the_limit_and_the_l
     ), result.reason
     assert "--time-limit SECONDS" in result.error
     assert result.header.seq == 1  # the header says which activation it was
+    # The events the re-run reached are shown, paired with the traced ones; the traced
+    # events after them are not "missing" (it never got there), and nothing is judged.
+    assert [(p.index, p.traced.kind, p.differs) for p in result.events] == [
+        (0, TraceEvent.ACTIVATION_START, False)
+    ]
+    assert result.events[0].replayed is not None and result.first_divergence is None
     assert still_running()  # abandoned, not stopped: the guard stays in force meanwhile
 
 
