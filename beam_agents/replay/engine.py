@@ -638,6 +638,7 @@ def _ran_past_result(
         header=facts.header.with_target(ran_past.target),
         error=ran_past.message,
         events=compare_events(traced[: len(reached)], reached).pairs if traced else (),
+        events_reached_only=True,
     )
 
 

@@ -368,7 +368,13 @@ def render_report(result: ReplayResult, *, full_values: bool = False) -> str:
         )
     if result.events:
         traced, replayed, differing = pair_counts(result.events)
-        lines.append(f"  events: {traced} traced, {replayed} replayed, {differing} differ")
+        if result.events_reached_only:
+            lines.append(
+                f"  events: the first {replayed} the re-run reached before the time limit, "
+                f"{differing} differ"
+            )
+        else:
+            lines.append(f"  events: {traced} traced, {replayed} replayed, {differing} differ")
     if result.intents:
         lines.append("  intents:")
         lines.extend(_intent_line(row) for row in result.intents)

@@ -575,6 +575,9 @@ class ReplayResult:
     """Connections the re-run tried and the guard blocked (``host:port``, with the tool if known)."""
     error: str = ""
     """For USAGE_ERROR (and internal errors): the full one-paragraph message."""
+    events_reached_only: bool = False
+    """True when the re-run ran past the time limit: ``events`` are only the positions it
+    had reached (the traced events after them are not listed, nor missing)."""
 
     @property
     def exit_code(self) -> int:

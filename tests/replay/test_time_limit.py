@@ -24,6 +24,7 @@ from beam_agents.replay.bulk import check_bundles
 from beam_agents.replay.engine import replay
 from beam_agents.replay.network_guard import late_attempts, still_running
 from beam_agents.replay.options import ReplayOptions
+from beam_agents.replay.report import render_report
 from beam_agents.replay.result import Verdict
 from beam_agents.testing import event_envelope
 
@@ -82,6 +83,10 @@ def test_agent_code_that_never_ends_is_irreproducible_naming_the_limit_and_the_l
         (0, TraceEvent.ACTIVATION_START, False)
     ]
     assert result.events[0].replayed is not None and result.first_divergence is None
+    assert result.events_reached_only
+    assert "  events: the first 1 the re-run reached before the time limit, 0 differ\n" in (
+        render_report(result)
+    )
     assert still_running()  # abandoned, not stopped: the guard stays in force meanwhile
 
 
