@@ -27,6 +27,11 @@ from replay_tui.widgets.step import StepPane
 from replay_tui.widgets.timeline import Timeline
 
 
+def _events(count: int) -> str:
+    """``1 event``, ``2 events`` (a re-run stopped at the time limit may show one)."""
+    return f"{count} event" if count == 1 else f"{count} events"
+
+
 class MainScreen(Screen[None]):
     """Everything an operator needs first; state, intents and outputs are one key away."""
 
@@ -61,7 +66,7 @@ class MainScreen(Screen[None]):
         yield VerdictBanner(self.result, id="verdict")
         with Vertical(id="body"):
             timeline = Timeline(self.model, id="timeline")
-            timeline.border_title = f"timeline · {len(self.model)} events"
+            timeline.border_title = f"timeline · {_events(len(self.model))}"
             yield timeline
             with Horizontal(id="panes"):
                 yield DetailPane(self.result, id="detail")
@@ -256,7 +261,7 @@ class MainScreen(Screen[None]):
         self.filtering = False
         self.workers.cancel_group(self, "filter")
         self.timeline.set_positions(None)
-        self.timeline.border_title = f"timeline · {len(self.model)} events"
+        self.timeline.border_title = f"timeline · {_events(len(self.model))}"
         self._update_status()
 
     @on(Input.Submitted, "#filter")
@@ -290,7 +295,7 @@ class MainScreen(Screen[None]):
         positions = message.positions
         self.timeline.set_positions(positions)
         shown = self.timeline.shown_count
-        self.timeline.border_title = f"timeline · {shown} of {len(self.model)} events"
+        self.timeline.border_title = f"timeline · {shown} of {_events(len(self.model))}"
         if positions is not None and not positions:
             self._show(None)
         self._update_status()

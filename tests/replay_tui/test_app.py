@@ -67,8 +67,12 @@ async def test_opens_on_the_cache_miss_when_nothing_diverged(real: Real) -> None
         assert selected(pilot.app) == result.cache_miss.event_index  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(("keys", "expected"), [(("j",), 1), (("down",), 1), (("j", "j", "k"), 1), (("up",), 0)])
-async def test_j_k_and_arrows_move_the_selection(real: Real, keys: tuple[str, ...], expected: int) -> None:
+@pytest.mark.parametrize(
+    ("keys", "expected"), [(("j",), 1), (("down",), 1), (("j", "j", "k"), 1), (("up",), 0)]
+)
+async def test_j_k_and_arrows_move_the_selection(
+    real: Real, keys: tuple[str, ...], expected: int
+) -> None:
     app = ReplayApp(real("reproduced"))
     async with app.run_test(size=WIDE) as pilot:
         await pilot.press(*keys)
@@ -154,7 +158,9 @@ async def test_f_filters_the_timeline_and_escape_clears_it(real: Real) -> None:
         await app.workers.wait_for_complete()
         await pilot.pause()
         tl = timeline(app)
-        llm = [i for i, p in enumerate(result.events) if p.traced is not None and p.traced.kind == 2]
+        llm = [
+            i for i, p in enumerate(result.events) if p.traced is not None and p.traced.kind == 2
+        ]
         assert tl.filtered and tl.shown_count == len(llm)
         assert selected(app) in llm
         assert tl.has_focus
@@ -214,7 +220,9 @@ async def test_filter_matching_nothing_says_so(real: Real) -> None:
 @pytest.mark.parametrize(
     ("key", "screen"), [("s", StateScreen), ("i", IntentsScreen), ("o", OutputsScreen)]
 )
-async def test_s_i_o_open_their_screen_and_the_same_key_closes_it(real: Real, key: str, screen: type) -> None:
+async def test_s_i_o_open_their_screen_and_the_same_key_closes_it(
+    real: Real, key: str, screen: type
+) -> None:
     app = ReplayApp(real("reproduced"))
     async with app.run_test(size=WIDE) as pilot:
         await pilot.press(key)
@@ -244,7 +252,13 @@ async def test_state_screen_shows_memory_tree_cache_and_tabs(real: Real) -> None
         labels = {str(node.label).split(" ")[0] for node in tree.root.children}
         assert labels == set(result.state.memory)
         tabs = app.screen.query_one(TabbedContent)
-        for key, tab in [("2", "cache"), ("3", "pending"), ("4", "continuation"), ("5", "versions"), ("1", "memory")]:
+        for key, tab in [
+            ("2", "cache"),
+            ("3", "pending"),
+            ("4", "continuation"),
+            ("5", "versions"),
+            ("1", "memory"),
+        ]:
             await pilot.press(key)
             assert tabs.active == tab
         cache = app.screen.query_one("#cache-table", DataTable)
@@ -396,10 +410,29 @@ def test_help_lists_every_binding() -> None:
     from replay_tui.screens.help import HELP
 
     listed = {token for _, keys in HELP for key, _ in keys for token in key.split()}
-    names = {"question_mark": "?", "slash": "/", "space": "space", "right": "→", "left": "←",
-             "down": "↓", "up": "↑", "pagedown": "pgdn", "pageup": "pgup",
-             "left_square_bracket": "[", "right_square_bracket": "]"}
-    for owner in (ReplayApp, MainScreen, Timeline, StateScreen, OutputsScreen, IntentsScreen, HelpScreen, ValuesScreen):
+    names = {
+        "question_mark": "?",
+        "slash": "/",
+        "space": "space",
+        "right": "→",
+        "left": "←",
+        "down": "↓",
+        "up": "↑",
+        "pagedown": "pgdn",
+        "pageup": "pgup",
+        "left_square_bracket": "[",
+        "right_square_bracket": "]",
+    }
+    for owner in (
+        ReplayApp,
+        MainScreen,
+        Timeline,
+        StateScreen,
+        OutputsScreen,
+        IntentsScreen,
+        HelpScreen,
+        ValuesScreen,
+    ):
         for binding in owner.BINDINGS:
             for key in binding.key.split(","):  # type: ignore[union-attr]
                 shown = names.get(key, key)
@@ -503,3 +536,19 @@ async def test_focus_moves_to_the_panes_and_arrows_scroll_them(real: Real) -> No
         await pilot.press("down", "down")
         assert detail.scroll_offset.y == 2
         assert selected(app) == real("diverged").first_divergence.index  # type: ignore[union-attr]
+
+
+async def test_the_timeline_title_counts_one_event_in_the_singular() -> None:
+    from dataclasses import replace
+
+    import tui_results
+
+    full = tui_results.reproduced_result()
+    one = replace(full, events=tuple(full.events)[:1], events_reached_only=True)
+    for result, title in (
+        (one, "timeline · 1 event"),
+        (full, f"timeline · {len(full.events)} events"),
+    ):
+        app = ReplayApp(result)
+        async with app.run_test(size=WIDE):
+            assert str(timeline(app).border_title) == title
