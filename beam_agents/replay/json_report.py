@@ -204,6 +204,7 @@ def _document(result: ReplayResult) -> dict[str, Any]:
         },
         "served_tool_events": list(result.served_tool_events),
         "events": _Lazy(result.events, _pair_dict),
+        "events_reached_only": result.events_reached_only,
         "intents": [
             {
                 "intent_id": row.intent_id,

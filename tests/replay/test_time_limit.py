@@ -22,6 +22,7 @@ from beam_agents.errors import ConfigError
 from beam_agents.replay import Replayer
 from beam_agents.replay.bulk import check_bundles
 from beam_agents.replay.engine import replay
+from beam_agents.replay.json_report import result_to_dict
 from beam_agents.replay.network_guard import late_attempts, still_running
 from beam_agents.replay.options import ReplayOptions
 from beam_agents.replay.report import render_report
@@ -84,6 +85,8 @@ def test_agent_code_that_never_ends_is_irreproducible_naming_the_limit_and_the_l
     ]
     assert result.events[0].replayed is not None and result.first_divergence is None
     assert result.events_reached_only
+    doc = result_to_dict(result)
+    assert doc["events_reached_only"] is True and len(doc["events"]) == 1
     assert "  events: the first 1 the re-run reached before the time limit, 0 differ\n" in (
         render_report(result)
     )
