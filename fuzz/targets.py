@@ -60,6 +60,31 @@ def snapshot(data: bytes) -> None:
         raise FuzzFindingError(f"the in-place load gave {by_hand!r:.300}, upb {by_upb!r:.300}")
 
 
+def load_snapshot_whole(data: bytes) -> tuple[Any, Any, dict[str, int]]:
+    """The reference for replay's in-place snapshot load (``load_snapshot_for_replay``): what
+    replay did before it, parse whole, versions from the parsed fields, then clear the caches.
+
+    tests/test_key_state.py checks the in-place load against it too.
+    """
+    from beam_agents.blobs import unwrap_blob
+    from beam_agents.key_state import load_snapshot
+
+    snapshot, state = load_snapshot(data)
+    versions = {"snapshot": snapshot.state_schema_version}
+    for kind in ("memory", "llm_cache", "tool_cache"):
+        if getattr(snapshot, kind):
+            versions[kind] = unwrap_blob(kind, getattr(snapshot, kind))[0]
+    if snapshot.HasField("continuation"):
+        versions["continuation"] = snapshot.continuation.schema_version
+    if snapshot.pending or snapshot.pending_schema_version:
+        versions["pending"] = snapshot.pending_schema_version
+    if snapshot.resumed_from or snapshot.resumed_from_schema_version:
+        versions["resume_history"] = snapshot.resumed_from_schema_version
+    snapshot.ClearField("llm_cache")
+    snapshot.ClearField("tool_cache")
+    return snapshot, state, versions
+
+
 def _snapshot_outcome(data: bytes, in_place_from: int) -> object:
     """What replay's snapshot loader makes of ``data`` when cells of ``in_place_from``
     bytes or more are read in place; with ``sys.maxsize``, nothing is (the old load)."""
@@ -67,25 +92,8 @@ def _snapshot_outcome(data: bytes, in_place_from: int) -> object:
 
     import beam_agents.blobs
     import beam_agents.key_state
-    from beam_agents.blobs import unwrap_blob
     from beam_agents.errors import StateError
-    from beam_agents.key_state import dump_key_state, load_snapshot, load_snapshot_for_replay
-
-    def whole(data: bytes) -> tuple[Any, Any, dict[str, int]]:
-        snapshot, state = load_snapshot(data)
-        versions = {"snapshot": snapshot.state_schema_version}
-        for kind in ("memory", "llm_cache", "tool_cache"):
-            if getattr(snapshot, kind):
-                versions[kind] = unwrap_blob(kind, getattr(snapshot, kind))[0]
-        if snapshot.HasField("continuation"):
-            versions["continuation"] = snapshot.continuation.schema_version
-        if snapshot.pending or snapshot.pending_schema_version:
-            versions["pending"] = snapshot.pending_schema_version
-        if snapshot.resumed_from or snapshot.resumed_from_schema_version:
-            versions["resume_history"] = snapshot.resumed_from_schema_version
-        snapshot.ClearField("llm_cache")
-        snapshot.ClearField("tool_cache")
-        return snapshot, state, versions
+    from beam_agents.key_state import dump_key_state, load_snapshot_for_replay
 
     with (
         mock.patch.object(beam_agents.key_state, "LARGE_CELL_BYTES", in_place_from),
@@ -93,7 +101,7 @@ def _snapshot_outcome(data: bytes, in_place_from: int) -> object:
     ):
         try:
             if in_place_from == sys.maxsize:
-                snapshot, state, versions = whole(data)
+                snapshot, state, versions = load_snapshot_whole(data)
             else:
                 snapshot, state, versions = load_snapshot_for_replay(bytearray(data))
         except StateError as exc:

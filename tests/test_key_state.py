@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from beam_agents._protos import (
     ToolIntent,
     VersionedBlob,
 )
-from beam_agents.blobs import LARGE_CELL_BYTES, dump_continuation, encode_blob, unwrap_blob
+from beam_agents.blobs import LARGE_CELL_BYTES, dump_continuation, encode_blob
 from beam_agents.cache_key import cache_key_and_fingerprint
 from beam_agents.context import digest_value
 from beam_agents.errors import BlobTooNewError, CorruptBlobError, MigrationGapError, StateError
@@ -461,22 +462,9 @@ def large_state() -> KeyState:
     return state
 
 
-def load_the_old_way(data: bytes) -> tuple[StateSnapshot, KeyState, dict[str, int]]:
-    """What replay did before: parse whole, versions from the parsed fields, then clear them."""
-    snapshot, state = load_snapshot(data)
-    versions = {"snapshot": snapshot.state_schema_version}
-    for kind in ("memory", "llm_cache", "tool_cache"):
-        if getattr(snapshot, kind):
-            versions[kind] = unwrap_blob(kind, getattr(snapshot, kind))[0]
-    if snapshot.HasField("continuation"):
-        versions["continuation"] = snapshot.continuation.schema_version
-    if snapshot.pending or snapshot.pending_schema_version:
-        versions["pending"] = snapshot.pending_schema_version
-    if snapshot.resumed_from or snapshot.resumed_from_schema_version:
-        versions["resume_history"] = snapshot.resumed_from_schema_version
-    snapshot.ClearField("llm_cache")
-    snapshot.ClearField("tool_cache")
-    return snapshot, state, versions
+# What replay did before the in-place load: the snapshot fuzz target's reference (one home).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "fuzz"))
+from targets import load_snapshot_whole as load_the_old_way  # noqa: E402
 
 
 def outcome(load: Any, data: bytes) -> Any:
