@@ -173,20 +173,27 @@ class KafkaSinkWriter:
             cause = f"not delivered within timeout_s={self._timeout_s:g}"
             if self._last_client_error:
                 cause += f" (last client error: {self._last_client_error})"
-        self._reset_after_failure()
+        self._reset_after_failure(undelivered_left=bool(outstanding))
         raise SinkError(self._uri, records, cause)
 
-    def _reset_after_failure(self) -> None:
-        # Messages still queued would otherwise go out after the bundle failed,
-        # and again with its retry: drop them. A producer hit by a fatal error
-        # (idempotence violated) can never produce again: replace it.
+    def _reset_after_failure(self, *, undelivered_left: bool) -> None:
+        # When every record has its report (a delivery the broker refused), nothing
+        # is queued and the producer is reused as it is. When records are still
+        # queued or in flight (a timeout), they would otherwise go out after the
+        # bundle failed, and again with its retry: the producer is replaced and the
+        # old one purged and closed. Purging and then reusing the same producer is
+        # not safe: librdkafka applies the purge to partition queues asynchronously,
+        # so under load it purged the retry's records too (seen 9 times in 10 with
+        # the CPU busy). A producer hit by a fatal error can never produce again:
+        # it is replaced as well.
+        if not (undelivered_left or self._fatal):
+            return
         with map_client_errors(self._sink, "no record (resetting after a failed flush)"):
-            self._producer.purge(in_queue=True, in_flight=False)
-            self._producer.poll(0)
-            if self._fatal:
-                old, self._producer = self._producer, None
-                old.close()
-                self._fatal = False
-                self._producer = self._new_producer()
+            old, self._producer = self._producer, None
+            self._fatal = False
+            old.purge(in_queue=True, in_flight=True)
+            old.poll(0)
+            old.close()
+            self._producer = self._new_producer()
         self._outstanding.clear()
         self._failed.clear()

@@ -116,6 +116,8 @@ class KafkaMockCluster:
             ctypes.c_size_t,
             ctypes.POINTER(ctypes.c_int),
         ]
+        lib.rd_kafka_mock_broker_set_down.argtypes = [vp, ctypes.c_int32]
+        lib.rd_kafka_mock_broker_set_up.argtypes = [vp, ctypes.c_int32]
         lib.rd_kafka_mock_cluster_destroy.argtypes = [vp]
         lib.rd_kafka_destroy.argtypes = [vp]
         self._lib = lib
@@ -140,6 +142,14 @@ class KafkaMockCluster:
         self._lib.rd_kafka_mock_push_request_errors_array(
             self._mc, self.PRODUCE_API_KEY, count, errors
         )
+
+    def set_broker_down(self, broker_id: int = 1) -> None:
+        """Disconnect the broker's clients and refuse new connections (mock broker ids start at 1)."""
+        self._lib.rd_kafka_mock_broker_set_down(self._mc, broker_id)
+
+    def set_broker_up(self, broker_id: int = 1) -> None:
+        """Accept connections again."""
+        self._lib.rd_kafka_mock_broker_set_up(self._mc, broker_id)
 
     def close(self) -> None:
         if self._mc:

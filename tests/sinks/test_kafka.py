@@ -85,7 +85,7 @@ def test_an_unreachable_broker_fails_the_flush_within_the_timeout() -> None:
     assert caught.value.uri.startswith("kafka://127.0.0.1:")
 
 
-def test_a_delivery_the_broker_refuses_fails_the_flush_naming_the_record(
+def test_a_delivery_the_broker_refuses_fails_the_flush_naming_the_record_and_the_retry_goes_through(
     kafka_cluster: KafkaMockCluster,
 ) -> None:
     kafka_cluster.create_topic("traces-refused")
@@ -94,21 +94,61 @@ def test_a_delivery_the_broker_refuses_fails_the_flush_naming_the_record(
         role="traces",
         options={"timeout_s": "10", "enable.idempotence": "false", "retries": "0"},
     )
+    # Several rounds: purging the producer after the refusal made librdkafka purge the
+    # retry's record too, asynchronously, in about 1 round in 6 on a quiet machine.
+    rounds = 12
     try:
         # Warm up (metadata, connection) so the injected error hits our Produce request.
         writer.write_trace(activation_events(b"warm", 1)[0])
         writer.flush()
-        kafka_cluster.fail_next_produce_requests(INVALID_RECORD, 1)
-        writer.write_trace(activation_events(b"k1", 3)[1])
-        with pytest.raises(SinkError) as caught:
+        for _ in range(rounds):
+            kafka_cluster.fail_next_produce_requests(INVALID_RECORD, 1)
+            writer.write_trace(activation_events(b"k1", 3)[1])
+            with pytest.raises(SinkError) as caught:
+                writer.flush()
+            assert caught.value.record == "trace key=6b31 seq=3 index=1"
+            assert "INVALID_RECORD" in caught.value.cause
+            # The writer is usable again: the runner's retry of the bundle goes through.
+            writer.write_trace(activation_events(b"k1", 3)[1])
             writer.flush()
-        assert caught.value.record == "trace key=6b31 seq=3 index=1"
-        assert "INVALID_RECORD" in caught.value.cause
-        # The writer is usable again: the runner's retry of the bundle goes through.
-        writer.write_trace(activation_events(b"k1", 3)[1])
-        writer.flush()
     finally:
         writer.close()
+    delivered = consume_all(kafka_cluster.bootstrap, "traces-refused", 1 + rounds)
+    assert sorted(m.key() for m in delivered) == sorted([b"warm"] + [b"k1"] * rounds)
+
+
+def test_a_record_queued_when_the_flush_times_out_is_never_delivered_after_it() -> None:
+    # Its own cluster: the broker goes down for a while.
+    cluster = KafkaMockCluster()
+    try:
+        cluster.create_topic("traces-timeout", partitions=1)
+        writer = open_sink(
+            f"kafka://{cluster.bootstrap}/traces-timeout",
+            role="traces",
+            # The replacement producer is made while the broker is down: keep its
+            # reconnect backoff short so the retry does not wait out librdkafka's 10 s.
+            options={"timeout_s": "3", "reconnect.backoff.max.ms": "200"},
+        )
+        try:
+            writer.write_trace(activation_events(b"warm", 1)[0])
+            writer.flush()
+            cluster.set_broker_down()
+            writer.write_trace(activation_events(b"stale", 2)[1])
+            with pytest.raises(SinkError) as caught:
+                writer.flush()
+            assert caught.value.record == "trace key=7374616c65 seq=2 index=1"
+            assert "not delivered within timeout_s=3" in caught.value.cause
+            cluster.set_broker_up()
+            # The bundle's retry writes its own records; the stale one must not follow.
+            writer.write_trace(activation_events(b"retry", 2)[1])
+            writer.flush()
+            time.sleep(1.0)
+        finally:
+            writer.close()
+        delivered = consume_all(cluster.bootstrap, "traces-timeout", 3, timeout_s=5)
+    finally:
+        cluster.close()
+    assert [m.key() for m in delivered] == [b"warm", b"retry"]
 
 
 def test_a_record_over_the_message_size_limit_is_refused_at_write(
