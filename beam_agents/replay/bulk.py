@@ -101,6 +101,78 @@ class CheckRow:
         """``path seq N`` (or the path alone)."""
         return self.path if self.seq is None else f"{self.path} seq {self.seq}"
 
+    def document(self) -> dict[str, object]:
+        """The row as JSON data: a row of ``check --json``, and what a worker sends its parent.
+
+        The one encoding of a row (``from_document`` is its decoder): ``seconds`` is
+        rounded to the microsecond, and ``exit_code`` is the verdict's.
+        """
+        return {
+            "path": self.path,
+            "seq": self.seq,
+            "entity_key": self.entity_key.hex(),
+            "verdict": self.verdict.value,
+            "exit_code": self.exit_code,
+            "cause": self.cause,
+            "detail": self.detail,
+            "seconds": round(self.seconds, 6),
+        }
+
+    @classmethod
+    def from_document(cls, data: object) -> CheckRow | None:
+        """The row ``document`` encoded, or None for anything else.
+
+        The data is untrusted (a worker runs agent code, which can write to its pipe):
+        exactly ``document``'s fields, each of its type, the key as lowercase hex, an
+        ``exit_code`` that is the verdict's, and finite non-negative ``seconds``.
+        Nothing else is accepted, and nothing in it is run or converted beyond that.
+        """
+        if not isinstance(data, dict) or data.keys() != _ROW_KEYS:
+            return None
+        path, seq, key, verdict = data["path"], data["seq"], data["entity_key"], data["verdict"]
+        cause, detail, seconds = data["cause"], data["detail"], data["seconds"]
+        if not (
+            all(isinstance(text, str) for text in (path, key, verdict, cause, detail))
+            and (seq is None or _is_int(seq))
+            and verdict in _VERDICTS
+            and _is_int(data["exit_code"])
+            and isinstance(seconds, int | float)
+            and not isinstance(seconds, bool)
+            and _HEX.fullmatch(key) is not None
+        ):
+            return None
+        if data["exit_code"] != _VERDICTS[verdict].exit_code:
+            return None
+        try:
+            seconds = float(seconds)  # an integer of 400 digits: OverflowError
+        except OverflowError:
+            return None
+        if not (0 <= seconds < float("inf")):  # NaN, infinities and negatives
+            return None
+        return cls(
+            path=path,
+            seq=seq,
+            entity_key=bytes.fromhex(key),
+            verdict=_VERDICTS[verdict],
+            cause=cause,
+            detail=detail,
+            seconds=seconds,
+        )
+
+
+_ROW_KEYS = frozenset(
+    ("path", "seq", "entity_key", "verdict", "exit_code", "cause", "detail", "seconds")
+)
+"""The fields of ``CheckRow.document``."""
+
+_VERDICTS = {v.value: v for v in Verdict}
+
+_HEX = re.compile("(?:[0-9a-f]{2})*")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
 
 @dataclass(frozen=True, kw_only=True)
 class CheckGroup:
@@ -357,7 +429,7 @@ def _worker_main(
                 after_seq=after_seq,
                 on_start=lambda seq: _send(conn, ["start", seq]),
             ):
-                _send(conn, ["row", _row_fields(row)])
+                _send(conn, ["row", row.document()])
                 if still_running():
                     end_process(0)  # the parent replaces this worker and goes on
             _send(conn, ["done"])
@@ -369,33 +441,16 @@ def _worker_main(
 # --- what a worker tells the parent: JSON, never a pickle ---------------------------------------
 # The worker runs agent code, which can write to the worker's end of the pipe: a pickle
 # from it would run any code in the parent when loaded (outside the worker's isolation), and
-# junk would end the whole check. The parent reads each message as JSON of a fixed shape
-# and takes anything else as the worker lost (``_garbled_row``).
+# junk would end the whole check. The parent reads each message as JSON of a fixed shape (a
+# row is ``CheckRow.document``, decoded by ``CheckRow.from_document``: the same data as a row
+# of ``check --json``) and takes anything else as the worker lost (``_garbled_row``).
 
 MAX_MESSAGE_BYTES = 1 << 24
 """The longest message the parent reads from a worker (a row is a few KB)."""
 
-_ROW_TEXT_FIELDS = ("path", "cause", "detail")
-
 
 def _send(conn: Connection, message: list[Any]) -> None:
     conn.send_bytes(json.dumps(message, ensure_ascii=True).encode("ascii"))
-
-
-def _row_fields(row: CheckRow) -> dict[str, Any]:
-    return {
-        "path": row.path,
-        "seq": row.seq,
-        "entity_key": row.entity_key.hex(),
-        "verdict": row.verdict.value,
-        "cause": row.cause,
-        "detail": row.detail,
-        "seconds": row.seconds,
-    }
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _message(data: bytes, path: str) -> tuple[str, Any] | None:
@@ -412,27 +467,10 @@ def _message(data: bytes, path: str) -> tuple[str, Any] | None:
         return kind, None
     if kind == "start" and len(args) == 1 and _is_int(args[0]):
         return kind, args[0]
-    if kind != "row" or len(args) != 1 or not isinstance(args[0], dict):
+    if kind != "row" or len(args) != 1:
         return None
-    fields = args[0]
-    try:
-        row = CheckRow(
-            path=fields["path"],
-            seq=fields["seq"],
-            entity_key=bytes.fromhex(fields["entity_key"]),
-            verdict=Verdict(fields["verdict"]),
-            cause=fields["cause"],
-            detail=fields["detail"],
-            seconds=float(fields["seconds"]),
-        )
-    except (KeyError, TypeError, ValueError):
-        return None
-    if (
-        row.path != path
-        or not all(isinstance(getattr(row, name), str) for name in _ROW_TEXT_FIELDS)
-        or not (row.seq is None or _is_int(row.seq))
-        or len(fields) != 7
-    ):
+    row = CheckRow.from_document(args[0])
+    if row is None or row.path != path:
         return None
     return kind, row
 
@@ -756,20 +794,7 @@ def render_check(report: CheckReport, *, limit: int = 20) -> str:
 
 
 def check_json(report: CheckReport) -> dict[str, object]:
-    """The ``check --json`` document."""
-
-    def row_doc(row: CheckRow) -> dict[str, object]:
-        return {
-            "path": row.path,
-            "seq": row.seq,
-            "entity_key": row.entity_key.hex(),
-            "verdict": row.verdict.value,
-            "exit_code": row.exit_code,
-            "cause": row.cause,
-            "detail": row.detail,
-            "seconds": round(row.seconds, 6),
-        }
-
+    """The ``check --json`` document (each row is ``CheckRow.document``)."""
     return {
         "exit_code": report.exit_code,
         "worst": report.worst.value,
@@ -782,7 +807,7 @@ def check_json(report: CheckReport) -> dict[str, object]:
                 "exit_code": g.verdict.exit_code,
                 "cause": g.cause,
                 "count": len(g.rows),
-                "rows": [row_doc(r) for r in g.rows],
+                "rows": [r.document() for r in g.rows],
             }
             for g in report.groups
         ],

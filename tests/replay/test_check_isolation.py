@@ -6,11 +6,13 @@ process that isolates its whole life before importing agent code.
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import socket
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import isolation_agents as ia
@@ -221,3 +223,84 @@ def test_no_worker_outlives_the_check(incident: Incident, tmp_path: Path) -> Non
     import subprocess
 
     assert subprocess.run(["true"], check=False).returncode == 0
+
+
+def _row(**kw: object) -> bulk.CheckRow:
+    fields: dict[str, object] = {
+        "path": "a.bundle",
+        "seq": 3,
+        "entity_key": b"\x00k",
+        "verdict": Verdict.DIVERGED,
+        "cause": "TOOL_CALL 'x': name",
+        "detail": "event 2 differs\x1b[2J",
+        "seconds": 0.1234567,
+    }
+    fields.update(kw)
+    return bulk.CheckRow(**fields)  # type: ignore[arg-type]
+
+
+def test_a_row_has_one_encoding_for_check_json_and_for_the_worker_pipe() -> None:
+    """One shape, one encoder, one decoder: the worker sends what ``check --json`` prints."""
+    row = _row()
+    document = row.document()
+    assert document == {
+        "path": "a.bundle",
+        "seq": 3,
+        "entity_key": "006b",
+        "verdict": "diverged",
+        "exit_code": 1,
+        "cause": "TOOL_CALL 'x': name",
+        "detail": "event 2 differs\x1b[2J",
+        "seconds": 0.123457,
+    }
+    report = bulk.CheckReport(rows=(row,), bundles=1, jobs=1, seconds=0.5)
+    assert bulk.check_json(report)["groups"] == [  # type: ignore[index]
+        {"verdict": "diverged", "exit_code": 1, "cause": row.cause, "count": 1, "rows": [document]}
+    ]
+    wire = json.dumps(["row", document], ensure_ascii=True).encode("ascii")
+    assert bulk._message(wire, "a.bundle") == ("row", replace(row, seconds=0.123457))
+    for seq in (None, 0):
+        assert bulk.CheckRow.from_document(_row(seq=seq, entity_key=b"").document()) == _row(
+            seq=seq, entity_key=b"", seconds=0.123457
+        )
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"exit_code": 0},  # not the verdict's
+        {"exit_code": True},
+        {"exit_code": "1"},
+        {"verdict": "fine"},
+        {"seq": True},
+        {"seq": 1.0},
+        {"seq": "1"},
+        {"entity_key": "6B"},  # not the encoder's lowercase hex
+        {"entity_key": "0 6b"},
+        {"entity_key": "abc"},
+        {"seconds": "0.5"},
+        {"seconds": -1},
+        {"seconds": float("nan")},
+        {"seconds": float("inf")},
+        {"seconds": 10**400},  # float() of it raised OverflowError in the parent
+        {"seconds": None},
+        {"path": 7},
+        {"cause": ["x"]},
+        {"detail": None},
+        {"extra": 1},
+    ],
+)
+def test_a_worker_row_of_another_shape_is_refused(change: dict[str, object]) -> None:
+    """A worker runs agent code, which can write anything to its pipe: the parent takes
+    only the row's own encoding, never converts a value it does not expect."""
+    document = {**_row().document(), **change}
+    assert bulk.CheckRow.from_document(document) is None
+    data = json.dumps(["row", document]).encode("ascii")
+    assert bulk._message(data, "a.bundle") is None
+    for name in _row().document():
+        assert (
+            bulk.CheckRow.from_document({k: v for k, v in _row().document().items() if k != name})
+            is None
+        )
+    assert bulk.CheckRow.from_document([document]) is None
+    assert bulk._message(json.dumps(["row", _row().document()]).encode(), "b.bundle") is None
