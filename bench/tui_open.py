@@ -17,7 +17,11 @@ the Pilot's idle waits. It prints each number and its ratio to the target.
 Those results hold tuples of pairs and values. ``--engine`` also measures the
 engine's own result of a replayed activation of the largest ``--events`` size
 (``bench/hostile.py``'s case (a): tool calls), whose pairs and values are built
-when read (docs/replay.md §6), so the detail pane derives each event's values.
+when read (docs/replay.md §6), so the detail pane derives each event's values;
+and ``/`` on it, side by side: a query found nowhere (every row read) by the scan
+that reads every row's values per search (``search_position``, the search before
+the index) and by the TUI's ``SearchIndex`` (its first search builds it; then one
+more search).
 
     .venv/bin/python bench/tui_open.py [--events 50,100000] [--presses 40] [--size 160x48] [--engine]
 """
@@ -44,6 +48,7 @@ from replay_tui.widgets.timeline import Timeline
 
 FIRST_PAINT_TARGET_S = 0.5
 KEYPRESS_TARGET_S = 0.050
+SEARCH_TARGET_S = 0.6
 
 
 class TimedApp(ReplayApp):
@@ -127,6 +132,31 @@ def _engine_result(count: int) -> ReplayResult:
     return result
 
 
+def measure_search(result: ReplayResult) -> None:
+    """Time ``/`` for a text no row holds: the per-search scan vs the index, same result."""
+    from replay_tui.render.detail import values_by_event
+    from replay_tui.render.search import SearchIndex, search_position
+
+    query = "no such text anywhere"
+    values = values_by_event(result)
+    started = time.perf_counter()
+    assert search_position(result, values, query, -1) is None
+    scan = time.perf_counter() - started
+    index = SearchIndex(result, values_by_event(result))
+    started = time.perf_counter()
+    assert index.find(query, -1) is None
+    first = time.perf_counter() - started
+    started = time.perf_counter()
+    assert index.find(query, 0) is None
+    again = time.perf_counter() - started
+    print(
+        f"{len(result.events):>7} events, / for a text found nowhere: scan of every row's values "
+        f"{scan * 1000:7.1f} ms   index: first search (builds it) {first * 1000:7.1f} ms "
+        f"(ratio {first / scan:.2f}), next search {again * 1000:6.1f} ms "
+        f"(target {SEARCH_TARGET_S * 1000:.0f} ms)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", default="50,100000")
@@ -163,6 +193,8 @@ def main() -> None:
             f"j median {median * 1000:5.1f} ms  p90 {sorted(times)[int(len(times) * 0.9)] * 1000:5.1f} ms "
             f"(target {KEYPRESS_TARGET_S * 1000:.0f} ms, ratio {median / KEYPRESS_TARGET_S:.2f})"
         )
+        if build is not None:
+            measure_search(result)
 
 
 if __name__ == "__main__":

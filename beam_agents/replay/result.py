@@ -112,6 +112,11 @@ class ValueList(Sequence[Value]):
         """The values of event ``index``, in the order iteration yields them."""
         raise NotImplementedError
 
+    def search_texts(self, index: int) -> list[str]:
+        """The path and the text of each of event ``index``'s values (what the TUI's ``/``
+        searches), in the order ``for_event`` gives them."""
+        return [text for v in self.for_event(index) for text in (v.path, v.text)]
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
             return NotImplemented

@@ -97,6 +97,8 @@ _TEXT_ENCODER = json.JSONEncoder(ensure_ascii=False, sort_keys=True, default=rep
 def _text(value: Any) -> str:
     if isinstance(value, str):
         return value
+    if type(value) is int:
+        return int.__repr__(value)  # what the encoder writes for an int (not a bool)
     return _TEXT_ENCODER.encode(value)
 
 
@@ -179,13 +181,21 @@ def agent_frame(error: BaseException) -> str:
 
 
 class _Builder:
-    """Collects the values of one replayed event against its traced counterpart."""
+    """Collects the values of one replayed event against its traced counterpart.
 
-    def __init__(self, traced: TraceEvent | None, replayed: TraceEvent) -> None:
+    ``texts_only``: collect each value's path and text only (``texts``), no ``Value``;
+    digests and marks, which no text shows, are not computed (``wants_digests``).
+    """
+
+    def __init__(
+        self, traced: TraceEvent | None, replayed: TraceEvent, *, texts_only: bool = False
+    ) -> None:
         # A traced event of another kind holds another step's digests: nothing to verify with.
         self.traced = traced if traced is not None and traced.kind == replayed.kind else None
         self.index = replayed.index
         self.values: list[Value] = []
+        self.wants_digests = not texts_only
+        self.texts: list[str] | None = [] if texts_only else None
 
     def traced_attr(self, name: str) -> str | None:
         return attribute_text(self.traced, name)
@@ -201,6 +211,9 @@ class _Builder:
         traced: str | None = None,
     ) -> None:
         shown, is_bytes = _json_value(value)
+        if self.texts is not None:
+            self.texts += (path, _text(shown))
+            return
         if traced is None and attribute is not None:
             traced = self.traced_attr(attribute)
         self.values.append(
@@ -268,7 +281,7 @@ def _request_values(
 
 
 def _response_values(b: _Builder, response: LlmResponse) -> None:
-    digest = response_digest(response).hex()
+    digest = response_digest(response).hex() if b.wants_digests else None
     traced = b.traced_attr(ATTR_RESPONSE_SHA256)
     mark = _mark(digest, traced)
 
@@ -485,19 +498,36 @@ class ReplayValues(ValueList):
     def _captured_for(self, index: int) -> list[CapturedValue]:
         lo = bisect_left(self._keys, index)
         hi = bisect_right(self._keys, index, lo)
+        if isinstance(self._order, range):  # captured in event order (the usual case)
+            return self._captured[lo:hi]
         return [self._captured[self._order[k]] for k in range(lo, hi)]
 
     def _derive(self, position: int) -> list[Value]:
-        event = self._replayed[position]
+        return self._build(position, texts_only=False).values
+
+    def _build(
+        self,
+        position: int,
+        *,
+        texts_only: bool,
+        event: TraceEvent | None = None,
+        captured: Sequence[CapturedValue] | None = None,
+    ) -> _Builder:
+        """The values of the replayed event at ``position`` (``event``: it, already read;
+        ``captured``: what was captured for it, already found)."""
+        if event is None:
+            event = self._replayed[position]
         traced = self._traced
         counterpart = (
-            traced[event.index] if traced is not None and event.index < len(traced) else None
+            traced[event.index]
+            if not texts_only and traced is not None and event.index < len(traced)
+            else None
         )
-        b = _Builder(counterpart, event)
+        b = _Builder(counterpart, event, texts_only=texts_only)
         _event_values(
             b,
             event,
-            self._captured_for(event.index),
+            self._captured_for(event.index) if captured is None else captured,
             self._trigger,
             self._provider,
             self._fingerprint,
@@ -522,7 +552,7 @@ class ReplayValues(ValueList):
                     mark=memory.mark,
                     traced=memory.traced_sha256,
                 )
-        return b.values
+        return b
 
     def _position_of(self, index: int) -> int | None:
         replayed = self._replayed
@@ -547,6 +577,42 @@ class ReplayValues(ValueList):
             if len(self._recent) > self.RECENT_EVENTS:
                 self._recent.popitem(last=False)
         return values
+
+    def search_texts(self, index: int) -> list[str]:
+        """``ValueList.search_texts``, derived without digests, marks or ``Value`` objects
+        (the TUI's ``/`` reads every event's: a third of deriving its values), and not kept."""
+        replayed = self._replayed
+        event = replayed[index] if 0 <= index < len(replayed) else None
+        if event is not None and event.index == index:
+            texts = self._build(index, texts_only=True, event=event).texts
+        else:  # pragma: no cover - the re-run numbers its events 0, 1, … in order
+            position = self._position_of(index)
+            if position is None:
+                return []
+            texts = self._build(position, texts_only=True).texts
+        assert texts is not None
+        return texts
+
+    def search_rows(self) -> Iterator[tuple[TraceEvent, list[str]]]:
+        """Each replayed event, in order, with its ``search_texts`` (one pass: each event is
+        read once and its captured values are found without a search)."""
+        keys, captured, k = self._keys, self._captured, 0
+        in_order = isinstance(self._order, range)
+        for position, event in enumerate(self._replayed):
+            index = event.index
+            if not in_order or (k and keys[k - 1] >= index):
+                texts = self._build(position, texts_only=True, event=event).texts
+            else:
+                while k < len(keys) and keys[k] < index:
+                    k += 1
+                lo = k
+                while k < len(keys) and keys[k] == index:
+                    k += 1
+                texts = self._build(
+                    position, texts_only=True, event=event, captured=captured[lo:k]
+                ).texts
+            assert texts is not None
+            yield event, texts
 
     def __iter__(self) -> Iterator[Value]:
         for position in range(len(self._replayed)):
@@ -652,12 +718,13 @@ def _event_values(
         elif item.what == "response":
             _response_values(b, item.value)
         elif item.what == "args":
-            b.add("args", item.value, digest=_tool_digest(item.value), attribute=ATTR_ARGS_SHA256)
+            digest = _tool_digest(item.value) if b.wants_digests else None
+            b.add("args", item.value, digest=digest, attribute=ATTR_ARGS_SHA256)
         elif item.what == "result":
             b.add(
                 "result",
                 item.value,
-                digest=_tool_digest(item.value),
+                digest=_tool_digest(item.value) if b.wants_digests else None,
                 attribute=ATTR_RESULT_SHA256,
                 mark=Mark.DIFFERS if _recorded_kind_differs(b.traced, item.value) else None,
             )

@@ -9,9 +9,10 @@ nearest cached entry and the request components that differ.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import cast
 
 from rich.text import Text
 
@@ -363,6 +364,22 @@ class ValuesIndex:
         if not found:
             return list(default)
         return sorted(found, key=lambda v: _MARK_ORDER[v.mark])
+
+    def search_texts(self, index: int) -> list[str]:
+        """The path and the text of each of event ``index``'s values (what ``/`` searches).
+
+        The engine's are derived for the search alone (``ValueList.search_texts``): no
+        digests, no ``Value``, and the detail pane's kept events stay as they are.
+        """
+        if self._derived is not None:
+            return self._derived.search_texts(index)
+        return [text for v in self.get(index) for text in (v.path, v.text)]
+
+    def search_rows(self) -> Iterator[tuple[TraceEvent, list[str]]] | None:
+        """Each replayed event with its ``search_texts``, in one pass, when the values are
+        the engine's (``ReplayValues.search_rows``); None otherwise."""
+        rows = getattr(self._derived, "search_rows", None)
+        return None if rows is None else cast("Iterator[tuple[TraceEvent, list[str]]]", rows())
 
 
 def values_by_event(result: ReplayResult) -> ValuesIndex:

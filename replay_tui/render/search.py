@@ -4,21 +4,39 @@ The filter (``f``) narrows the timeline to matching rows; search keeps every row
 and moves the selection, so the operator sees the match in its context. It looks
 at what the re-run computed — every decoded value, e.g. ``B2001`` in a tool's
 arguments — not only at what the trace names.
+
+A row matches when the casefolded query is in the casefolded name or kind name of
+its traced or replayed event, or in a value's path or text (``Value.text``, as the
+detail pane shows it before escaping). ``SearchIndex`` answers that from one string
+built on the first search: the engine's values are derived when read (seconds for a
+100,000-event activation), so they are read once, not once per search.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from array import array
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterator, Sequence
+from itertools import pairwise
 from typing import Protocol
 
-from beam_agents.replay.result import EventPair, ReplayResult, Value
+from beam_agents._protos import TraceEvent
+from beam_agents.event_log import EventLog
+from beam_agents.replay.result import EventPair, EventPairs, ReplayResult, Value
 from beam_agents.trace_events import kind_name
 
-__all__ = ["search_position"]
+__all__ = ["SearchIndex", "search_position"]
 
 
 class _Values(Protocol):
     def get(self, index: int, default: Sequence[Value] = ..., /) -> Sequence[Value]: ...
+
+
+class _SearchableValues(_Values, Protocol):
+    def search_texts(self, index: int) -> Sequence[str]: ...
+
+    def search_rows(self) -> Iterator[tuple[TraceEvent, Sequence[str]]] | None: ...
 
 
 def _holds(pair: EventPair, values: Sequence[Value], needle: str) -> bool:
@@ -38,7 +56,8 @@ def search_position(
 ) -> int | None:
     """The first row after ``after`` (wrapping around) whose values or name hold ``query``.
 
-    Case-insensitive. Returns the row position, or None when no row matches.
+    Case-insensitive. Returns the row position, or None when no row matches. Reads
+    every row's values on each call: the TUI searches a ``SearchIndex``.
     """
     needle = query.casefold()
     total = len(result.events)
@@ -49,3 +68,148 @@ def search_position(
         if _holds(pair, values, needle):
             return position
     return None
+
+
+_SEPARATOR = "\0"
+
+
+class SearchIndex:
+    """``search_position``'s answers from one casefolded string of every row's searched texts.
+
+    Built on the first ``find`` (under a lock: searches run in workers), from each
+    row's event names, kind names and ``search_texts`` (the engine's derive them
+    without digests or ``Value`` objects). Each row's texts are joined by NUL and
+    end with one, so a query without NUL matches inside one text only, as
+    ``search_position`` matches. Texts longer than ``LONG_TEXT`` chars (a 1 MiB
+    model answer), and every text once ``BUDGET`` chars of values are held, are not
+    copied: their rows are read again on each search, so the index holds about
+    ``BUDGET`` chars of values at most (plus the events' names) whatever the
+    activation's size.
+    """
+
+    LONG_TEXT = 4096
+    BUDGET = 16 << 20
+
+    def __init__(self, result: ReplayResult, values: _SearchableValues) -> None:
+        self.result = result
+        self.values = values
+        self._lock = threading.Lock()
+        self._corpus = ""
+        self._starts = array("q")
+        """Where each row's texts start in the corpus (one more: its length)."""
+        self._reread: list[int] = []
+        """Rows with texts left out of the corpus, ascending: read on each search."""
+        self._built = False
+
+    def find(self, query: str, after: int) -> int | None:
+        """``search_position(result, values, query, after)``."""
+        needle = query.casefold()
+        if _SEPARATOR in needle:
+            return search_position(self.result, self.values, query, after)
+        total = len(self.result.events)
+        if not total:
+            return None
+        with self._lock:
+            if not self._built:
+                self._build()
+        start = (after + 1) % total
+        for lo, hi in ((start, total), (0, start)):
+            found = self._first(needle, lo, hi)
+            if found is not None:
+                return found
+        return None
+
+    def _first(self, needle: str, lo: int, hi: int) -> int | None:
+        """The first row in ``[lo, hi)`` that holds ``needle``."""
+        if lo >= hi:
+            return None
+        at = self._corpus.find(needle, self._starts[lo], self._starts[hi])
+        found = bisect_right(self._starts, at) - 1 if at >= 0 else None
+        end = hi if found is None else found
+        reread = self._reread
+        for k in range(bisect_left(reread, lo), bisect_left(reread, end)):
+            if self._row_holds(reread[k], needle):
+                return reread[k]
+        return found
+
+    def _row_holds(self, position: int, needle: str) -> bool:
+        pair = self.result.events[position]
+        return _holds(pair, self.values.get(pair.index, ()), needle)
+
+    def _build(self) -> None:
+        events = self.result.events
+        pairs = events if isinstance(events, EventPairs) else None
+        kinds: dict[int, str] = {}
+        texts_of = self.values.search_texts
+        long_text, budget, size = self.LONG_TEXT, self.BUDGET, 0
+        pieces: list[str] = []
+        """Every row's names and texts, each followed by NUL."""
+        starts = array("q", [0])
+        end = 0
+        reread = self._reread
+
+        def add(position: int, row: Sequence[TraceEvent], texts: Sequence[str]) -> None:
+            nonlocal end, size
+            for event in row:
+                kind = event.kind
+                name = kinds.get(kind)
+                if name is None:
+                    name = kinds[kind] = kind_name(kind)
+                pieces.extend((name, _SEPARATOR, event.name, _SEPARATOR))
+                end += len(name) + len(event.name) + 2
+            left_out = False
+            for text in texts:
+                length = len(text)
+                if length > long_text or size + length > budget:
+                    left_out = True
+                else:
+                    pieces.extend((text, _SEPARATOR))
+                    end += length + 1
+                    size += length + 1
+            if left_out:
+                reread.append(position)
+            starts.append(end)
+
+        position = 0
+        if pairs is not None:
+            replayed, traced = pairs.replayed, pairs.traced
+            theirs = len(traced)
+            # Equal bytes are equal names and kinds: the traced event is then not read.
+            logs = isinstance(replayed, EventLog) and isinstance(traced, EventLog)
+            # The engine's values: each replayed event read once, with its texts.
+            rows = self.values.search_rows()
+            for position in range(len(events)):
+                if position < len(replayed):
+                    if rows is not None:
+                        event, texts = next(rows)
+                        if event.index != position:  # pragma: no cover - numbered in order
+                            texts = texts_of(position)
+                    else:
+                        event, texts = replayed[position], texts_of(position)
+                    if position >= theirs or (
+                        logs and replayed.raw(position) == traced.raw(position)  # type: ignore[attr-defined]
+                    ):
+                        add(position, (event,), texts)
+                    else:
+                        add(position, (event, traced[position]), texts)
+                else:  # an event the re-run did not reach: no values
+                    add(position, (traced[position],), texts_of(position))
+        else:
+            for position in range(len(events)):
+                pair = events[position]
+                row = [e for e in (pair.replayed, pair.traced) if e is not None]
+                add(position, row, texts_of(pair.index))
+        corpus = "".join(pieces)
+        pieces.clear()
+        folded = corpus.casefold()
+        if len(folded) != len(corpus):
+            # Some character folds to several (ß to ss): fold each row on its own.
+            cuts = array("q", [0])
+            rows_folded = []
+            for lo, hi in pairwise(starts):
+                rows_folded.append(corpus[lo:hi].casefold())
+                cuts.append(cuts[-1] + len(rows_folded[-1]))
+            folded, starts = "".join(rows_folded), cuts
+        self._corpus = folded
+        self._starts = starts
+        self._built = True

@@ -15,10 +15,9 @@ from textual.worker import get_current_worker
 
 from beam_agents.replay.result import ReplayResult
 from replay_tui.messages import EventHighlighted, FilterFinished, SearchFinished
-from replay_tui.render.detail import ValuesIndex
 from replay_tui.render.literal import literal_text
 from replay_tui.render.report import pair_data
-from replay_tui.render.search import search_position
+from replay_tui.render.search import SearchIndex
 from replay_tui.render.timeline import TimelineModel, filter_positions
 from replay_tui.screens.values import ValuesScreen
 from replay_tui.widgets.detail import DetailPane
@@ -60,6 +59,8 @@ class MainScreen(Screen[None]):
         """The last search's match: shown in the status line while it is selected."""
         self._search_serial = 0
         """Counts searches: only the newest one's result is shown."""
+        self._search_index: SearchIndex | None = None
+        """Built by the first search (in its worker), then searched by every one."""
 
     def compose(self) -> ComposeResult:
         yield ReplayHeaderPanel(self.result, id="header")
@@ -204,18 +205,18 @@ class MainScreen(Screen[None]):
             return
         current = self.timeline.position
         self._search_serial += 1
+        if self._search_index is None:
+            self._search_index = SearchIndex(self.result, self.query_one(DetailPane).values)
         self._run_search(
-            self._search_serial,
-            query,
-            self.query_one(DetailPane).values,
-            -1 if current is None else current,
+            self._search_serial, query, self._search_index, -1 if current is None else current
         )
 
     @work(thread=True, exclusive=True, group="search")
-    def _run_search(self, serial: int, query: str, values: ValuesIndex, after: int) -> None:
-        # A worker: the engine's values are derived while the search reads them (seconds for
-        # a 100,000-event activation that does not hold the text), so the UI keeps answering.
-        found = search_position(self.result, values, query, after)
+    def _run_search(self, serial: int, query: str, index: SearchIndex, after: int) -> None:
+        # A worker: the first search builds the index, reading every event's values (the
+        # engine derives them when read: about a second for 100,000 events), so the UI
+        # keeps answering; later searches read the index.
+        found = index.find(query, after)
         self.post_message(SearchFinished(serial, query, found))
 
     @on(SearchFinished)
