@@ -4,7 +4,8 @@ Prints, in one run:
 
   1. the wall time of a headless replay (the console script, in a subprocess) of a
      50-event activation, against ``python -c "import beam_agents._protos"``
-     (target ratio <= 3: nothing heavy on the way to a verdict);
+     (target ratio <= 3: nothing heavy on the way to a verdict), and the same with
+     ``--time-limit 0`` (no watchdog process: what the limit's last resort costs);
   2. the time to replay one key's activation out of a 1,000,000-event stream (in
      process, and as the console script) against bare frame splitting of that file
      (``iter_frames``);
@@ -166,12 +167,14 @@ def main() -> None:
         # 1. start-up: alternate the two commands, medians.
         wall(argv_small, env)  # warm the page cache
         argv_json = [*argv_small, "--json"]
-        replays, imports, jsons = [], [], []
+        argv_unlimited = [*argv_small, "--time-limit", "0"]
+        replays, imports, jsons, unlimited = [], [], [], []
         for _ in range(args.rounds):
             replays.append(wall(argv_small, env))
             imports.append(wall(protos, env))
             jsons.append(wall(argv_json, env))
-        r, i, j = (statistics.median(x) for x in (replays, imports, jsons))
+            unlimited.append(wall(argv_unlimited, env))
+        r, i, j, u = (statistics.median(x) for x in (replays, imports, jsons, unlimited))
         verdict = "ok" if r / i <= RATIO_TARGET else "MISSED"
         json_verdict = "ok" if j / i <= RATIO_TARGET else "MISSED"
         count = subprocess.run(
@@ -183,6 +186,11 @@ def main() -> None:
             f'`python -c "import beam_agents._protos"`: {i * 1000:.0f} ms; ratio {r / i:.2f} '
             f"(target <= {RATIO_TARGET:.0f}: {verdict}); with --json (every value printed): "
             f"{j * 1000:.0f} ms, ratio {j / i:.2f} ({json_verdict})"
+        )
+        print(
+            f"   with --time-limit 0 (no watchdog process, agent code on the main thread): "
+            f"{u * 1000:.0f} ms, ratio {u / i:.2f}; the time limit and its watchdog cost "
+            f"{(r - u) * 1000:+.0f} ms"
         )
 
         # 2. one key out of a big stream.

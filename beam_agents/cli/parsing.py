@@ -26,6 +26,8 @@ exit codes:
   3  irreproducible: a cache miss, a digest-only entry, a migration gap, a blocked network
      call, a resume whose continuation is no longer in the snapshot, or agent code that ran
      past --time-limit
+137 (killed by SIGKILL, no verdict): agent code held the interpreter past twice
+     --time-limit; replay's watchdog said so on standard error and ended the process
 
 A FILE of - is read from standard input (for one flag at most).
 See docs/replay.md for the report fields and the --json schema."""

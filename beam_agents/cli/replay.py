@@ -11,6 +11,7 @@ from beam_agents._version import __version__
 from beam_agents.cli.output import silence_stdout
 from beam_agents.cli.parsing import (
     EXIT_CODES_HELP,
+    PROG,
     Parser,
     add_export_dir_flag,
     add_time_limit_flag,
@@ -25,10 +26,10 @@ from beam_agents.replay.result import ReplayResult, Verdict
 def run_replay(ns: argparse.Namespace) -> int:
     options = replay_options(ns)
     cwd_importable()
+    start_last_resort(options.time_limit)
     isolate()
     from beam_agents.replay.engine import replay
 
-    _hard_stop()
     # Replay reads; it writes nothing, not even bytecode caches of what it imports
     # (replay() turns them off while it imports and runs agent code).
     return emit(replay(options), as_json=ns.json, ns=ns)
@@ -96,20 +97,21 @@ def run_bundle(ns: argparse.Namespace) -> int:
     if isinstance(loaded, ReplayResult):
         return emit(loaded, as_json=ns.json, ns=ns)
     cwd_importable()
+    start_last_resort(loaded.time_limit)
     isolate()
     from beam_agents.replay.engine import replay
 
-    _hard_stop()
     return emit(replay(loaded), as_json=ns.json, ns=ns)  # replay() writes no bytecode
 
 
-def _hard_stop() -> None:
-    """As the console script: agent code that holds the interpreter lock past twice the time
-    limit ends the process (docs/replay.md, "Time limit")."""
-    if PROCESS_LIFE["isolate"]:
-        from beam_agents.replay.engine import HARD_STOP
+def start_last_resort(time_limit: float | None, *, terminal: bool = False) -> None:
+    """As the console script, before any agent code is imported: the watchdog that ends the
+    process if agent code holds the interpreter lock past twice the time limit
+    (``beam_agents.replay.last_resort``; docs/replay.md, "Time limit")."""
+    if PROCESS_LIFE["isolate"] and time_limit:
+        from beam_agents.replay.last_resort import start
 
-        HARD_STOP["armed"] = True
+        start(prog=PROG, terminal=terminal)
 
 
 def emit(result: ReplayResult, *, as_json: bool, ns: argparse.Namespace | None = None) -> int:

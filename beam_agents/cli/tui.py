@@ -18,7 +18,7 @@ from beam_agents.cli.parsing import (
     replay_usage,
 )
 from beam_agents.cli.process import cwd_importable, isolate
-from beam_agents.cli.replay import bundle_replay_options, emit
+from beam_agents.cli.replay import bundle_replay_options, emit, start_last_resort
 from beam_agents.replay.options import ReplayOptions
 from beam_agents.replay.result import EXIT_USAGE, ReplayResult
 
@@ -124,6 +124,7 @@ def open_tui(
             "works without it (drop the 'tui' subcommand)\n"
         )
         return EXIT_USAGE
+    start_last_resort(options.time_limit, terminal=True)  # before the agent is imported
     isolate()  # after Textual is imported, before the agent is
     from beam_agents.replay.inputs import no_bytecode
 

@@ -480,43 +480,19 @@ def _agent_thread() -> _AgentThread:
     return _AgentThread()
 
 
-HARD_STOP = {"armed": False}
-"""Set by the console script (``beam_agents.cli``): see ``_arm_hard_stop``."""
-
-
-def _arm_hard_stop(limit: float) -> bool:
-    """As the console script, in its main thread: kill the process at twice ``limit`` (at
-    least half a second past it).
+def _arm_hard_stop(limit: float) -> Callable[[bool], None] | None:
+    """As the console script: past twice ``limit`` (at least half a second past it), the
+    watchdog it started before importing agent code ends the process (``last_resort``).
 
     Agent code holding the interpreter lock without returning (native code: a catastrophic
-    regular expression) keeps the waiting thread from ever noticing the limit. Then, at
-    twice the limit, ``faulthandler`` prints every thread's stack to standard error (from
-    a thread that needs no lock) and ``SIGALRM``, left at its default action, ends the
-    process (status 142, never a verdict's code). Disarmed as soon as the wait returns.
+    regular expression) keeps the waiting thread from ever noticing the limit, and it could
+    cancel anything set up in this interpreter; the watchdog is another process. Returns
+    the disarming function (given whether the wait abandoned the agent code), or None where
+    no watchdog runs (the Python API: it must never end its caller's process).
     """
-    import signal
+    from beam_agents.replay import last_resort
 
-    if not HARD_STOP["armed"] or threading.current_thread() is not threading.main_thread():
-        return False
-    if not hasattr(signal, "setitimer"):
-        return False
-    import faulthandler
-
-    # At least half a second past the limit: with a tiny limit (--time-limit 1e-6), twice
-    # it came before the waiting thread could disarm, and every replay printed its stacks.
-    stop_at = max(2 * limit, limit + 0.5)
-    faulthandler.dump_traceback_later(stop_at)
-    signal.signal(signal.SIGALRM, signal.SIG_DFL)
-    signal.setitimer(signal.ITIMER_REAL, stop_at + 0.5)
-    return True
-
-
-def _disarm_hard_stop() -> None:
-    import faulthandler
-    import signal
-
-    signal.setitimer(signal.ITIMER_REAL, 0)
-    faulthandler.cancel_dump_traceback_later()
+    return last_resort.arm(limit)
 
 
 def _within_limit(
@@ -558,15 +534,15 @@ def _within_limit(
 
     runner = _agent_thread()
     runner.tasks.put(task)
-    armed = _arm_hard_stop(limit)
+    disarm = _arm_hard_stop(limit)
     try:
         finished.acquire(timeout=limit)
     finally:  # also on Ctrl+C while waiting: the agent code runs on, as isolated as before
-        if armed:
-            _disarm_hard_stop()
         with lock:
             if "done" not in outcome:
                 held.append(keep_blocked())
+        if disarm is not None:
+            disarm(bool(held))  # abandoned: the headless command's watchdog stays armed
     if held:
         raise stopped(context.get(_running.ACTIVATION))
     with _IDLE_LOCK:

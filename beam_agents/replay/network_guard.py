@@ -13,7 +13,9 @@ operation before it happens:
   ``NetworkBlockedError``;
 - starting a process (``subprocess.Popen``, ``os.system``, ``os.exec*``,
   ``os.posix_spawn``, ``os.spawn*``, ``os.fork``), sending a signal
-  (``os.kill``, ``os.killpg``, ``signal.pthread_kill``) and loading native code
+  (``os.kill``, ``os.killpg``, ``signal.pthread_kill``,
+  ``signal.pidfd_send_signal``), setting another process's resource limits
+  (``resource.prlimit``) and loading native code
   or resolving a native symbol through ``ctypes`` (``ctypes.dlopen``,
   ``ctypes.dlsym``): ``PermissionError``;
 - in the activation's own context (agent code, tools it calls), opening a file
@@ -44,6 +46,7 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -134,6 +137,12 @@ _PROCESS: dict[str, Callable[[tuple[Any, ...]], str]] = {
     "os.kill": lambda args: _signal_to(args),
     "os.killpg": lambda args: _signal_to(args, group=True),
     "signal.pthread_kill": lambda args: f"a signal ({args[1]}) to thread {args[0]}",
+    # No audit event of its own: the guard wraps it (``_install``) to raise this one.
+    "signal.pidfd_send_signal": lambda args: (
+        f"signal {args[1]} through process descriptor {args[0]}"
+    ),
+    # Another process's limits (RLIMIT_CPU of 0 ends it): the replay's watchdog, say.
+    "resource.prlimit": lambda args: f"resource limits of process {args[0]}",
     "_winapi.CreateProcess": lambda args: _command(args[1] or args[0]),
     "ctypes.dlopen": lambda args: str(args[0]),
     "ctypes.dlsym": lambda args: f"{args[1]}" if len(args) > 1 else str(args[0]),
@@ -180,11 +189,13 @@ _WHAT = {
     **{
         event: "process "
         for event in _PROCESS
-        if not event.startswith(("ctypes.", "os.kill", "signal."))
+        if not event.startswith(("ctypes.", "os.kill", "signal.", "resource."))
     },
     "os.kill": "",
     "os.killpg": "",
     "signal.pthread_kill": "",
+    "signal.pidfd_send_signal": "",
+    "resource.prlimit": "",
     "ctypes.dlopen": "native library ",
     "ctypes.dlsym": "native symbol ",
     "open": "file write ",
@@ -268,6 +279,10 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
         # ``import ctypes`` opens the process itself (``pythonapi``); resolving any symbol
         # in it (``ctypes.dlsym``) is what is refused.
         return
+    if event == "resource.prlimit" and (
+        len(args) < 3 or args[2] is None or args[0] in (0, os.getpid())
+    ):
+        return  # reading limits, or this process's own
     if describe is None:
         if not collectors or _running.ACTIVATION.get() is None:
             return
@@ -317,11 +332,26 @@ def _guarded_exit(status: int) -> NoReturn:
     _REAL_EXIT(status)  # a forked check worker finishing, or a process never isolated
 
 
+def _audited_pidfd_send_signal(pidfd: int, sig: int, siginfo: None = None, flags: int = 0) -> None:
+    """``signal.pidfd_send_signal`` with the audit event CPython does not raise for it."""
+    sys.audit("signal.pidfd_send_signal", pidfd, sig)
+    assert _REAL_PIDFD_SEND_SIGNAL is not None  # installed only where it exists
+    _REAL_PIDFD_SEND_SIGNAL(pidfd, sig, siginfo, flags)
+
+
+_REAL_PIDFD_SEND_SIGNAL = getattr(signal, "pidfd_send_signal", None)
+
+
 def _install() -> None:
     with _GUARD.lock:
         if not _GUARD.installed:
             sys.addaudithook(_audit)
             os._exit = _guarded_exit
+            if _REAL_PIDFD_SEND_SIGNAL is not None:
+                # Signals any process through a descriptor (os.pidfd_open), unaudited.
+                for module in (signal, sys.modules.get("_signal")):
+                    if module is not None:
+                        module.pidfd_send_signal = _audited_pidfd_send_signal  # type: ignore[attr-defined]
             _GUARD.installed = True
 
 
