@@ -341,7 +341,9 @@ class IntentReleased(_View):
     """``INTENT_RELEASED``: an intent handed to executors at commit."""
 
     KIND = TraceEvent.INTENT_RELEASED
-    ATTRIBUTES = (("intent_id", te.ATTR_INTENT_ID, str),)
+    ATTRIBUTES = (
+        ("intent_id", te.ATTR_INTENT_ID, str),
+    )
 
     intent_id: str | None = None
 
@@ -399,7 +401,9 @@ class ActivationFailed(_View):
     """``ACTIVATION_FAILED``: agent code (or a provider/tool miss) raised; nothing committed."""
 
     KIND = TraceEvent.ACTIVATION_FAILED
-    ATTRIBUTES = (("error_type", te.ATTR_ERROR_TYPE, str),)
+    ATTRIBUTES = (
+        ("error_type", te.ATTR_ERROR_TYPE, str),
+    )
 
     error_type: str | None = None
 

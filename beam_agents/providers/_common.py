@@ -38,7 +38,10 @@ class SdkClientOwner:
         self.close()
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(name={self.name!r}, base_url={str(self._client.base_url)!r})"
+        return (
+            f"{type(self).__name__}(name={self.name!r}, "
+            f"base_url={str(self._client.base_url)!r})"
+        )
 
 
 def extra_fields(params: SamplingParams) -> dict[str, Any]:

@@ -392,10 +392,9 @@ def _network_reason(attempt: NetworkAttempt, count: int) -> str:
                 "keeps for replay (docs/agent-api.md, Tools)"
             )
         )
-    if attempt.operation == "open" or (
-        attempt.operation.startswith(("os.", "shutil."))
-        and (attempt.operation not in _PROCESS_OPERATIONS)
-    ):
+    if attempt.operation == "open" or (attempt.operation.startswith(("os.", "shutil.")) and (
+        attempt.operation not in _PROCESS_OPERATIONS
+    )):
         what = f"write the file {attempt.address}"
     elif attempt.operation.startswith("ctypes."):
         what = f"load native code {attempt.address}"

@@ -33,7 +33,9 @@ def checked_time_limit(value: object) -> float | None:
     if value is None:
         return None
     seconds = (
-        float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
+        float(value)
+        if isinstance(value, int | float) and not isinstance(value, bool)
+        else math.nan
     )
     if not (math.isfinite(seconds) and 0 <= seconds <= MAX_TIME_LIMIT):
         raise ValueError(

@@ -137,12 +137,7 @@ class Replayer:
         def load() -> _Inputs:
             for name, value, message, allowed in (
                 ("snapshot", snapshot, StateSnapshot, "a StateSnapshot, its bytes, or a file path"),
-                (
-                    "event",
-                    event,
-                    AgentEnvelope,
-                    "an AgentEnvelope, its bytes, a file path, or None",
-                ),
+                ("event", event, AgentEnvelope, "an AgentEnvelope, its bytes, a file path, or None"),
             ):
                 if not (
                     isinstance(value, message | bytes | str)

@@ -66,7 +66,10 @@ def digest_note(result: ReplayResult, digest: BlobDigest) -> str:
     if digest.mark is Mark.DIFFERS:
         if digest is result.memory and result.memory_not_judged:
             # Not a divergence: say so, and why, before the digest that differs.
-            return f"(not judged: {result.memory_not_judged}; traced sha256={digest.traced_sha256})"
+            return (
+                f"(not judged: {result.memory_not_judged}; "
+                f"traced sha256={digest.traced_sha256})"
+            )
         return f"(differs: traced sha256={digest.traced_sha256})"
     return NOT_TRACED if older_trace(result) else NOT_DIFFED
 
@@ -197,9 +200,7 @@ def request_components_differing(miss: CacheMiss) -> frozenset[str]:
 
 def miss_request_values(result: ReplayResult, miss: CacheMiss) -> list[Value]:
     """The replayed request's components at the miss, in request order (no digests line)."""
-    return [
-        v for v in event_values(result.values, miss.event_index) if v.path.startswith("request.")
-    ]
+    return [v for v in event_values(result.values, miss.event_index) if v.path.startswith("request.")]
 
 
 def _miss_request_lines(

@@ -288,7 +288,9 @@ class EventPairs(Sequence[EventPair]):
 
     def differs_at(self, position: int) -> bool:
         """Whether the pair at ``position`` differs (without building it)."""
-        return position in self._differing or position >= min(len(self.traced), len(self.replayed))
+        return position in self._differing or position >= min(
+            len(self.traced), len(self.replayed)
+        )
 
     def differing_positions(self) -> list[int]:
         """The positions of every differing pair, ascending (without building any pair)."""
