@@ -5,12 +5,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from beam_agents.cli.output import report_refusal, write_output
 from beam_agents.cli.parsing import PROG, ExitCodesFormatter, Parser, UsageError
 from beam_agents.cli.process import cwd_importable, isolate
 from beam_agents.replay.escape import escape
 from beam_agents.replay.result import EXIT_OK
+
+if TYPE_CHECKING:
+    from beam_agents.replay.bundle import Bundle
 
 _BUNDLE_EXIT_CODES_HELP = """\
 exit codes:
@@ -100,13 +104,15 @@ def _run_bundle_write(ns: argparse.Namespace) -> int:
     sys.stderr.write(
         f"{PROG} bundle: key {bundle.entity_key.hex()} seq {seq_ranges(bundle.seqs)}: "
         f"{len(message.trace_events)} trace events, {len(message.envelopes)} envelope(s), "
-        f"snapshot at seq {_snapshot_seq(message.snapshot)} -> {escape(ns.output)} "
+        f"snapshot at seq {_snapshot_seq(bundle)} -> {escape(ns.output)} "
         f"({len(data)} bytes{', replaced the existing file' if replaced else ''})\n"
     )
     return EXIT_OK
 
 
-def _snapshot_seq(data: bytes) -> int:
+def _snapshot_seq(bundle: Bundle) -> int:
+    if bundle.loaded_snapshot is not None:  # load_bundle parsed it: not again
+        return bundle.loaded_snapshot[0].seq
     from beam_agents._protos import StateSnapshot
 
-    return StateSnapshot.FromString(data).seq
+    return StateSnapshot.FromString(bundle.message.snapshot).seq

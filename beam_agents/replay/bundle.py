@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from google.protobuf.message import DecodeError
 
@@ -45,6 +46,9 @@ from beam_agents.replay.traced import check_complete, seq_ranges
 from beam_agents.trace_events import serialize_trace_event
 from beam_agents.trace_stream import read_trace_stream
 from beam_agents.trace_view import ActivationStart
+
+if TYPE_CHECKING:
+    from beam_agents.key_state import KeyState
 
 __all__ = [
     "BUNDLE_FORMAT",
@@ -78,6 +82,12 @@ class Bundle:
     """How the bundle is named in messages (its path)."""
     message: IncidentBundle
     hitl: HitlPolicy
+    loaded_snapshot: tuple[StateSnapshot, KeyState, dict[str, int]] | None = field(
+        default=None, repr=False, compare=False
+    )
+    """The snapshot as ``load_bundle`` loaded it to check it (``load_snapshot_source``):
+    ``bundle_options`` hands it to each replay, so it is parsed once per bundle. A replay
+    only reads it (the re-run works on a copy of the state)."""
 
     @property
     def entity_key(self) -> bytes:
@@ -310,11 +320,13 @@ def load_bundle(source: Source, *, name: str | None = None) -> Bundle:
         )
     if message.bundle_version < 1:
         raise _refuse(name, f"has bundle version {message.bundle_version}, which never existed")
-    hitl = _check_parts(name, message)
-    return Bundle(name=name, message=message, hitl=hitl)
+    hitl, loaded = _check_parts(name, message)
+    return Bundle(name=name, message=message, hitl=hitl, loaded_snapshot=loaded)
 
 
-def _check_parts(name: str, message: IncidentBundle) -> HitlPolicy:
+def _check_parts(
+    name: str, message: IncidentBundle
+) -> tuple[HitlPolicy, tuple[StateSnapshot, KeyState, dict[str, int]]]:
     key = message.entity_key
     for field_name in ("agent", "registry"):
         if ":" not in getattr(message, field_name):
@@ -322,24 +334,22 @@ def _check_parts(name: str, message: IncidentBundle) -> HitlPolicy:
     seqs = list(message.seqs)
     if not seqs or seqs != sorted(set(seqs)) or seqs[0] < 0:
         raise _refuse(name, f"names no activation, or its seqs are not ascending ({seqs})")
-    snapshot = StateSnapshot()
+    from beam_agents.replay.inputs import load_snapshot_source
+
+    # Parsed once, here: every blob is checked, so a corrupt one is named by the bundle,
+    # not "<N bytes>", and each replay of the bundle gets what was loaded (bundle_options).
     try:
-        snapshot.ParseFromString(message.snapshot)
-    except DecodeError as exc:
-        raise _refuse(name, f"holds a snapshot that does not parse: {exc}") from None
+        loaded = load_snapshot_source(message.snapshot)
+    except InputError as exc:
+        reason = exc.reason.replace(f"--snapshot <{len(message.snapshot)} bytes>", "its snapshot")
+        raise _refuse(name, f"holds a snapshot that does not load: {reason}") from None
+    snapshot = loaded[0]
     if snapshot.entity_key != key:
         raise _refuse(
             name,
             f"holds a snapshot of key {snapshot.entity_key.hex()}, but the bundle is of key "
             f"{key.hex()}: its parts disagree",
         )
-    from beam_agents.replay.inputs import load_snapshot_source
-
-    try:  # every blob checked here, so a corrupt one is named by the bundle, not "<N bytes>"
-        load_snapshot_source(message.snapshot)
-    except InputError as exc:
-        reason = exc.reason.replace(f"--snapshot <{len(message.snapshot)} bytes>", "its snapshot")
-        raise _refuse(name, f"holds a snapshot that does not load: {reason}") from None
     by_seq: dict[int, list[TraceEvent]] = {}
     positions: set[tuple[int, int]] = set()
     for number, data in enumerate(message.trace_events):
@@ -421,7 +431,7 @@ def _check_parts(name: str, message: IncidentBundle) -> HitlPolicy:
         )
     settings = message.hitl
     try:
-        return HitlPolicy(
+        hitl = HitlPolicy(
             intent_ttl_ms=settings.intent_ttl_ms,
             hitl_timeout_ms=settings.hitl_timeout_ms,
             approval_channel=settings.approval_channel,
@@ -429,6 +439,7 @@ def _check_parts(name: str, message: IncidentBundle) -> HitlPolicy:
         )
     except ConfigError as exc:
         raise _refuse(name, f"holds an invalid HITL policy: {exc}") from None
+    return hitl, loaded
 
 
 def bundle_options(
@@ -470,6 +481,7 @@ def bundle_options(
         seq=seq if seq is not None else bundle.seqs[-1],
         hitl_policy=bundle.hitl,
         hitl_label=message.hitl_path or "default",
+        loaded_snapshot=bundle.loaded_snapshot,
     )
 
 

@@ -159,7 +159,10 @@ def _snapshot_facts(facts: HeaderSoFar, snapshot: StateSnapshot, state: KeyState
 
 def _load_options(options: ReplayOptions, facts: HeaderSoFar) -> _Inputs:
     """The CLI's inputs: files read, ``module:ATTR`` paths imported (under the guard)."""
-    snapshot, state, blob_versions = load_snapshot_source(options.snapshot)
+    loaded = options.loaded_snapshot
+    snapshot, state, blob_versions = (
+        loaded if loaded is not None else load_snapshot_source(options.snapshot)
+    )
     _snapshot_facts(facts, snapshot, state)
     event = load_event_source(options.event) if options.event is not None else None
 

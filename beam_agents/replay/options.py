@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from beam_agents.errors import ConfigError
 
 if TYPE_CHECKING:
+    from beam_agents._protos import StateSnapshot
     from beam_agents.hitl import HitlPolicy
+    from beam_agents.key_state import KeyState
 
 Source = str | os.PathLike[str] | bytes
 """A file: its path, ``"-"`` for standard input, or its bytes."""
@@ -80,6 +82,11 @@ class ReplayOptions:
     """Seconds of wall time the agent code may take: importing it, then the re-run (each
     limited on its own). Past it the replay is irreproducible (exit 3). None or 0: no limit
     (``--time-limit``)."""
+    loaded_snapshot: tuple[StateSnapshot, KeyState, dict[str, int]] | None = field(
+        default=None, repr=False, compare=False
+    )
+    """``snapshot`` already loaded (``inputs.load_snapshot_source``'s result: a bundle's,
+    checked by ``load_bundle``), so it is not parsed again. The replay only reads it."""
 
     def __post_init__(self) -> None:
         try:

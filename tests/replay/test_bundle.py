@@ -68,6 +68,36 @@ def test_each_activation_replays_as_from_the_separate_files(incident: Incident) 
         bd.bundle_options(loaded, seq=9)
 
 
+def test_the_snapshot_is_loaded_once_and_every_replay_reads_that_load(
+    incident: Incident, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dataclasses import replace
+
+    from beam_agents.replay import engine, inputs
+    from beam_agents.replay.json_report import render_json
+
+    data = incident.make(all_seqs=True)
+    loads: list[int] = []
+    real_load = inputs.load_snapshot_source
+
+    def counting(source):  # type: ignore[no-untyped-def]
+        loads.append(1)
+        return real_load(source)
+
+    monkeypatch.setattr(inputs, "load_snapshot_source", counting)  # load_bundle's
+    monkeypatch.setattr(engine, "load_snapshot_source", counting)  # a replay's own
+    loaded = bd.load_bundle(data)
+    assert loaded.loaded_snapshot is not None and len(loads) == 1
+    shared = [replay(bd.bundle_options(loaded, seq=seq)) for seq in loaded.seqs * 2]
+    assert len(loads) == 1  # four activations, each replayed twice: no load of their own
+    # The same results as a replay that loads the snapshot itself, activation by activation.
+    for seq, result in zip(loaded.seqs * 2, shared, strict=True):
+        own = replay(replace(bd.bundle_options(loaded, seq=seq), loaded_snapshot=None))
+        assert result.verdict is own.verdict is Verdict.REPRODUCED
+        assert render_json(result) == render_json(own)
+    assert len(loads) == 1 + 2 * len(loaded.seqs)
+
+
 def test_a_recorded_hitl_policy_is_replayed(incident: Incident) -> None:
     h = KeyHistory(ra.AGENT, ra.TOOLS, ra.make_provider(), hitl=ra.HITL_SHORT)
     refund = ask("refund please", T0, "refund")
@@ -174,7 +204,10 @@ def _foreign_event(m: IncidentBundle) -> None:
         (lambda m: m.seqs.append(7), "names seq 7 but holds none"),
         (lambda m: setattr(m, "agent", ""), "has no agent path"),
         (lambda m: setattr(m.hitl, "hitl_timeout_ms", -1), "invalid HITL policy"),
-        (lambda m: setattr(m, "snapshot", b"\xff\xff"), "snapshot that does not parse"),
+        (
+            lambda m: setattr(m, "snapshot", b"\xff\xff"),
+            "snapshot that does not load: its snapshot is not a serialized StateSnapshot",
+        ),
     ],
 )
 def test_a_bundle_whose_parts_disagree_is_refused(
