@@ -18,9 +18,12 @@ activations and reshuffled first, so one bundle with many activations spreads
 over workers. A file that is not a readable, consistent bundle is one
 ``error`` row, never a failed pipeline. Nothing here is runner-specific: the
 same transform runs on the FnApiRunner (also multi-process), Dataflow, Flink.
-An activation past the replay time limit is an irreproducible row; its thread
-cannot be stopped and keeps the guard in force in that worker process until it
-ends (docs/incidents.md §5): hanging agent code belongs in ``check``.
+An activation whose agent code runs past ``time_limit`` (default 60 s, as the
+CLI's ``--time-limit``; 0 or None: none) is an irreproducible row naming the
+limit, as in ``check``. Its thread cannot be stopped, and nothing ends the
+runner's worker process for it (the runner would retry the work): it keeps the
+guard in force in that worker until it ends (docs/incidents.md §5). Hanging
+agent code belongs in ``check``, whose workers are replaced.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from typing import Any, NamedTuple
 from apache_beam.pvalue import PCollection
 
 from beam_agents.pipeline._beam import beam
+from beam_agents.replay.options import DEFAULT_TIME_LIMIT, checked_time_limit
 
 __all__ = ["ReadBundleFiles", "ReplayBundles", "ReplayBundlesOutputs"]
 
@@ -82,11 +86,13 @@ class _SplitBundles(beam.DoFn):  # type: ignore[misc]
 class _ReplayActivation(beam.DoFn):  # type: ignore[misc]
     """``(name, bytes, seq)`` -> its result row (``engine.replay`` in this worker)."""
 
-    def __init__(self, agent: str | None, registry: str | None) -> None:
+    def __init__(self, agent: str | None, registry: str | None, time_limit: float | None) -> None:
         self._agent = agent
         self._registry = registry
+        self._time_limit = time_limit
 
     def process(self, element: tuple[str, bytes, int]) -> Iterator[dict[str, Any]]:
+        from dataclasses import replace as with_changes
 
         from beam_agents.replay.bulk import CheckRow, result_cause
         from beam_agents.replay.bundle import bundle_options, load_bundle
@@ -96,7 +102,8 @@ class _ReplayActivation(beam.DoFn):  # type: ignore[misc]
         started = time.perf_counter()
         bundle = load_bundle(data, name=name)
         # replay() itself writes no bytecode while it imports and runs agent code.
-        result = replay(bundle_options(bundle, seq=seq, agent=self._agent, registry=self._registry))
+        options = bundle_options(bundle, seq=seq, agent=self._agent, registry=self._registry)
+        result = replay(with_changes(options, time_limit=self._time_limit))
         yield _row_dict(
             CheckRow(
                 path=name,
@@ -131,15 +138,31 @@ class ReplayBundles(beam.PTransform):  # type: ignore[misc]
     or of bundle bytes alone (named by their digest).
     """
 
-    def __init__(self, *, agent: str | None = None, registry: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        agent: str | None = None,
+        registry: str | None = None,
+        time_limit: float | None = DEFAULT_TIME_LIMIT,
+    ) -> None:
         """Args:
         agent: Replay with this agent (``module:ATTR``) instead of each bundle's own.
         registry: Likewise for the tool registry.
+        time_limit: Seconds each activation's agent code may run (importing it, then the
+            re-run, each on its own), as ``check --time-limit``; past it the row is
+            irreproducible, naming the limit. None or 0: no limit. At most 86400.
+
+        Raises:
+            ValueError: a bad ``agent``/``registry`` path or ``time_limit``, named.
         """
         super().__init__()
         for flag, value in (("agent", agent), ("registry", registry)):
             if value is not None and ":" not in value:
                 raise ValueError(f"ReplayBundles({flag}={value!r}): expected module:ATTR")
+        try:
+            self.time_limit = checked_time_limit(time_limit)
+        except ValueError as exc:
+            raise ValueError(f"ReplayBundles(time_limit=...) {exc}") from None
         self._agent = agent
         self._registry = registry
 
@@ -150,7 +173,7 @@ class ReplayBundles(beam.PTransform):  # type: ignore[misc]
         replayed = (
             split.activations
             | "Spread" >> beam.Reshuffle()
-            | "Replay" >> beam.ParDo(_ReplayActivation(self._agent, self._registry))
+            | "Replay" >> beam.ParDo(_ReplayActivation(self._agent, self._registry, self.time_limit))
         )
         results = (replayed, split[_TAG_ROWS]) | "Results" >> beam.Flatten()
         counts = (

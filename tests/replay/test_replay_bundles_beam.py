@@ -83,3 +83,64 @@ def test_bare_bytes_are_named_by_digest_and_a_bad_override_is_refused(tmp_path: 
     rows = _collected(tmp_path)
     assert [(r["seq"], r["verdict"]) for r in rows] == [(1, "reproduced")]
     assert rows[0]["path"].startswith("bundle-")
+
+
+def test_an_activation_past_the_time_limit_is_the_row_check_gives_it(tmp_path: Path) -> None:
+    """As ``check --time-limit``: irreproducible (exit 3), the cause naming the limit. On the
+    DirectRunner, in this process: the hanging tool ends once ``RELEASE`` is set."""
+    import time
+
+    import isolation_agents as ia
+    from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
+
+    from beam_agents.replay.network_guard import still_running
+
+    path = tmp_path / "sleeps.bundle"
+    path.write_bytes(Incident().make(seq=1, registry="isolation_agents:TOOLS_SLEEP"))
+    rows_dir = tmp_path / "rows"
+    rows_dir.mkdir()
+    ia.RELEASE.clear()
+    try:
+        with beam.Pipeline(
+            runner=BundleBasedDirectRunner(), options=PipelineOptions(flags=[])
+        ) as p:
+            out = (
+                p
+                | beam.Create([(str(path), path.read_bytes())])
+                | ReplayBundles(time_limit=0.5)
+            )
+            out.results | beam.ParDo(_Collect(str(rows_dir)))
+        expected = check_bundles([path], time_limit=0.5)
+    finally:
+        ia.RELEASE.set()
+        deadline = time.monotonic() + 10
+        while still_running() and time.monotonic() < deadline:
+            time.sleep(0.01)
+    [row] = _collected(rows_dir)
+    assert (row["seq"], row["verdict"], row["exit_code"], row["cause"]) == (
+        1,
+        "irreproducible",
+        3,
+        "the re-run ran past the time limit of 0.5 s",
+    )
+    assert "it had reached event 0 (ACTIVATION_START 'start')" in row["detail"]
+    assert [(r.verdict.value, r.cause) for r in expected.rows] == [(row["verdict"], row["cause"])]
+    assert not still_running()
+
+
+def test_the_time_limit_defaults_to_the_clis_and_refuses_what_it_refuses(tmp_path: Path) -> None:
+    from beam_agents.cli.parsing import Parser, add_time_limit_flag
+
+    parser = Parser(prog="check")
+    add_time_limit_flag(parser)
+    assert ReplayBundles().time_limit == parser.parse_args([]).time_limit == 60
+    assert ReplayBundles(time_limit=0).time_limit is None  # 0: no limit, as --time-limit 0
+    for bad in (-1, float("nan"), float("inf"), 86_401, "60", True):
+        with pytest.raises(ValueError, match=r"ReplayBundles\(time_limit=\.\.\.\) must be"):
+            ReplayBundles(time_limit=bad)  # type: ignore[arg-type]
+    # With no limit the agent code runs on the calling thread; the verdict is the same.
+    data = Incident().make(seq=1)
+    with beam.Pipeline(runner=FnApiRunner(), options=PipelineOptions(flags=[])) as p:
+        out = p | beam.Create([data]) | ReplayBundles(time_limit=0)
+        out.results | beam.ParDo(_Collect(str(tmp_path)))
+    assert [(r["seq"], r["verdict"]) for r in _collected(tmp_path)] == [(1, "reproduced")]
