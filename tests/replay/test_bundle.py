@@ -131,7 +131,7 @@ def test_making_refuses_a_missing_envelope_or_an_activation_after_the_snapshot(
 ) -> None:
     with pytest.raises(InputError, match=repr(incident.sent[1].envelope_id)):
         incident.make(seq=2, events=[dump([incident.sent[0]])])
-    with pytest.raises(InputError, match="no --events or --event"):
+    with pytest.raises(InputError, match="no events= or event="):
         incident.make(seq=2, events=[])
     early = KeyHistory(ra.AGENT, ra.TOOLS, ra.make_provider())
     early.send(incident.sent[0])

@@ -18,6 +18,7 @@ from replay_harness import KEY, T0, KeyHistory
 from beam_agents._protos import AgentEnvelope
 from beam_agents.bigquery_rows import trace_event_to_row
 from beam_agents.cli import main
+from beam_agents.cli.parsing import CLI_NAMING
 from beam_agents.replay.options import ReplayOptions
 from beam_agents.testing import event_envelope
 from beam_agents.trace_stream import read_trace_stream
@@ -500,6 +501,7 @@ def test_tui_parses_the_same_flags_and_returns_the_apps_code(
         agent="replay_agents:AGENT",
         registry="replay_agents:TOOLS",
         seq=1,
+        naming=CLI_NAMING,  # its refusals name the flags, not ReplayOptions' fields
     )
 
 
