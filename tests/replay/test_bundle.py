@@ -80,9 +80,9 @@ def test_the_snapshot_is_loaded_once_and_every_replay_reads_that_load(
     loads: list[int] = []
     real_load = inputs.load_snapshot_source
 
-    def counting(source):  # type: ignore[no-untyped-def]
+    def counting(source, naming):  # type: ignore[no-untyped-def]
         loads.append(1)
-        return real_load(source)
+        return real_load(source, naming)
 
     monkeypatch.setattr(inputs, "load_snapshot_source", counting)  # load_bundle's
     monkeypatch.setattr(engine, "load_snapshot_source", counting)  # a replay's own
