@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 from apache_beam.pvalue import PCollection
 
 from beam_agents.pipeline._beam import beam
+from beam_agents.replay.naming import REPLAY_BUNDLES
 from beam_agents.replay.options import DEFAULT_TIME_LIMIT, checked_time_limit
 
 __all__ = ["ReadBundleFiles", "ReplayBundles", "ReplayBundlesOutputs"]
@@ -74,7 +75,7 @@ class _SplitBundles(beam.DoFn):  # type: ignore[misc]
         name, data = _named(element)
         started = time.perf_counter()
         try:
-            bundle = load_bundle(data, name=name)
+            bundle = load_bundle(data, name=name, naming=REPLAY_BUNDLES)
         except ReplayRefused as refused:
             row = _refused_row(name, refused, time.perf_counter() - started)
             yield beam.pvalue.TaggedOutput(_TAG_ROWS, _row_dict(row))
@@ -100,9 +101,11 @@ class _ReplayActivation(beam.DoFn):  # type: ignore[misc]
 
         name, data, seq = element
         started = time.perf_counter()
-        bundle = load_bundle(data, name=name)
+        bundle = load_bundle(data, name=name, naming=REPLAY_BUNDLES)
         # replay() itself writes no bytecode while it imports and runs agent code.
-        options = bundle_options(bundle, seq=seq, agent=self._agent, registry=self._registry)
+        options = bundle_options(
+            bundle, seq=seq, agent=self._agent, registry=self._registry, naming=REPLAY_BUNDLES
+        )
         result = replay(with_changes(options, time_limit=self._time_limit))
         yield _row_dict(
             CheckRow(

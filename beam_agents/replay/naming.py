@@ -21,6 +21,7 @@ __all__ = [
     "LIST_ACTIVATIONS",
     "MAKE_BUNDLE",
     "REPLAYER",
+    "REPLAY_BUNDLES",
     "REPLAY_OPTIONS",
     "Input",
     "Naming",
@@ -125,3 +126,5 @@ MAKE_BUNDLE = python_naming("make_bundle")
 """The default naming of ``make_bundle``."""
 LIST_ACTIVATIONS = python_naming("list_activations")
 """The default naming of ``list_activations``."""
+REPLAY_BUNDLES = python_naming("ReplayBundles")
+"""``beam_agents.pipeline.ReplayBundles``'s naming (its rows' messages)."""

@@ -124,6 +124,9 @@ def test_an_activation_past_the_time_limit_is_the_row_check_gives_it(tmp_path: P
         "the re-run ran past the time limit of 0.5 s",
     )
     assert "it had reached event 0 (ACTIVATION_START 'start')" in row["detail"]
+    # Its advice names this transform's parameter, not check_bundles' or a CLI flag.
+    assert "raise the limit with ReplayBundles(time_limit=SECONDS)" in row["detail"]
+    assert "--time-limit" not in row["detail"]
     assert [(r.verdict.value, r.cause) for r in expected.rows] == [(row["verdict"], row["cause"])]
     assert not still_running()
 
