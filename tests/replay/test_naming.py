@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 import replay_agents as ra
-from replay_harness import KEY, T0, KeyHistory
+from replay_harness import T0, Inputs
 
-from beam_agents._protos import AgentEnvelope
 from beam_agents.cli import main
 from beam_agents.cli.parsing import CLI_NAMING
 from beam_agents.errors import ConfigError
@@ -33,54 +32,21 @@ FLAG = re.compile(r"(?<![\w-])--[a-z]")
 """A command-line flag anywhere in a text."""
 
 
-@dataclass
-class Files:
-    history: KeyHistory
-    event: AgentEnvelope
-    snapshot: Path
-    traces: Path
-    event_file: Path
-    tmp: Path
-
-    def argv(self, **overrides: str | None) -> list[str]:
-        values: dict[str, str | None] = {
-            "--snapshot": str(self.snapshot),
-            "--traces": str(self.traces),
-            "--event": str(self.event_file),
-            "--agent": "replay_agents:AGENT",
-            "--registry": "replay_agents:TOOLS",
-        }
-        values.update({f"--{k.replace('_', '-')}": v for k, v in overrides.items()})
-        return [part for flag, v in values.items() if v is not None for part in (flag, v)]
-
-
-@pytest.fixture
-def files(tmp_path: Path) -> Files:
-    history = KeyHistory(ra.AGENT, ra.TOOLS, ra.make_provider())
-    event = event_envelope(KEY, "ask", b"where is A1?", time_ms=T0)
-    history.send(event)
-    snapshot, traces, event_file = tmp_path / "snap.pb", tmp_path / "traces.pb", tmp_path / "ev.pb"
-    snapshot.write_bytes(history.export())
-    traces.write_bytes(history.trace_bytes())
-    event_file.write_bytes(event.SerializeToString())
-    return Files(history, event, snapshot, traces, event_file, tmp_path)
-
-
 @dataclass(frozen=True)
 class Case:
     """One bad input: the Python call and what it must say, the CLI's and what it must say."""
 
-    python: Callable[[Files, Replayer], str]
+    python: Callable[[Inputs, Replayer], str]
     python_says: tuple[str, ...]
-    cli: Callable[[Files], list[str]]
+    cli: Callable[[Inputs], list[str]]
     cli_says: tuple[str, ...]
 
 
-def _error(files: Files, replayer: Replayer, **given: object) -> str:
+def _error(inputs: Inputs, replayer: Replayer, **given: object) -> str:
     args: dict[str, object] = {
-        "snapshot": files.history.export(),
-        "traces": files.history.trace_bytes(),
-        "event": files.event,
+        "snapshot": inputs.history.export(),
+        "traces": inputs.history.trace_bytes(),
+        "event": inputs.event,
     }
     args.update(given)
     result = replayer.replay(**args)  # type: ignore[arg-type]
@@ -89,8 +55,8 @@ def _error(files: Files, replayer: Replayer, **given: object) -> str:
     return result.error
 
 
-def _garbage(files: Files, name: str, data: bytes) -> str:
-    path = files.tmp / name
+def _garbage(inputs: Inputs, name: str, data: bytes) -> str:
+    path = inputs.directory / name
     path.write_bytes(data)
     return str(path)
 
@@ -99,43 +65,43 @@ CASES = {
     "snapshot bytes": Case(
         lambda f, r: _error(f, r, snapshot=b"garbage"),
         ("snapshot=<7 bytes> is not a serialized StateSnapshot",),
-        lambda f: f.argv(snapshot=_garbage(f, "bad-snap.pb", b"garbage")),
+        lambda f: f.flags(snapshot=_garbage(f, "bad-snap.pb", b"garbage")),
         ("--snapshot ", "bad-snap.pb is not a serialized StateSnapshot"),
     ),
     "snapshot file missing": Case(
-        lambda f, r: _error(f, r, snapshot=str(f.tmp / "none.pb")),
+        lambda f, r: _error(f, r, snapshot=str(f.directory / "none.pb")),
         ("cannot read snapshot=", "none.pb: No such file", "snapshot= takes a file path"),
-        lambda f: f.argv(snapshot=str(f.tmp / "none.pb")),
+        lambda f: f.flags(snapshot=str(f.directory / "none.pb")),
         ("cannot read --snapshot ", "--snapshot takes a file path"),
     ),
     "snapshot over its cap": Case(
         lambda f, r: _error(f, r, snapshot=str(f.snapshot)),
         (
-            "snap.pb is larger than the 10-byte cap for snapshot= inputs",
+            "snapshot.pb is larger than the 10-byte cap for snapshot= inputs",
             "set BEAM_AGENTS_REPLAY_MAX_SNAPSHOT_BYTES=<bytes> in this process's environment",
         ),
-        lambda f: f.argv(),
+        lambda f: f.flags(),
         (
-            "snap.pb is larger than the 10-byte cap for --snapshot inputs",
+            "snapshot.pb is larger than the 10-byte cap for --snapshot inputs",
             "BEAM_AGENTS_REPLAY_MAX_SNAPSHOT_BYTES=<bytes> beam-agents-replay ...",
         ),
     ),
     "event bytes": Case(
         lambda f, r: _error(f, r, event=b"\xff\xff"),
         ("event=<2 bytes> is not a serialized AgentEnvelope",),
-        lambda f: f.argv(event=_garbage(f, "bad-ev.pb", b"\xff\xff")),
+        lambda f: f.flags(event=_garbage(f, "bad-ev.pb", b"\xff\xff")),
         ("--event ", "bad-ev.pb is not a serialized AgentEnvelope"),
     ),
     "event missing": Case(
         lambda f, r: _error(f, r, event=None),
         ("event= is missing", "from the events topic with event="),
-        lambda f: f.argv(event=None),
+        lambda f: f.flags(event=None),
         ("--event is missing", "from the events topic with --event"),
     ),
     "event of another key": Case(
         lambda f, r: _error(f, r, event=event_envelope(b"other", "ask", b"x", time_ms=T0)),
         ("event= is for key 6f74686572",),
-        lambda f: f.argv(
+        lambda f: f.flags(
             event=_garbage(
                 f, "other.pb", event_envelope(b"other", "ask", b"x", time_ms=T0).SerializeToString()
             )
@@ -145,19 +111,19 @@ CASES = {
     "seq not traced": Case(
         lambda f, r: _error(f, r, seq=99),
         ("seq=99: the traces hold no activation",),
-        lambda f: f.argv(seq="99"),
+        lambda f: f.flags(seq="99"),
         ("--seq 99: the traces hold no activation",),
     ),
     "traces directory without streams": Case(
-        lambda f, r: _error(f, r, traces=str(f.tmp / "empty")),
+        lambda f, r: _error(f, r, traces=str(f.directory / "empty")),
         ("traces=", "empty is a directory with no *.pb", "Point traces= at the directory"),
-        lambda f: f.argv(traces=str(f.tmp / "empty")),
+        lambda f: f.flags(traces=str(f.directory / "empty")),
         ("--traces ", "empty is a directory with no *.pb", "Point --traces at the directory"),
     ),
     "traces that are no stream": Case(
         lambda f, r: _error(f, r, traces=b"\xff" * 12),
         ("traces: ",),
-        lambda f: f.argv(traces=_garbage(f, "junk-traces.pb", b"\xff" * 12)),
+        lambda f: f.flags(traces=_garbage(f, "junk-traces.pb", b"\xff" * 12)),
         ("--traces: ",),
     ),
 }
@@ -165,25 +131,25 @@ CASES = {
 
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
 def test_a_refusal_names_the_python_parameter_for_replayer_and_the_flag_for_the_cli(
-    case: Case, files: Files, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    case: Case, inputs: Inputs, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    (files.tmp / "empty").mkdir()
+    (inputs.directory / "empty").mkdir()
     if case is CASES["snapshot over its cap"]:
         monkeypatch.setenv("BEAM_AGENTS_REPLAY_MAX_SNAPSHOT_BYTES", "10")
-    python = case.python(files, Replayer(agent=ra.AGENT, registry=ra.TOOLS))
+    python = case.python(inputs, Replayer(agent=ra.AGENT, registry=ra.TOOLS))
     for words in case.python_says:
         assert words in python, python
     assert FLAG.search(python) is None, python
 
-    assert main(case.cli(files)) == 2
+    assert main(case.cli(inputs)) == 2
     cli = capsys.readouterr().err
     for words in case.cli_says:
         assert words in cli, cli
 
 
-def test_arguments_of_the_wrong_type_and_a_bad_limit_name_the_parameter(files: Files) -> None:
+def test_arguments_of_the_wrong_type_and_a_bad_limit_name_the_parameter(inputs: Inputs) -> None:
     replayer = Replayer(agent=ra.AGENT, registry=ra.TOOLS)
-    error = _error(files, replayer, snapshot=42)
+    error = _error(inputs, replayer, snapshot=42)
     assert error.startswith(
         "Replayer.replay snapshot= must be a StateSnapshot"
     ) and not FLAG.search(error)
@@ -209,12 +175,12 @@ def test_the_time_limit_advice_names_the_api_that_set_it() -> None:
 
 
 def test_make_bundle_and_list_activations_name_their_parameters(
-    files: Files, capsys: pytest.CaptureFixture[str]
+    inputs: Inputs, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(InputError) as caught:
         make_bundle(
-            snapshot=files.history.export(),
-            traces=[files.history.trace_bytes()],
+            snapshot=inputs.history.export(),
+            traces=[inputs.history.trace_bytes()],
             agent="replay_agents:AGENT",
             registry="replay_agents:TOOLS",
             seq=1,
@@ -222,12 +188,12 @@ def test_make_bundle_and_list_activations_name_their_parameters(
         )
     assert caught.value.message.startswith("seq= and all_seqs=True were both given")
     with pytest.raises(InputError) as caught:
-        list_activations([files.history.trace_bytes()], key="zz")
+        list_activations([inputs.history.trace_bytes()], key="zz")
     message = caught.value.message
     assert message.startswith("key='zz': the traces hold no activation of that key")
     assert "Call list_activations without key= to see the traced keys" in message
     assert not FLAG.search(message)
-    assert main(["ls", "--traces", str(files.traces), "--key", "zz"]) == 2
+    assert main(["ls", "--traces", str(inputs.traces), "--key", "zz"]) == 2
     err = capsys.readouterr().err
     assert (
         "--key 'zz': the traces hold no activation" in err and "Run ls without --key to see" in err
