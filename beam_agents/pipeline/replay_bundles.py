@@ -44,19 +44,6 @@ __all__ = ["ReadBundleFiles", "ReplayBundles", "ReplayBundlesOutputs"]
 _TAG_ROWS = "rows"
 
 
-def _row_dict(row: Any) -> dict[str, Any]:
-    return {
-        "path": row.path,
-        "seq": row.seq,
-        "entity_key": row.entity_key.hex(),
-        "verdict": row.verdict.value,
-        "exit_code": row.exit_code,
-        "cause": row.cause,
-        "detail": row.detail,
-        "seconds": row.seconds,
-    }
-
-
 def _named(element: Any) -> tuple[str, bytes]:
     if isinstance(element, bytes):
         return f"bundle-{hashlib.sha256(element).hexdigest()[:16]}", element
@@ -78,7 +65,7 @@ class _SplitBundles(beam.DoFn):  # type: ignore[misc]
             bundle = load_bundle(data, name=name, naming=REPLAY_BUNDLES)
         except ReplayRefused as refused:
             row = _refused_row(name, refused, time.perf_counter() - started)
-            yield beam.pvalue.TaggedOutput(_TAG_ROWS, _row_dict(row))
+            yield beam.pvalue.TaggedOutput(_TAG_ROWS, row.document())
             return
         for seq in bundle.seqs:
             yield (name, data, seq)
@@ -107,17 +94,15 @@ class _ReplayActivation(beam.DoFn):  # type: ignore[misc]
             bundle, seq=seq, agent=self._agent, registry=self._registry, naming=REPLAY_BUNDLES
         )
         result = replay(with_changes(options, time_limit=self._time_limit))
-        yield _row_dict(
-            CheckRow(
-                path=name,
-                seq=seq,
-                entity_key=bundle.entity_key,
-                verdict=result.verdict,
-                cause=result_cause(result),
-                detail=result.error or result.reason,
-                seconds=time.perf_counter() - started,
-            )
-        )
+        yield CheckRow(
+            path=name,
+            seq=seq,
+            entity_key=bundle.entity_key,
+            verdict=result.verdict,
+            cause=result_cause(result),
+            detail=result.error or result.reason,
+            seconds=time.perf_counter() - started,
+        ).document()
 
 
 def _count_key(row: dict[str, Any]) -> tuple[tuple[str, str], int]:
@@ -129,7 +114,8 @@ class ReplayBundlesOutputs(NamedTuple):
 
     results: PCollection[dict[str, Any]]
     """One row per activation (also one per unreadable bundle): path, seq, entity_key (hex),
-    verdict, exit_code, cause, detail, seconds — the fields of ``check --json`` rows."""
+    verdict, exit_code, cause, detail, seconds — a row of ``check --json``
+    (``CheckRow.document``)."""
     counts: PCollection[tuple[tuple[str, str], int]]
     """``((verdict, cause), number of rows)``: the groups of ``check``'s table."""
 
