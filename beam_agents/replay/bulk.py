@@ -49,7 +49,6 @@ from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any
 
-from beam_agents.replay.naming import CHECK_BUNDLES, Input, Naming
 from beam_agents.replay.options import DEFAULT_TIME_LIMIT, RAN_PAST, checked_time_limit
 from beam_agents.replay.result import ReplayResult, Verdict
 
@@ -325,7 +324,6 @@ def check_one(
     time_limit: float | None = DEFAULT_TIME_LIMIT,
     after_seq: int | None = None,
     on_start: Callable[[int], None] | None = None,
-    naming: Naming = CHECK_BUNDLES,
 ) -> Iterator[CheckRow]:
     """Replay every activation of one bundle (those after ``after_seq``), one row each.
 
@@ -338,7 +336,7 @@ def check_one(
 
     started = time.perf_counter()
     try:
-        bundle = load_bundle(path, naming=naming)
+        bundle = load_bundle(path)
     except ReplayRefused as refused:
         yield _refused_row(path, refused, time.perf_counter() - started)
         return
@@ -351,7 +349,7 @@ def check_one(
         if on_start is not None:
             on_start(seq)
         started = time.perf_counter()
-        options = bundle_options(bundle, seq=seq, agent=agent, registry=registry, naming=naming)
+        options = bundle_options(bundle, seq=seq, agent=agent, registry=registry)
         result = replay(replace(options, time_limit=time_limit))
         yield CheckRow(
             path=path,
@@ -378,18 +376,14 @@ def _internal_row(path: str, exc: Exception, seconds: float) -> CheckRow:
 
 
 def _check_in_process(
-    files: Sequence[str],
-    agent: str | None,
-    registry: str | None,
-    time_limit: float | None,
-    naming: Naming,
+    files: Sequence[str], agent: str | None, registry: str | None, time_limit: float | None
 ) -> list[CheckRow]:
     saved = sys.dont_write_bytecode
     sys.dont_write_bytecode = True  # replay writes nothing, not even bytecode caches
     try:
         rows: list[CheckRow] = []
         for path in files:
-            rows.extend(check_one(path, agent, registry, time_limit=time_limit, naming=naming))
+            rows.extend(check_one(path, agent, registry, time_limit=time_limit))
         return rows
     finally:
         sys.dont_write_bytecode = saved
@@ -401,7 +395,6 @@ def _worker_main(
     registry: str | None,
     time_limit: float | None,
     environ: dict[str, str],
-    naming: Naming,
 ) -> None:
     """A ``check`` worker: isolated for life, then replays the bundles it is sent.
 
@@ -435,7 +428,6 @@ def _worker_main(
                 time_limit=time_limit,
                 after_seq=after_seq,
                 on_start=lambda seq: _send(conn, ["start", seq]),
-                naming=naming,
             ):
                 _send(conn, ["row", row.document()])
                 if still_running():
@@ -530,7 +522,7 @@ def _lost_row(path: str, seq: int | None, how: str, seconds: float) -> CheckRow:
     )
 
 
-def _stuck_row(path: str, seq: int, limit: float, seconds: float, naming: Naming) -> CheckRow:
+def _stuck_row(path: str, seq: int, limit: float, seconds: float) -> CheckRow:
     return CheckRow(
         path=path,
         seq=seq,
@@ -540,7 +532,7 @@ def _stuck_row(path: str, seq: int, limit: float, seconds: float, naming: Naming
         detail=f"{RAN_PAST} {limit:g} s and was not judged: the worker replaying it did not "
         f"answer for {seconds:.0f} s and was killed. Agent code that loops, sleeps or waits "
         "on something that never answers does not end; if the activation is only slow, raise "
-        f"the limit with {naming.given(Input.TIME_LIMIT, 'SECONDS')} (0: no limit)",
+        "the limit with --time-limit SECONDS (0: no limit)",
         seconds=seconds,
     )
 
@@ -564,7 +556,6 @@ def _check_in_workers(
     registry: str | None,
     time_limit: float | None,
     workers: int,
-    naming: Naming,
 ) -> list[CheckRow]:
     """Replay ``files`` in ``workers`` isolated processes; every activation gets its row."""
     from collections import deque
@@ -584,7 +575,7 @@ def _check_in_workers(
         parent, child = context.Pipe()
         process = context.Process(  # type: ignore[attr-defined]
             target=_worker_main,
-            args=(child, agent, registry, time_limit, dict(os.environ), naming),
+            args=(child, agent, registry, time_limit, dict(os.environ)),
             daemon=True,
         )
         process.start()
@@ -658,10 +649,7 @@ def _check_in_workers(
                     worker.process.kill()
                     assert time_limit
                     path = worker.task[0] if worker.task else ""
-                    lost(
-                        worker,
-                        _stuck_row(path, worker.seq, time_limit, now - worker.seq_started, naming),
-                    )
+                    lost(worker, _stuck_row(path, worker.seq, time_limit, now - worker.seq_started))
         for worker in pool:
             with contextlib.suppress(OSError):
                 worker.conn.send(None)
@@ -729,7 +717,6 @@ def check_bundles(
     jobs: int = 1,
     time_limit: float | None = DEFAULT_TIME_LIMIT,
     isolate: bool = False,
-    naming: Naming = CHECK_BUNDLES,
 ) -> CheckReport:
     """Replay every activation of every bundle and group the verdicts.
 
@@ -743,8 +730,6 @@ def check_bundles(
         isolate: Replay in worker processes even for one job, so that agent code never
             runs in this process (the CLI's choice): a worker it ends or hangs is an
             ``error`` or irreproducible row, and this process carries on.
-        naming: How the rows' messages name the inputs (default: these parameters; the
-            command line passes its flags).
 
     Returns:
         The report: ``report.exit_code`` is the worst verdict's, ``report.groups`` the
@@ -762,9 +747,9 @@ def check_bundles(
     rows: list[CheckRow] = _empty_directory_rows(paths)
     workers = min(jobs, len(files))
     if workers <= 1 and not isolate:
-        rows.extend(_check_in_process(files, agent, registry, time_limit, naming))
+        rows.extend(_check_in_process(files, agent, registry, time_limit))
     elif files:
-        rows.extend(_check_in_workers(files, agent, registry, time_limit, max(workers, 1), naming))
+        rows.extend(_check_in_workers(files, agent, registry, time_limit, max(workers, 1)))
     return CheckReport(
         rows=tuple(rows),
         bundles=len(files),

@@ -42,7 +42,7 @@ from beam_agents.replay.inputs import (
     no_bytecode,
 )
 from beam_agents.replay.judge import Judgement, judge
-from beam_agents.replay.naming import Input, Naming
+from beam_agents.replay.last_resort import Armed
 from beam_agents.replay.network_guard import NetworkAttempt, block_network, keep_blocked
 from beam_agents.replay.options import RAN_PAST, ReplayOptions, Source
 from beam_agents.replay.reconstruct import plan_replay
@@ -144,8 +144,6 @@ class _Inputs:
     seq: int | None
     what_if: bool
     time_limit: float | None
-    naming: Naming
-    """How the caller named the inputs: the words refusals use for them."""
 
 
 def _snapshot_facts(facts: HeaderSoFar, snapshot: StateSnapshot, state: KeyState) -> None:
@@ -162,20 +160,19 @@ def _snapshot_facts(facts: HeaderSoFar, snapshot: StateSnapshot, state: KeyState
 
 def _load_options(options: ReplayOptions, facts: HeaderSoFar) -> _Inputs:
     """The CLI's inputs: files read, ``module:ATTR`` paths imported (under the guard)."""
-    naming = options.naming
     loaded = options.loaded_snapshot
     snapshot, state, blob_versions = (
-        loaded if loaded is not None else load_snapshot_source(options.snapshot, naming)
+        loaded if loaded is not None else load_snapshot_source(options.snapshot)
     )
     _snapshot_facts(facts, snapshot, state)
-    event = load_event_source(options.event, naming) if options.event is not None else None
+    event = load_event_source(options.event) if options.event is not None else None
 
     def import_code() -> tuple[Agent, ToolRegistry, HitlPolicy | None]:
-        agent = import_object(options.agent, Input.AGENT, Agent, naming)
-        registry = import_object(options.registry, Input.REGISTRY, ToolRegistry, naming)
+        agent = import_object(options.agent, "--agent", Agent)
+        registry = import_object(options.registry, "--registry", ToolRegistry)
         hitl = None
         if options.hitl_policy is None and options.hitl is not None:
-            hitl = import_object(options.hitl, Input.HITL, HitlPolicy, naming)
+            hitl = import_object(options.hitl, "--hitl", HitlPolicy)
         return agent, registry, hitl
 
     # Importing agent code runs it (module bodies): limited like the re-run, unless every
@@ -185,7 +182,7 @@ def _load_options(options: ReplayOptions, facts: HeaderSoFar) -> _Inputs:
     agent, registry, imported_hitl = _within_limit(
         import_code,
         None if imported else options.time_limit,
-        lambda _: _ImportRanPast(options.time_limit or 0, naming),
+        lambda _: _ImportRanPast(options.time_limit or 0),
     )
     if options.hitl_policy is not None:
         hitl = options.hitl_policy
@@ -193,11 +190,9 @@ def _load_options(options: ReplayOptions, facts: HeaderSoFar) -> _Inputs:
     else:
         hitl = imported_hitl or DEFAULT_HITL_POLICY
     if options.event is not None and options.events:
-        event_name, events_name = naming.name(Input.EVENT), naming.name(Input.EVENTS)
         raise InputError(
-            f"both {event_name} and {events_name} were given",
-            f"pass the triggering envelope with {event_name}, or a dump to pick it from with "
-            f"{events_name}",
+            "both --event and --events were given",
+            "pass the triggering envelope with --event, or a dump to pick it from with --events",
         )
     return _Inputs(
         snapshot=snapshot,
@@ -212,7 +207,6 @@ def _load_options(options: ReplayOptions, facts: HeaderSoFar) -> _Inputs:
         seq=options.seq,
         what_if=options.what_if,
         time_limit=options.time_limit,
-        naming=naming,
     )
 
 
@@ -221,18 +215,17 @@ def _replay(inputs: _Inputs, facts: HeaderSoFar, attempts: list[NetworkAttempt])
     event, agent, registry, hitl = inputs.event, inputs.agent, inputs.registry, inputs.hitl
     facts.header = replace(facts.header, hitl_policy=hitl.describe())
 
-    naming = inputs.naming
-    traced = scan_traces(inputs.traces, snapshot.entity_key, seq=inputs.seq, naming=naming)
+    traced = scan_traces(inputs.traces, snapshot.entity_key, seq=inputs.seq)
     if inputs.events:
-        event = _event_from_dump(inputs.events, inputs.seq, traced, snapshot.entity_key, naming)
-    plan = plan_replay(snapshot, state, traced, event, inputs.seq, naming)
+        event = _event_from_dump(inputs.events, inputs.seq, traced, snapshot.entity_key)
+    plan = plan_replay(snapshot, state, traced, event, inputs.seq)
     if plan.what_if and not inputs.what_if:
         refused = InputError(
             f"seq {plan.seq} (a pending {plan.trigger_name}) was never traced: replaying it is a "
             "what-if, not a reproduction",
-            f"pass {naming.name(Input.WHAT_IF)} to run it anyway (exit 0 when it runs to its end, "
-            "3 when it stops at a model call the snapshot's cache cannot serve); "
-            f"{naming.without_switch} a script can never mistake a what-if for a reproduction",
+            "pass --what-if to run it anyway (exit 0 when it runs to its end, 3 when it stops at "
+            "a model call the snapshot's cache cannot serve); without the flag a script can "
+            "never mistake a what-if for a reproduction",
         )
         refused.target = TargetFacts(seq=plan.seq, kind=plan.kind, trigger=plan.trigger_name)
         raise refused
@@ -283,11 +276,7 @@ def _replay(inputs: _Inputs, facts: HeaderSoFar, attempts: list[NetworkAttempt])
             rerun,
             inputs.time_limit,
             lambda ctx: _RerunRanPast(
-                inputs.time_limit or 0,
-                ctx,
-                plan.traced,
-                naming,
-                ended=ended[0] if ended else None,
+                inputs.time_limit or 0, ctx, plan.traced, ended=ended[0] if ended else None
             ),
         )
     except _RerunRanPast as ran_past:
@@ -307,7 +296,6 @@ def _replay(inputs: _Inputs, facts: HeaderSoFar, attempts: list[NetworkAttempt])
         attempts=run_attempts,
         cache=plan.state.cache,
         tool_cache=plan.state.tool_cache,
-        naming=naming,
     )
     commit_cells = getattr(result, "cells", None)
     committed = result.state.memory if isinstance(result, ActivationCommit) else None
@@ -375,14 +363,9 @@ def _replay(inputs: _Inputs, facts: HeaderSoFar, attempts: list[NetworkAttempt])
 
 
 def _event_from_dump(
-    events: tuple[Source, ...],
-    wanted_seq: int | None,
-    traced: TracedKey,
-    entity_key: bytes,
-    naming: Naming,
+    events: tuple[Source, ...], wanted_seq: int | None, traced: TracedKey, entity_key: bytes
 ) -> AgentEnvelope | None:
-    """The traced triggering envelope of the target, picked out of the events dump by id
-    and sha256."""
+    """``--events``: the traced triggering envelope of the target, picked by id and sha256."""
     from beam_agents.replay.events_lookup import load_envelopes
 
     seq = wanted_seq if wanted_seq is not None else traced.highest_seq
@@ -392,9 +375,9 @@ def _event_from_dump(
     start = ActivationStart.of(start_event)
     if start.is_timeout:
         return None  # a HITL timeout has no envelope
-    index = load_envelopes(events, entity_key, naming)
+    index = load_envelopes(events, entity_key)
     raw = index.find(*start.envelope, seq=seq)
-    return load_event_source(raw, naming)
+    return load_event_source(raw)
 
 
 def _with_end_check(
@@ -501,19 +484,19 @@ def _agent_thread() -> _AgentThread:
     return _AgentThread()
 
 
-def _arm_hard_stop(limit: float) -> Callable[[bool], None] | None:
+def _arm_hard_stop(limit: float) -> Armed | None:
     """As the console script: past twice ``limit`` (at least half a second past it), the
     watchdog it started before importing agent code ends the process (``last_resort``).
 
     Agent code holding the interpreter lock without returning (native code: a catastrophic
     regular expression) keeps the waiting thread from ever noticing the limit, and it could
     cancel anything set up in this interpreter; the watchdog is another process. Returns
-    the disarming function (given whether the wait abandoned the agent code), or None where
-    no watchdog runs (the Python API: it must never end its caller's process).
+    what disarms it, or None where no watchdog runs (the Python API: it must never end its
+    caller's process).
     """
-    from beam_agents.replay import last_resort
+    from beam_agents.replay.last_resort import arm
 
-    return last_resort.arm(limit)
+    return arm(limit)
 
 
 def _within_limit(
@@ -547,23 +530,26 @@ def _within_limit(
         finally:
             with lock:
                 outcome["done"] = True
-            for release in held:  # abandoned, and ended after all: the thread may serve again
+            for release in held:  # abandoned, and ended after all
                 release()
+            if held:  # the thread may serve again
                 with _IDLE_LOCK:
                     _IDLE.append(runner)
             finished.release()
 
     runner = _agent_thread()
     runner.tasks.put(task)
-    disarm = _arm_hard_stop(limit)
+    armed = _arm_hard_stop(limit)
     try:
         finished.acquire(timeout=limit)
     finally:  # also on Ctrl+C while waiting: the agent code runs on, as isolated as before
         with lock:
             if "done" not in outcome:
                 held.append(keep_blocked())
-        if disarm is not None:
-            disarm(bool(held))  # abandoned: the headless command's watchdog stays armed
+                if armed is not None:  # if it then keeps the interpreter: last_resort
+                    held.append(armed.abandon())
+        if armed is not None and not held:
+            armed.disarm()
     if held:
         raise stopped(context.get(_running.ACTIVATION))
     with _IDLE_LOCK:
@@ -574,9 +560,10 @@ def _within_limit(
     return value
 
 
-_DOES_NOT_END = (
+_RAISE_IT = (
     "agent code that loops, sleeps or waits on something that never answers does not end; "
-    "if the activation is only slow, "
+    "if the activation is only slow, raise the limit with --time-limit SECONDS (0: no limit; "
+    "Replayer(time_limit=...) from Python)"
 )
 
 
@@ -588,7 +575,6 @@ class _RerunRanPast(CannotReproduce):
         limit: float,
         ctx: Any,
         traced: Sequence[Any] | None,
-        naming: Naming,
         *,
         ended: Sequence[Any] | None = None,
     ) -> None:
@@ -613,7 +599,7 @@ class _RerunRanPast(CannotReproduce):
             where = f"it had not recorded its first event{of}"
         super().__init__(
             f"{RAN_PAST} {limit:g} s and was not judged: {where}",
-            _DOES_NOT_END + naming.raise_time_limit,
+            _RAISE_IT,
         )
 
 
@@ -642,12 +628,11 @@ def _ran_past_result(
 class _ImportRanPast(CannotReproduce):
     """Importing the agent code did not end within the time limit (exit 3)."""
 
-    def __init__(self, limit: float, naming: Naming) -> None:
-        code = ", ".join(naming.name(what) for what in (Input.AGENT, Input.REGISTRY, Input.HITL))
+    def __init__(self, limit: float) -> None:
         super().__init__(
-            f"importing the agent code ({code}) ran past the time limit "
+            f"importing the agent code (--agent, --registry, --hitl) ran past the time limit "
             f"of {limit:g} s, so nothing was re-run or judged",
-            _DOES_NOT_END + naming.raise_time_limit,
+            _RAISE_IT,
         )
 
 

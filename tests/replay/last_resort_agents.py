@@ -14,6 +14,8 @@ expression: C code that holds the GIL without end, so replay's waiting thread ne
                                every child process of the replay (its watchdog)
     TOOLS_CLOSE_PIPES          closes every pipe descriptor of the process above 2
     TOOLS_NAME_WATCHDOG        only says which child processes the replay has, and returns
+    TOOLS_SLEEP_THEN_HOLD      sleeps $BEAM_AGENTS_TEST_HOLD_AFTER seconds (default 1; the
+                               interpreter free: replay abandons it at its limit), then holds
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any
 import isolation_agents as ia
 
 ALARM_HANDLER_ENV = "BEAM_AGENTS_TEST_ALARM_HANDLER"
+HOLD_AFTER_ENV = "BEAM_AGENTS_TEST_HOLD_AFTER"
 
 
 def _say(what: str) -> None:
@@ -111,3 +114,6 @@ TOOLS_ALARM_HANDLER = ia._variant(_hold_the_lock)
 TOOLS_KILL_WATCHDOG = ia._variant(_then_hold(_kill_watchdog))
 TOOLS_CLOSE_PIPES = ia._variant(_then_hold(_close_pipes))
 TOOLS_NAME_WATCHDOG = ia._variant(lambda: _say(f"children {_children()}"))
+TOOLS_SLEEP_THEN_HOLD = ia._variant(
+    _then_hold(lambda: time.sleep(float(os.environ.get(HOLD_AFTER_ENV, "1"))))
+)

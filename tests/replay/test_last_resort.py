@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import last_resort_agents as lra
 import pytest
@@ -24,6 +26,7 @@ from beam_agents.replay.last_resort import KILLED_STATUS
 SCRIPT = str(Path(sys.executable).parent / "beam-agents-replay")
 HERE = Path(__file__).parent
 PARAGRAPH = "beam-agents-replay: stopped: agent code was still running 1 s after it started"
+ABANDONED = "beam-agents-replay: stopped: agent code that ran past its time limit of 0.5 s"
 
 
 @pytest.fixture(scope="module")
@@ -145,8 +148,16 @@ def test_with_no_time_limit_there_is_no_watchdog(incident: Incident, tmp_path: P
     assert "agent: children []" in path_out.stderr
 
 
+@pytest.mark.parametrize(
+    ("registry", "paragraph"),
+    [
+        ("isolation_agents:TOOLS_REGEX", PARAGRAPH),
+        # abandoned at the limit (the TUI shows it irreproducible), then it takes the lock
+        ("last_resort_agents:TOOLS_SLEEP_THEN_HOLD", ABANDONED),
+    ],
+)
 def test_a_frozen_tui_is_ended_with_the_terminal_restored(
-    incident: Incident, tmp_path: Path
+    incident: Incident, tmp_path: Path, registry: str, paragraph: str
 ) -> None:
     """Under the TUI, agent code holding the lock froze the screen and every key (Ctrl+C is a
     key there) for good; the watchdog gives the terminal back as it was, then says why."""
@@ -156,8 +167,8 @@ def test_a_frozen_tui_is_ended_with_the_terminal_restored(
     import struct
     import termios
 
-    path = tmp_path / "regex.bundle"
-    path.write_bytes(incident.make(registry="isolation_agents:TOOLS_REGEX", seq=1))
+    path = tmp_path / "frozen.bundle"
+    path.write_bytes(incident.make(registry=registry, seq=1))
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
     before = termios.tcgetattr(slave)
@@ -199,9 +210,130 @@ def test_a_frozen_tui_is_ended_with_the_terminal_restored(
         os.close(slave)
     text = output.decode("utf-8", "replace")
     assert proc.returncode == -9, (proc.returncode, text[-2000:])
-    assert "beam-agents-replay: stopped: agent code was still running 1 s" in text, text[-2000:]
-    paragraph = text.index("beam-agents-replay: stopped:")
-    assert text.rindex("\x1b[?1049l") < paragraph  # the main screen back, then the words
+    assert paragraph in text, text[-2000:]
+    assert text.rindex("\x1b[?1049l") < text.index(paragraph)  # the screen back, then words
     assert "Thread 0x" not in text  # no stacks drawn into the TUI's screen
     assert "\x1b[?1049h" in text  # the TUI had taken the screen over
+    if paragraph == ABANDONED:  # it had shown the verdict and answered until then
+        assert "ran past the time limit of 0.5 s" in text
     assert after == before  # echo, line editing: the terminal as it was before the TUI
+
+
+def _blocked_stdout() -> tuple[int, int]:
+    """A pipe of one page, full but for 64 bytes: the command's report blocks on it."""
+    import fcntl
+
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)
+    os.write(write_end, b"." * (4096 - 64))
+    return read_end, write_end
+
+
+def _drain(read_end: int) -> bytes:
+    import select
+
+    out = bytearray()
+    while select.select([read_end], [], [], 0.1)[0]:
+        chunk = os.read(read_end, 65536)
+        if not chunk:
+            break
+        out += chunk
+    return bytes(out)
+
+
+def _start(incident: Incident, folder: Path, registry: str, stdout: int, **env: str) -> Any:
+    path = folder / f"{registry.lower()}.bundle"
+    path.write_bytes(incident.make(registry=f"last_resort_agents:{registry}", seq=1))
+    environ = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+        **env,
+    }
+    return subprocess.Popen(
+        [SCRIPT, str(path), "--time-limit", "0.5"],
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        env=environ,
+        cwd=HERE,
+    )
+
+
+def test_a_report_blocked_on_a_slow_reader_is_not_taken_for_a_stuck_interpreter(
+    incident: Incident, tmp_path: Path
+) -> None:
+    """Past the limit the re-run is abandoned and the report written; a reader that takes
+    its time (a pager) blocks that write, which is no reason to end the command."""
+    read_end, write_end = _blocked_stdout()
+    proc = _start(
+        incident, tmp_path, "TOOLS_SLEEP_THEN_HOLD", write_end, **{lra.HOLD_AFTER_ENV: "3600"}
+    )
+    os.close(write_end)
+    try:
+        time.sleep(3)  # six times the limit: the report has long been waiting on the pipe
+        assert proc.poll() is None, proc.stderr.read()
+        out = _drain(read_end)
+        while proc.poll() is None:
+            out += _drain(read_end)
+        stderr = proc.stderr.read().decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        proc.stderr.close()
+        os.close(read_end)
+    assert proc.returncode == 3, (proc.returncode, stderr)
+    assert b"ran past the time limit of 0.5 s" in out
+    assert "stopped" not in stderr
+
+
+def test_abandoned_agent_code_that_then_holds_the_interpreter_cannot_hang_the_command(
+    incident: Incident, tmp_path: Path
+) -> None:
+    """Abandoned at the limit while it sleeps, the agent code takes the interpreter while
+    the report waits on a slow reader: the command could then never end. Its heartbeat
+    stops, and the watchdog ends it."""
+    read_end, write_end = _blocked_stdout()
+    proc = _start(
+        incident, tmp_path, "TOOLS_SLEEP_THEN_HOLD", write_end, **{lra.HOLD_AFTER_ENV: "1"}
+    )
+    os.close(write_end)
+    try:
+        proc.wait(timeout=30)
+        stderr = proc.stderr.read().decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        proc.stderr.close()
+        os.close(read_end)
+    assert proc.returncode == -9, (proc.returncode, stderr)
+    assert ABANDONED in stderr, stderr
+    paragraph = stderr[stderr.index(ABANDONED) :]
+    assert "held the Python interpreter for more than 1 s" in paragraph
+    assert "SIGKILL (exit status 137)" in paragraph and "--time-limit SECONDS" in paragraph
+
+
+def test_time_the_replay_spends_stopped_is_not_counted(incident: Incident, tmp_path: Path) -> None:
+    """Ctrl+Z, or a debugger holding the process at a breakpoint (as the paragraph advises):
+    the watchdog waits, and counts only the time the replay ran."""
+    proc = _start(incident, tmp_path, "TOOLS_CANCEL_ITIMER", subprocess.PIPE)
+    try:
+        time.sleep(0.6)  # armed (importing is quick): the deadline is 1.3 s from its start
+        os.kill(proc.pid, signal.SIGSTOP)
+        time.sleep(2.5)
+        assert _state(proc.pid) == "T"  # stopped, not killed
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.wait(timeout=30)
+        stderr = proc.stderr.read().decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        proc.stderr.close()
+        proc.stdout.close()
+    assert proc.returncode == -9, (proc.returncode, stderr)
+    assert PARAGRAPH in stderr, stderr
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
