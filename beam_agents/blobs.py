@@ -33,7 +33,13 @@ from beam_agents._protos import (
 )
 from beam_agents.errors import CorruptBlobError, MemoryValueError, StateError
 from beam_agents.llm_cache import ReplayCache
-from beam_agents.migrations import CURRENT_VERSIONS, migrate, parse_json_object, parse_proto
+from beam_agents.migrations import (
+    CURRENT_VERSIONS,
+    MessageT,
+    migrate,
+    parse_json_object,
+    parse_proto,
+)
 from beam_agents.tool_cache import ToolCache
 
 MAX_RESUME_RECORDS = 8
@@ -205,6 +211,86 @@ def split_fields(
     return b"".join(kept), taken
 
 
+PIECE_BYTES = 1 << 20
+"""``parse_in_pieces`` hands the parser pieces of about this size."""
+
+
+def _piece_ends(view: memoryview) -> list[int] | None:
+    """Where ``view``'s pieces of whole top-level fields end, each piece about
+    ``PIECE_BYTES`` (a field is never cut: a larger one is a piece of its own); None when
+    ``view`` is not well-formed wire format at its top level (as ``split_fields``)."""
+    ends: list[int] = []
+    size = len(view)
+    at = piece_start = fields = 0
+    while at < size:
+        fields += 1
+        if fields > MAX_SPLIT_FIELDS:
+            return None
+        tag = _read_varint(view, at, limit=5)
+        if tag is None or tag[0] > _MAX_TAG:
+            return None
+        key, at = tag
+        number, wire_type = key >> 3, key & 7
+        if number == 0:
+            return None
+        if wire_type == 0:
+            varint = _read_varint(view, at)
+            if varint is None:
+                return None
+            at = varint[1]
+        elif wire_type == 1:
+            at += 8
+        elif wire_type == 5:
+            at += 4
+        elif wire_type == 2:
+            length = _read_varint(view, at)
+            if length is None or length[0] >= _MAX_LENGTH:
+                return None
+            at = length[1] + length[0]
+        else:
+            return None
+        if at > size:
+            return None
+        if at - piece_start >= PIECE_BYTES:
+            ends.append(at)
+            piece_start = at
+    if not ends or ends[-1] != size:
+        ends.append(size)
+    return ends
+
+
+def parse_in_pieces(message_type: type[MessageT], kind: str, data: Buffer) -> MessageT:
+    """``parse_proto`` of a large buffer that is not ``bytes``, without a copy of all of it.
+
+    upb parses only ``bytes`` in place: it copies any other buffer into a temporary
+    ``bytes`` first, which for a view of a 64 MB cache body is 64 MB more while it
+    parses (issue 14). So the buffer is parsed in pieces of whole top-level fields,
+    each merged into the message: parsing a concatenation of messages is merging
+    them, so the result is the whole parse's. Bytes that do not walk or merge cleanly
+    are parsed whole, so a corrupt body fails with ``parse_proto``'s error, word for word.
+    """
+    if isinstance(data, bytes) or len(data) < LARGE_CELL_BYTES:
+        return parse_proto(message_type, kind, data)
+    view = memoryview(data)
+    ends = _piece_ends(view)
+    if ends is None:
+        return parse_proto(message_type, kind, data)
+    message = message_type()
+    start = 0
+    try:
+        for end in ends:
+            message.MergeFromString(view[start:end])  # type: ignore[arg-type]  # any buffer parses
+            start = end
+    except DecodeError:
+        return parse_proto(message_type, kind, data)
+    return message
+
+
+def _current(kind: str, version: int, body: Buffer) -> Buffer:
+    """``body``, as ``bytes`` when a migration step will read it (steps take ``bytes``)."""
+    return bytes(body) if version < CURRENT_VERSIONS[kind] else body
+
+
 _BODY_FIELD_NUMBER: int = VersionedBlob.DESCRIPTOR.fields_by_name["body"].number
 _BODY_FIELD = frozenset({_BODY_FIELD_NUMBER})
 
@@ -353,14 +439,17 @@ def load_llm_cache(raw: bytes) -> tuple[ReplayCache, list[str]]:
     return ReplayCache.from_body(parsed, copy=False), steps
 
 
-def load_llm_cache_at(version: int, body: bytes) -> tuple[ReplayCache, list[str]]:
+def load_llm_cache_at(version: int, body: Buffer) -> tuple[ReplayCache, list[str]]:
     """The replay cache from the body of an ``llm_cache`` cell stamped ``version``.
+
+    ``body`` may be a view of the snapshot's bytes: it is parsed in pieces
+    (``parse_in_pieces``), and nothing of the cache refers into it afterwards.
 
     Returns:
         ``(cache, applied migration steps)``.
     """
-    body, steps = migrate("llm_cache", version, body)
-    parsed = parse_proto(LlmCacheBody, "llm_cache", body)
+    current, steps = migrate("llm_cache", version, _current("llm_cache", version, body))  # type: ignore[arg-type]
+    parsed = parse_in_pieces(LlmCacheBody, "llm_cache", current)
     return ReplayCache.from_body(parsed, copy=False), steps
 
 
@@ -386,14 +475,14 @@ def load_tool_cache(raw: bytes) -> tuple[ToolCache, list[str]]:
     return ToolCache.from_body(parsed, copy=False), steps
 
 
-def load_tool_cache_at(version: int, body: bytes) -> tuple[ToolCache, list[str]]:
+def load_tool_cache_at(version: int, body: Buffer) -> tuple[ToolCache, list[str]]:
     """The recorded tool results from the body of a ``tool_cache`` cell stamped ``version``.
 
     Returns:
         ``(cache, applied migration steps)``.
     """
-    body, steps = migrate("tool_cache", version, body)
-    parsed = parse_proto(ToolCacheBody, "tool_cache", body)
+    current, steps = migrate("tool_cache", version, _current("tool_cache", version, body))  # type: ignore[arg-type]
+    parsed = parse_in_pieces(ToolCacheBody, "tool_cache", current)
     return ToolCache.from_body(parsed, copy=False), steps
 
 

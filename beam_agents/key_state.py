@@ -28,6 +28,7 @@ from beam_agents._protos import (
 )
 from beam_agents.blobs import (
     LARGE_CELL_BYTES,
+    Buffer,
     blob_version,
     dump_continuation,
     dump_llm_cache,
@@ -239,15 +240,18 @@ def load_snapshot_for_replay(
     """``load_snapshot`` for replay, holding a large cache as few times as it can (issue 14).
 
     The ``llm_cache`` and ``tool_cache`` blobs are taken apart in place
-    (``blobs.split_fields``): each body is copied out of ``data`` once, never as a
-    ``bytes`` field of a parsed snapshot and again out of a parsed ``VersionedBlob``.
+    (``blobs.split_fields``) and each body is parsed from a view of ``data``, in pieces
+    (``blobs.parse_in_pieces``): no body is copied whole, neither as a ``bytes`` field
+    of a parsed snapshot, nor out of a parsed ``VersionedBlob``, nor by the parser. So
+    the load holds ``data`` and the parsed caches, plus a piece of about a MiB,
+    whether ``data`` is the caller's ``bytes`` (which it cannot free) or a ``bytearray``.
     Errors are those of ``load_snapshot``: bytes that are not well-formed are loaded
     by it.
 
     Args:
-        data: The snapshot's bytes. A large ``bytearray`` is emptied once the bodies
-            are copied out of it, before they are parsed, so the snapshot's bytes are
-            not held alongside its parsed cache: pass one you have no further use for.
+        data: The snapshot's bytes. A large ``bytearray`` is emptied once the caches
+            are parsed out of it, so the snapshot's bytes are not held alongside its
+            parsed cache afterwards: pass one you have no further use for.
 
     Returns:
         ``(snapshot, the key's state at the current layouts, the version each blob was
@@ -267,22 +271,23 @@ def load_snapshot_for_replay(
         versions = {kind: blob_version(kind, raw) for kind, raw in cells.items() if raw}
         return snapshot, state, _stored_versions(snapshot, versions)
     snapshot, bodies = parts
+    del parts
+    versions = {kind: version for kind, (version, _) in bodies.items()}
+    state = _state_of(snapshot, size, bodies)  # takes the bodies (views of data) out
     if isinstance(data, bytearray):
-        # The bodies are copies: nothing here refers into data any more. Something else
+        # The caches are parsed: nothing here refers into data any more. Something else
         # holding a view of it (a debugger, a sampling profiler's frame) only keeps
         # its memory from being freed now.
         with contextlib.suppress(BufferError):
             del data[:]
-    versions = {kind: version for kind, (version, _) in bodies.items()}
-    state = _state_of(snapshot, size, bodies)
     return snapshot, state, _stored_versions(snapshot, versions)
 
 
 def _cache_parts(
     data: bytes | bytearray,
-) -> tuple[StateSnapshot, dict[str, tuple[int, bytes]]] | None:
+) -> tuple[StateSnapshot, dict[str, tuple[int, Buffer]]] | None:
     """The snapshot without its cache fields, and each non-empty cache blob's (version,
-    body) copied out of ``data``; None when ``data`` cannot be taken apart cleanly."""
+    body), the body a view of ``data``; None when ``data`` cannot be taken apart cleanly."""
     split = split_fields(data, _CACHE_FIELDS)
     if split is None:
         return None
@@ -291,7 +296,7 @@ def _cache_parts(
         snapshot = StateSnapshot.FromString(rest)
     except DecodeError:
         return None
-    bodies: dict[str, tuple[int, bytes]] = {}
+    bodies: dict[str, tuple[int, Buffer]] = {}
     for kind, number in _CACHE_FIELD_NUMBERS.items():
         view = views.get(number)
         if view is None or not len(view):
@@ -300,7 +305,7 @@ def _cache_parts(
         if unwrapped is None:
             return None
         version, body = unwrapped
-        bodies[kind] = (version, bytes(body))
+        bodies[kind] = (version, body)
     return snapshot, bodies
 
 
@@ -323,7 +328,7 @@ def _stored_versions(snapshot: StateSnapshot, caches: dict[str, int]) -> dict[st
 
 
 def _state_of(
-    snapshot: StateSnapshot, size: int, caches: dict[str, tuple[int, bytes]] | None = None
+    snapshot: StateSnapshot, size: int, caches: dict[str, tuple[int, Buffer]] | None = None
 ) -> KeyState:
     """The state a parsed snapshot of ``size`` bytes holds.
 

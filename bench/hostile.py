@@ -2,15 +2,18 @@
 
     .venv/bin/python bench/hostile.py [--events 100000]
 
-Three cases from the hostile-input review (issue 14), each replayed by the
+Four cases from the hostile-input review (issue 14), each replayed by the
 ``beam-agents-replay`` console script in its own process (``--json``), its peak
 RSS read from ``getrusage(RUSAGE_CHILDREN)`` of a one-child wrapper:
 
   (a) an activation of 100,000 events (99,998 read-only tool calls), with --json;
   (b) a trace whose target ACTIVATION_START carries 500,000 attributes;
-  (c) a snapshot whose replay cache holds 64 entries of ~1 MiB responses.
+  (c) a snapshot whose replay cache holds 64 entries of ~1 MiB responses;
+  (d) (c) through the Python API: ``Replayer.replay`` given the snapshot as ``bytes``
+      the caller read and keeps (its result written as ``--json`` writes it), in a
+      ``python -c`` process.
 
-Targets (issue 14): (a) <= 200 MB, (b) <= 150 MB, (c) <= 3x the snapshot's size.
+Targets (issue 14): (a) <= 200 MB, (b) <= 150 MB, (c) and (d) <= 3x the snapshot's size.
 The baseline is an interpreter that imports the replay CLI and exits (printed
 too), so the ratios can be read against what Python itself costs. Not a test:
 nothing here asserts a time.
@@ -119,6 +122,24 @@ def _write(directory: Path, snapshot: bytes, trace: list[TraceEvent], event: byt
     ]  # fmt: skip
 
 
+REPLAYER_WITH_BYTES = """\
+import sys
+from pathlib import Path
+
+import hostile
+from beam_agents.replay import Replayer
+from beam_agents.replay.json_report import write_json
+
+snapshot = Path(sys.argv[1]).read_bytes()  # the caller's bytes, held for the whole replay
+result = Replayer(agent=hostile.BIG_ANSWERS, registry=hostile.TOOLS).replay(
+    snapshot, sys.argv[2], sys.argv[3], seq=2
+)
+write_json(result, sys.stdout)
+sys.exit(result.exit_code)
+"""
+"""(d): what a caller of the Python API does with a snapshot it has as bytes."""
+
+
 def _measure(argv: list[str], env: dict[str, str]) -> tuple[float, float, int, int]:
     """(peak RSS in MB, seconds, exit code, stdout bytes) of one child process."""
     wrapper = (
@@ -139,13 +160,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--attributes", type=int, default=500_000)
-    parser.add_argument("--cases", default="abc", help="which cases to run, e.g. 'ac' (default: abc)")
+    parser.add_argument("--cases", default="abcd", help="which cases to run, e.g. 'ac' (default: abcd)")
     parser.add_argument("--keep", metavar="DIR", help="write the inputs under DIR and keep them")
     args = parser.parse_args()
     script = str(Path(sys.executable).parent / "beam-agents-replay")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
     env[CALLS_ENV] = str(args.events)
     cases: list[tuple[str, list[str], int, str]] = []
+    """(name, command: the console script's arguments, or a whole command line for (d), input
+    size, target)."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.keep or tmp)
         os.environ[CALLS_ENV] = str(args.events)
@@ -171,6 +194,9 @@ def main() -> None:
         cases.append(("(c) 64-entry cache of ~1 MiB responses",
                       [*flags_c, "--agent", "hostile:BIG_ANSWERS", "--registry", "hostile:TOOLS", "--json"],
                       size_c, f"<= 3x snapshot = {3 * size_c / MB:.0f} MB"))  # fmt: skip
+        cases.append(("(d) (c) as bytes given to Replayer.replay",
+                      [sys.executable, "-c", REPLAYER_WITH_BYTES, *flags_c[1:6:2]],
+                      size_c, f"<= 3x snapshot = {3 * size_c / MB:.0f} MB"))  # fmt: skip
         env_b = {**env, CALLS_ENV: "2"}
         base_rss, base_s, _, _ = _measure([sys.executable, "-c", "import beam_agents.cli"], env)
         print(f"baseline: python importing the replay CLI: {base_rss:.0f} MB peak RSS, {base_s:.2f} s")
@@ -179,7 +205,8 @@ def main() -> None:
             if name[1] not in args.cases:
                 continue
             run_env = env_b if name.startswith("(b)") else env
-            rss, seconds, code, out = _measure([script, *argv], run_env)
+            command = argv if name.startswith("(d)") else [script, *argv]
+            rss, seconds, code, out = _measure(command, run_env)
             print(
                 f"{name:45} {size / MB:9.1f} {rss:8.0f} {rss * MB / max(size, 1):8.2f} "
                 f"{seconds:6.1f} {code:4d} {out / MB:9.1f}  {target}"

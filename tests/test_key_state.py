@@ -6,6 +6,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import pytest
 from hypothesis import given, settings
@@ -577,3 +578,60 @@ def test_a_large_bytearray_is_emptied_once_its_cache_bodies_are_copied_out() -> 
 
     assert data == bytearray()
     assert loaded == outcome(load_the_old_way, LARGE_SNAPSHOT)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.integers(1, 4096),
+    st.one_of(
+        st.tuples(st.just("none"), st.just(0)),
+        st.tuples(st.just("cut"), st.integers(0, len(LARGE_SNAPSHOT) - 1)),
+        st.tuples(st.just("flip"), st.integers(0, len(LARGE_SNAPSHOT) - 1), st.integers(1, 255)),
+    ),
+)
+def test_cache_bodies_parsed_in_pieces_of_any_size_load_what_a_whole_parse_loads(
+    piece: int, mutation: tuple[Any, ...]
+) -> None:
+    # Merging the pieces is the whole parse: the same caches, the same errors word for word.
+    import beam_agents.blobs
+
+    data = bytearray(LARGE_SNAPSHOT)
+    if mutation[0] == "cut":
+        del data[mutation[1] :]
+    elif mutation[0] == "flip":
+        data[mutation[1]] ^= mutation[2]
+    mutated = bytes(data)
+    expected = outcome(load_the_old_way, mutated)
+    with patch.object(beam_agents.blobs, "PIECE_BYTES", piece):
+        assert outcome(load_snapshot_for_replay, mutated) == expected
+        assert outcome(load_snapshot_for_replay, bytearray(mutated)) == expected
+
+
+def test_a_cache_body_given_as_a_view_is_never_copied_whole() -> None:
+    # upb copies any buffer but bytes before parsing it: a view of a 64 MB body would be
+    # 64 MB more while it loads. The pieces are about PIECE_BYTES each.
+    import tracemalloc
+
+    from beam_agents._protos import LlmCacheBody
+    from beam_agents.blobs import PIECE_BYTES, parse_in_pieces
+    from beam_agents.migrations import parse_proto
+
+    body = LlmCacheBody()
+    for n in range(16):
+        body.entries.add(cache_key=f"{n:064x}", response=LlmResponse(text=f"{n} " * 200_000))
+    data = bytearray(body.SerializeToString(deterministic=True))
+    assert len(data) > 6 * PIECE_BYTES
+
+    def peak(parse: Any) -> tuple[int, Any]:
+        tracemalloc.start()
+        try:
+            parsed = parse(LlmCacheBody, "llm_cache", memoryview(data))
+            return tracemalloc.get_traced_memory()[1], parsed
+        finally:
+            tracemalloc.stop()
+
+    whole_peak, whole = peak(parse_proto)
+    pieces_peak, pieces = peak(parse_in_pieces)
+    assert whole_peak >= len(data)  # the copy this avoids, seen by tracemalloc
+    assert pieces_peak < 2 * PIECE_BYTES
+    assert pieces == whole == LlmCacheBody.FromString(bytes(data))

@@ -8,7 +8,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from beam_agents.cli.output import report_refusal, write_output
-from beam_agents.cli.parsing import PROG, ExitCodesFormatter, Parser, UsageError
+from beam_agents.cli.parsing import CLI_NAMING, PROG, ExitCodesFormatter, Parser, UsageError
 from beam_agents.cli.process import cwd_importable, isolate
 from beam_agents.replay.escape import escape
 from beam_agents.replay.result import EXIT_OK
@@ -87,8 +87,11 @@ def _run_bundle_write(ns: argparse.Namespace) -> int:
                 seq=ns.seq,
                 all_seqs=ns.all,
                 hitl=ns.hitl,
+                naming=CLI_NAMING,
             )
-        bundle = load_bundle(data)  # what we wrote must be what every reader accepts
+        bundle = load_bundle(
+            data, naming=CLI_NAMING
+        )  # what we wrote must be what every reader accepts
     except ReplayRefused as refused:
         return report_refusal("bundle", refused)
     # An existing FILE is replaced (docs/incidents.md: a bundle is a function of its inputs, so

@@ -7,7 +7,7 @@ import os
 import sys
 
 from beam_agents.cli.output import json_text, print_out, write_output
-from beam_agents.cli.parsing import PROG, Parser, UsageError, add_time_limit_flag
+from beam_agents.cli.parsing import CLI_NAMING, PROG, Parser, UsageError, add_time_limit_flag
 from beam_agents.cli.process import PROCESS_LIFE, cwd_importable
 from beam_agents.replay.escape import escape
 from beam_agents.replay.result import EXIT_USAGE
@@ -67,6 +67,7 @@ def _run_check(ns: argparse.Namespace) -> int:
         jobs=ns.jobs,
         time_limit=ns.time_limit,
         isolate=PROCESS_LIFE["isolate"],
+        naming=CLI_NAMING,
     )
     if ns.junit is not None:
         try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from beam_agents.cli.parsing import PROG, ExitCodesFormatter, Parser, UsageError
+from beam_agents.cli.parsing import CLI_NAMING, PROG, ExitCodesFormatter, Parser, UsageError
 from beam_agents.cli.process import isolate
 from beam_agents.replay.escape import escape
 from beam_agents.replay.result import EXIT_OK
@@ -43,6 +43,7 @@ def _run_convert_bq(ns: argparse.Namespace) -> int:
     from beam_agents.bigquery_rows import read_bigquery_rows, rows_to_trace_events
     from beam_agents.errors import FrameTooLargeError, TraceStreamError
     from beam_agents.replay.inputs import open_regular
+    from beam_agents.replay.naming import Input
     from beam_agents.replay.refusal import InputError
     from beam_agents.trace_stream import write_trace_stream
 
@@ -51,7 +52,7 @@ def _run_convert_bq(ns: argparse.Namespace) -> int:
     name = "<stdin>" if ns.rows == "-" else ns.rows
     if ns.rows != "-":
         try:  # a regular file within the ROWS cap: not /dev/zero, not a FIFO, not a directory
-            open_regular(ns.rows, "ROWS").close()
+            open_regular(ns.rows, Input.ROWS, CLI_NAMING).close()
         except InputError as exc:
             raise UsageError(f"{exc.message}", _CONVERT_BQ) from None
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from beam_agents.cli.output import json_text, print_out, report_refusal
-from beam_agents.cli.parsing import ExitCodesFormatter, Parser
+from beam_agents.cli.parsing import CLI_NAMING, ExitCodesFormatter, Parser
 from beam_agents.cli.process import isolate
 from beam_agents.replay.result import EXIT_OK
 
@@ -57,7 +57,7 @@ def _run_ls(ns: argparse.Namespace) -> int:
 
     isolate()  # it runs no agent code; isolated all the same (docs/replay.md, the re-run)
     try:
-        listing = list_activations(ns.traces, snapshot=ns.snapshot, key=ns.key)
+        listing = list_activations(ns.traces, snapshot=ns.snapshot, key=ns.key, naming=CLI_NAMING)
     except ReplayRefused as refused:
         return report_refusal("ls", refused)
     print_out(json_text(listing_json(listing)) if ns.json else render_listing(listing))

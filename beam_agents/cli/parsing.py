@@ -9,6 +9,7 @@ import os
 import sys
 from typing import NoReturn
 
+from beam_agents.replay.naming import Input, Naming
 from beam_agents.replay.options import (
     DEFAULT_TIME_LIMIT,
     MAX_TIME_LIMIT,
@@ -17,6 +18,39 @@ from beam_agents.replay.options import (
 )
 
 PROG = "beam-agents-replay"
+
+CLI_NAMING = Naming(
+    names={
+        Input.SNAPSHOT: "--snapshot",
+        Input.TRACES: "--traces",
+        Input.EVENT: "--event",
+        Input.EVENTS: "--events",
+        Input.SEQ: "--seq",
+        Input.ALL: "--all",
+        Input.KEY: "--key",
+        Input.WHAT_IF: "--what-if",
+        Input.TIME_LIMIT: "--time-limit",
+        Input.AGENT: "--agent",
+        Input.REGISTRY: "--registry",
+        Input.HITL: "--hitl",
+        Input.BUNDLE: "bundle",
+        Input.ROWS: "ROWS",
+    },
+    joiner=" ",
+    raise_cap="{env}=<bytes> beam-agents-replay ...",
+    raise_time_limit=(
+        "raise the limit with --time-limit SECONDS (0: no limit; Replayer(time_limit=...) "
+        "from Python)"
+    ),
+    import_advice=(
+        "run beam-agents-replay where that module is importable (the current directory is on "
+        "the import path; set PYTHONPATH for others)"
+    ),
+    without_switch="without the flag",
+    list_keys="run ls without --key",
+)
+"""How the command line names replay's inputs in the messages that refuse them: by its flags
+(the replay package takes this from its caller; docs/index.md, "How the code is laid out")."""
 EXIT_CODES_HELP = """\
 exit codes:
   0  reproduced: the re-run matched the traced record (also: a what-if of a pending resume)
@@ -261,4 +295,5 @@ def replay_options(ns: argparse.Namespace, prog: str = PROG) -> ReplayOptions:
         hitl=ns.hitl,
         what_if=ns.what_if,
         time_limit=ns.time_limit,
+        naming=CLI_NAMING,
     )

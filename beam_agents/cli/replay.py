@@ -10,6 +10,7 @@ import sys
 from beam_agents._version import __version__
 from beam_agents.cli.output import silence_stdout
 from beam_agents.cli.parsing import (
+    CLI_NAMING,
     EXIT_CODES_HELP,
     PROG,
     Parser,
@@ -76,8 +77,10 @@ def bundle_replay_options(ns: argparse.Namespace) -> ReplayOptions | ReplayResul
     from beam_agents.replay.refusal import ReplayRefused
 
     try:
-        bundle = load_bundle(ns.bundle)
-        options = bundle_options(bundle, seq=ns.seq, agent=ns.agent, registry=ns.registry)
+        bundle = load_bundle(ns.bundle, naming=CLI_NAMING)
+        options = bundle_options(
+            bundle, seq=ns.seq, agent=ns.agent, registry=ns.registry, naming=CLI_NAMING
+        )
         return dataclasses.replace(options, what_if=ns.what_if, time_limit=ns.time_limit)
     except ReplayRefused as refused:
         from beam_agents.replay.result import ReplayHeader

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from beam_agents.cli.parsing import (
+    CLI_NAMING,
     EXIT_CODES_HELP,
     PROG,
     Parser,
@@ -52,7 +53,9 @@ def run_bundle_tui(ns: argparse.Namespace) -> int:
     from beam_agents.replay.bundle import load_bundle
 
     return open_tui(
-        loaded, seqs=load_bundle(ns.bundle).seqs, export_dir=getattr(ns, "export_dir", None)
+        loaded,
+        seqs=load_bundle(ns.bundle, naming=CLI_NAMING).seqs,
+        export_dir=getattr(ns, "export_dir", None),
     )
 
 
@@ -68,7 +71,7 @@ def _replayable_seqs(options: ReplayOptions) -> tuple[int, ...]:
     from beam_agents.replay.refusal import ReplayRefused
 
     try:
-        listing = list_activations(options.traces, snapshot=options.snapshot)
+        listing = list_activations(options.traces, snapshot=options.snapshot, naming=options.naming)
     except ReplayRefused:
         return ()
     return tuple(

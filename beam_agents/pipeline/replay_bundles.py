@@ -36,24 +36,12 @@ from typing import Any, NamedTuple
 from apache_beam.pvalue import PCollection
 
 from beam_agents.pipeline._beam import beam
+from beam_agents.replay.naming import REPLAY_BUNDLES
 from beam_agents.replay.options import DEFAULT_TIME_LIMIT, checked_time_limit
 
 __all__ = ["ReadBundleFiles", "ReplayBundles", "ReplayBundlesOutputs"]
 
 _TAG_ROWS = "rows"
-
-
-def _row_dict(row: Any) -> dict[str, Any]:
-    return {
-        "path": row.path,
-        "seq": row.seq,
-        "entity_key": row.entity_key.hex(),
-        "verdict": row.verdict.value,
-        "exit_code": row.exit_code,
-        "cause": row.cause,
-        "detail": row.detail,
-        "seconds": row.seconds,
-    }
 
 
 def _named(element: Any) -> tuple[str, bytes]:
@@ -74,10 +62,10 @@ class _SplitBundles(beam.DoFn):  # type: ignore[misc]
         name, data = _named(element)
         started = time.perf_counter()
         try:
-            bundle = load_bundle(data, name=name)
+            bundle = load_bundle(data, name=name, naming=REPLAY_BUNDLES)
         except ReplayRefused as refused:
             row = _refused_row(name, refused, time.perf_counter() - started)
-            yield beam.pvalue.TaggedOutput(_TAG_ROWS, _row_dict(row))
+            yield beam.pvalue.TaggedOutput(_TAG_ROWS, row.document())
             return
         for seq in bundle.seqs:
             yield (name, data, seq)
@@ -100,21 +88,21 @@ class _ReplayActivation(beam.DoFn):  # type: ignore[misc]
 
         name, data, seq = element
         started = time.perf_counter()
-        bundle = load_bundle(data, name=name)
+        bundle = load_bundle(data, name=name, naming=REPLAY_BUNDLES)
         # replay() itself writes no bytecode while it imports and runs agent code.
-        options = bundle_options(bundle, seq=seq, agent=self._agent, registry=self._registry)
-        result = replay(with_changes(options, time_limit=self._time_limit))
-        yield _row_dict(
-            CheckRow(
-                path=name,
-                seq=seq,
-                entity_key=bundle.entity_key,
-                verdict=result.verdict,
-                cause=result_cause(result),
-                detail=result.error or result.reason,
-                seconds=time.perf_counter() - started,
-            )
+        options = bundle_options(
+            bundle, seq=seq, agent=self._agent, registry=self._registry, naming=REPLAY_BUNDLES
         )
+        result = replay(with_changes(options, time_limit=self._time_limit))
+        yield CheckRow(
+            path=name,
+            seq=seq,
+            entity_key=bundle.entity_key,
+            verdict=result.verdict,
+            cause=result_cause(result),
+            detail=result.error or result.reason,
+            seconds=time.perf_counter() - started,
+        ).document()
 
 
 def _count_key(row: dict[str, Any]) -> tuple[tuple[str, str], int]:
@@ -126,7 +114,8 @@ class ReplayBundlesOutputs(NamedTuple):
 
     results: PCollection[dict[str, Any]]
     """One row per activation (also one per unreadable bundle): path, seq, entity_key (hex),
-    verdict, exit_code, cause, detail, seconds — the fields of ``check --json`` rows."""
+    verdict, exit_code, cause, detail, seconds — a row of ``check --json``
+    (``CheckRow.document``)."""
     counts: PCollection[tuple[tuple[str, str], int]]
     """``((verdict, cause), number of rows)``: the groups of ``check``'s table."""
 

@@ -15,6 +15,7 @@ or, as the command line does, from files and ``module:ATTR`` paths:
 Modules, in the order a replay uses them:
 
     options       ReplayOptions: the inputs, as the CLI gives them
+    naming        how the caller names the inputs in refusals (parameters; the CLI: flags)
     inputs        reading files; the snapshot (migrated in memory), the event, agent imports
     traced        the key's traced activations, filtered out of the trace streams
     reconstruct   target, clock, trigger and pre-state; do the inputs belong together?

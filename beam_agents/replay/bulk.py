@@ -49,6 +49,7 @@ from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any
 
+from beam_agents.replay.naming import CHECK_BUNDLES, Input, Naming
 from beam_agents.replay.options import DEFAULT_TIME_LIMIT, RAN_PAST, checked_time_limit
 from beam_agents.replay.result import ReplayResult, Verdict
 
@@ -324,6 +325,7 @@ def check_one(
     time_limit: float | None = DEFAULT_TIME_LIMIT,
     after_seq: int | None = None,
     on_start: Callable[[int], None] | None = None,
+    naming: Naming = CHECK_BUNDLES,
 ) -> Iterator[CheckRow]:
     """Replay every activation of one bundle (those after ``after_seq``), one row each.
 
@@ -336,7 +338,7 @@ def check_one(
 
     started = time.perf_counter()
     try:
-        bundle = load_bundle(path)
+        bundle = load_bundle(path, naming=naming)
     except ReplayRefused as refused:
         yield _refused_row(path, refused, time.perf_counter() - started)
         return
@@ -349,7 +351,7 @@ def check_one(
         if on_start is not None:
             on_start(seq)
         started = time.perf_counter()
-        options = bundle_options(bundle, seq=seq, agent=agent, registry=registry)
+        options = bundle_options(bundle, seq=seq, agent=agent, registry=registry, naming=naming)
         result = replay(replace(options, time_limit=time_limit))
         yield CheckRow(
             path=path,
@@ -376,14 +378,18 @@ def _internal_row(path: str, exc: Exception, seconds: float) -> CheckRow:
 
 
 def _check_in_process(
-    files: Sequence[str], agent: str | None, registry: str | None, time_limit: float | None
+    files: Sequence[str],
+    agent: str | None,
+    registry: str | None,
+    time_limit: float | None,
+    naming: Naming,
 ) -> list[CheckRow]:
     saved = sys.dont_write_bytecode
     sys.dont_write_bytecode = True  # replay writes nothing, not even bytecode caches
     try:
         rows: list[CheckRow] = []
         for path in files:
-            rows.extend(check_one(path, agent, registry, time_limit=time_limit))
+            rows.extend(check_one(path, agent, registry, time_limit=time_limit, naming=naming))
         return rows
     finally:
         sys.dont_write_bytecode = saved
@@ -395,6 +401,7 @@ def _worker_main(
     registry: str | None,
     time_limit: float | None,
     environ: dict[str, str],
+    naming: Naming,
 ) -> None:
     """A ``check`` worker: isolated for life, then replays the bundles it is sent.
 
@@ -428,6 +435,7 @@ def _worker_main(
                 time_limit=time_limit,
                 after_seq=after_seq,
                 on_start=lambda seq: _send(conn, ["start", seq]),
+                naming=naming,
             ):
                 _send(conn, ["row", row.document()])
                 if still_running():
@@ -522,7 +530,7 @@ def _lost_row(path: str, seq: int | None, how: str, seconds: float) -> CheckRow:
     )
 
 
-def _stuck_row(path: str, seq: int, limit: float, seconds: float) -> CheckRow:
+def _stuck_row(path: str, seq: int, limit: float, seconds: float, naming: Naming) -> CheckRow:
     return CheckRow(
         path=path,
         seq=seq,
@@ -532,7 +540,7 @@ def _stuck_row(path: str, seq: int, limit: float, seconds: float) -> CheckRow:
         detail=f"{RAN_PAST} {limit:g} s and was not judged: the worker replaying it did not "
         f"answer for {seconds:.0f} s and was killed. Agent code that loops, sleeps or waits "
         "on something that never answers does not end; if the activation is only slow, raise "
-        "the limit with --time-limit SECONDS (0: no limit)",
+        f"the limit with {naming.given(Input.TIME_LIMIT, 'SECONDS')} (0: no limit)",
         seconds=seconds,
     )
 
@@ -556,6 +564,7 @@ def _check_in_workers(
     registry: str | None,
     time_limit: float | None,
     workers: int,
+    naming: Naming,
 ) -> list[CheckRow]:
     """Replay ``files`` in ``workers`` isolated processes; every activation gets its row."""
     from collections import deque
@@ -575,7 +584,7 @@ def _check_in_workers(
         parent, child = context.Pipe()
         process = context.Process(  # type: ignore[attr-defined]
             target=_worker_main,
-            args=(child, agent, registry, time_limit, dict(os.environ)),
+            args=(child, agent, registry, time_limit, dict(os.environ), naming),
             daemon=True,
         )
         process.start()
@@ -649,7 +658,10 @@ def _check_in_workers(
                     worker.process.kill()
                     assert time_limit
                     path = worker.task[0] if worker.task else ""
-                    lost(worker, _stuck_row(path, worker.seq, time_limit, now - worker.seq_started))
+                    lost(
+                        worker,
+                        _stuck_row(path, worker.seq, time_limit, now - worker.seq_started, naming),
+                    )
         for worker in pool:
             with contextlib.suppress(OSError):
                 worker.conn.send(None)
@@ -717,6 +729,7 @@ def check_bundles(
     jobs: int = 1,
     time_limit: float | None = DEFAULT_TIME_LIMIT,
     isolate: bool = False,
+    naming: Naming = CHECK_BUNDLES,
 ) -> CheckReport:
     """Replay every activation of every bundle and group the verdicts.
 
@@ -730,6 +743,8 @@ def check_bundles(
         isolate: Replay in worker processes even for one job, so that agent code never
             runs in this process (the CLI's choice): a worker it ends or hangs is an
             ``error`` or irreproducible row, and this process carries on.
+        naming: How the rows' messages name the inputs (default: these parameters; the
+            command line passes its flags).
 
     Returns:
         The report: ``report.exit_code`` is the worst verdict's, ``report.groups`` the
@@ -747,9 +762,9 @@ def check_bundles(
     rows: list[CheckRow] = _empty_directory_rows(paths)
     workers = min(jobs, len(files))
     if workers <= 1 and not isolate:
-        rows.extend(_check_in_process(files, agent, registry, time_limit))
+        rows.extend(_check_in_process(files, agent, registry, time_limit, naming))
     elif files:
-        rows.extend(_check_in_workers(files, agent, registry, time_limit, max(workers, 1)))
+        rows.extend(_check_in_workers(files, agent, registry, time_limit, max(workers, 1), naming))
     return CheckReport(
         rows=tuple(rows),
         bundles=len(files),

@@ -40,8 +40,9 @@ from beam_agents.errors import ConfigError, TraceStreamError
 from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
 from beam_agents.replay.events_lookup import load_envelopes, write_envelope_stream
 from beam_agents.replay.inputs import describe_source, import_object, open_regular, read_source
+from beam_agents.replay.naming import CHECK_BUNDLES, MAKE_BUNDLE, Input, Naming
 from beam_agents.replay.options import ReplayOptions, Source
-from beam_agents.replay.refusal import InputError
+from beam_agents.replay.refusal import CannotReproduce, InputError
 from beam_agents.replay.traced import check_complete, seq_ranges
 from beam_agents.trace_events import serialize_trace_event
 from beam_agents.trace_stream import read_trace_stream
@@ -71,7 +72,12 @@ MAX_BUNDLE_BYTES = 512 * 1024 * 1024
 # A serialized bundle starts with its format field: tag 1 (length-delimited), then the text.
 _MAGIC = b"\x0a" + bytes([len(BUNDLE_FORMAT)]) + BUNDLE_FORMAT.encode()
 
-_MAKE_ADVICE = "bundle takes the snapshot, traces and --events (or --event) of one incident"
+
+def _make_advice(naming: Naming) -> str:
+    return (
+        f"bundle takes the snapshot, traces and {naming.name(Input.EVENTS)} (or "
+        f"{naming.name(Input.EVENT)}) of one incident"
+    )
 
 
 @dataclass(frozen=True)
@@ -102,7 +108,7 @@ def is_bundle_file(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is a regular file that starts like a bundle (for the CLI's ``FILE``)."""
     try:
         # Non-blocking, regular files only: a FIFO named on the command line cannot hang us.
-        with open_regular(os.fspath(path), "bundle") as f:
+        with open_regular(os.fspath(path), Input.BUNDLE, MAKE_BUNDLE) as f:
             return f.read(len(_MAGIC)) == _MAGIC
     except (OSError, InputError):
         return False
@@ -111,12 +117,14 @@ def is_bundle_file(path: str | os.PathLike[str]) -> bool:
 # --------------------------------------------------------------------------- writing
 
 
-def _key_events(traces: Sequence[Source], key: bytes) -> dict[int, dict[int, bytes]]:
+def _key_events(
+    traces: Sequence[Source], key: bytes, naming: Naming
+) -> dict[int, dict[int, bytes]]:
     from beam_agents.replay.traced import _stream_inputs
 
     found: dict[int, dict[int, bytes]] = {}
     try:
-        for name, source in _stream_inputs(traces):
+        for name, source in _stream_inputs(traces, naming):
             for event in read_trace_stream(source, entity_key=key):
                 data = serialize_trace_event(event)
                 known = found.setdefault(event.seq, {}).get(event.index)
@@ -129,7 +137,7 @@ def _key_events(traces: Sequence[Source], key: bytes) -> dict[int, dict[int, byt
                         "pass only the traces of the pipeline the snapshot came from",
                     )
     except TraceStreamError as exc:
-        raise InputError(f"--traces: {exc}", _MAKE_ADVICE) from None
+        raise InputError(f"{naming.about(Input.TRACES)} {exc}", _make_advice(naming)) from None
     return found
 
 
@@ -153,6 +161,7 @@ def make_bundle(
     seq: int | None = None,
     all_seqs: bool = False,
     hitl: str | None = None,
+    naming: Naming = MAKE_BUNDLE,
 ) -> bytes:
     """The bytes of the bundle of one incident (deterministic: same inputs, same bytes).
 
@@ -162,12 +171,12 @@ def make_bundle(
             chosen activations are kept.
         agent: ``module:ATTR`` of the Agent the pipeline ran (recorded, not imported).
         registry: ``module:ATTR`` of its ToolRegistry (recorded, not imported).
-        events: Envelope dumps (``--events``); the triggering envelopes are picked by
-            traced id and sha256.
-        event: One envelope file (``--event``), added to ``events``.
+        events: Envelope dumps; the triggering envelopes are picked by traced id and sha256.
+        event: One envelope file, added to ``events``.
         seq: The activation to bundle; None: the key's highest traced one.
         all_seqs: Every traced activation of the key up to the snapshot's seq.
         hitl: ``module:ATTR`` of the pipeline's HitlPolicy (imported to record it).
+        naming: How the caller names these inputs in messages (default: these parameters).
 
     Raises:
         InputError: Unreadable or disagreeing inputs, an activation the snapshot
@@ -176,15 +185,18 @@ def make_bundle(
     """
     from beam_agents.replay.inputs import load_snapshot_source
 
-    for flag, value in (("--agent", agent), ("--registry", registry)):
+    for what, value in ((Input.AGENT, agent), (Input.REGISTRY, registry)):
         if ":" not in value:
-            raise InputError(f"{flag} {value!r} is not of the form module:ATTR")
+            raise InputError(f"{naming.given(what, repr(value))} is not of the form module:ATTR")
     if seq is not None and all_seqs:
-        raise InputError("--seq and --all were both given", "bundle one activation, or all")
-    raw_snapshot = read_source(snapshot, "--snapshot")
-    snap, _state, _ = load_snapshot_source(raw_snapshot)
+        raise InputError(
+            f"{naming.name(Input.SEQ)} and {naming.name(Input.ALL)} were both given",
+            "bundle one activation, or all",
+        )
+    raw_snapshot = read_source(snapshot, Input.SNAPSHOT, naming)
+    snap, _state, _ = load_snapshot_source(raw_snapshot, naming)
     key = snap.entity_key
-    by_seq = _key_events(traces, key)
+    by_seq = _key_events(traces, key, naming)
     if not by_seq:
         raise InputError(
             f"the traces hold no event of key {key.hex()} (the snapshot's key)",
@@ -203,7 +215,8 @@ def make_bundle(
         target = traced[-1] if seq is None else seq
         if target not in by_seq:
             raise InputError(
-                f"--seq {target}: the traces hold no activation of key {key.hex()} at seq "
+                f"{naming.given(Input.SEQ, target)}: the traces hold no activation of key "
+                f"{key.hex()} at seq "
                 f"{target} (traced seqs: {seq_ranges(traced)})",
                 "pick a traced seq, or pass the traces that hold it",
             )
@@ -211,7 +224,8 @@ def make_bundle(
             raise InputError(
                 f"the snapshot was exported at seq {snap.seq}, before the activation at seq "
                 f"{target}: it cannot replay it",
-                f"export the key again after seq {target}, or bundle --seq {snap.seq} or lower",
+                f"export the key again after seq {target}, or bundle "
+                f"{naming.given(Input.SEQ, snap.seq)} or lower",
             )
         seqs = [target]
     trace_bytes: list[bytes] = []
@@ -226,17 +240,23 @@ def make_bundle(
     if needed:
         sources = [*events, *([event] if event is not None else [])]
         if not sources:
+            events_name, event_name = naming.name(Input.EVENTS), naming.name(Input.EVENT)
             raise InputError(
                 f"the activation(s) at seq {seq_ranges(s for s, _, _ in needed)} were triggered "
-                f"by envelopes (first: {needed[0][1]!r}), and no --events or --event was given",
-                "pass a dump of the events (and results, approvals) topics with --events",
+                f"by envelopes (first: {needed[0][1]!r}), and no {events_name} or {event_name} "
+                "was given",
+                f"pass a dump of the events (and results, approvals) topics with {events_name}",
             )
-        index = load_envelopes(sources, key)
+        index = load_envelopes(sources, key, naming)
         for s, envelope_id, sha256 in needed:
             raw = index.find(envelope_id, sha256, seq=s)
             if raw not in envelopes:
                 envelopes.append(raw)
-    policy = import_object(hitl, "--hitl", HitlPolicy) if hitl is not None else DEFAULT_HITL_POLICY
+    policy = (
+        import_object(hitl, Input.HITL, HitlPolicy, naming)
+        if hitl is not None
+        else DEFAULT_HITL_POLICY
+    )
     message = IncidentBundle(
         format=BUNDLE_FORMAT,
         bundle_version=BUNDLE_VERSION,
@@ -264,8 +284,11 @@ def _refuse(name: str, what: str, advice: str = _LOAD_ADVICE) -> InputError:
     return InputError(f"bundle {name} {what}", advice)
 
 
-def load_bundle(source: Source, *, name: str | None = None) -> Bundle:
-    """Read and check a bundle (``name``: how to call it in messages, default its path).
+def load_bundle(
+    source: Source, *, name: str | None = None, naming: Naming = CHECK_BUNDLES
+) -> Bundle:
+    """Read and check a bundle (``name``: how to call it in messages, default its path;
+    ``naming``: how the caller names the inputs, for how to raise the size cap).
 
     Raises:
         InputError: Not a bundle, truncated or corrupt, newer than this package, too
@@ -290,7 +313,7 @@ def load_bundle(source: Source, *, name: str | None = None) -> Bundle:
         if not is_bundle_file(path) and os.access(path, os.R_OK):
             data = _MAGIC[:0]  # not a bundle: refused below without reading the whole file
         else:
-            data = read_source(source, "bundle")
+            data = read_source(source, Input.BUNDLE, naming)
     else:
         data = source
     if not data.startswith(_MAGIC):
@@ -324,6 +347,10 @@ def load_bundle(source: Source, *, name: str | None = None) -> Bundle:
     return Bundle(name=name, message=message, hitl=hitl, loaded_snapshot=loaded)
 
 
+_ITS_SNAPSHOT = CHECK_BUNDLES.known_as(Input.SNAPSHOT, "its snapshot")
+"""How a bundle's messages name the snapshot it holds (its loader names it by the given bytes)."""
+
+
 def _check_parts(
     name: str, message: IncidentBundle
 ) -> tuple[HitlPolicy, tuple[StateSnapshot, KeyState, dict[str, int]]]:
@@ -339,10 +366,11 @@ def _check_parts(
     # Parsed once, here: every blob is checked, so a corrupt one is named by the bundle,
     # not "<N bytes>", and each replay of the bundle gets what was loaded (bundle_options).
     try:
-        loaded = load_snapshot_source(message.snapshot)
+        loaded = load_snapshot_source(message.snapshot, _ITS_SNAPSHOT)
     except InputError as exc:
-        reason = exc.reason.replace(f"--snapshot <{len(message.snapshot)} bytes>", "its snapshot")
-        raise _refuse(name, f"holds a snapshot that does not load: {reason}") from None
+        raise _refuse(name, f"holds a snapshot that does not load: {exc.reason}") from None
+    except CannotReproduce as exc:  # a migration gap: exit 3, named by the bundle too
+        raise CannotReproduce(f"bundle {name}: {exc.reason}", exc.detail) from None
     snapshot = loaded[0]
     if snapshot.entity_key != key:
         raise _refuse(
@@ -448,6 +476,7 @@ def bundle_options(
     seq: int | None = None,
     agent: str | None = None,
     registry: str | None = None,
+    naming: Naming = CHECK_BUNDLES,
 ) -> ReplayOptions:
     """The ``ReplayOptions`` replaying activation ``seq`` of the bundle (default: its last).
 
@@ -456,6 +485,7 @@ def bundle_options(
         seq: One of ``bundle.seqs``; None for the highest.
         agent: Replay with this agent instead of the recorded one (e.g. a fix to check).
         registry: Likewise for the tool registry.
+        naming: How the caller names the inputs in messages (the command line: its flags).
 
     Raises:
         InputError: ``seq`` is not one of the bundle's activations.
@@ -464,7 +494,7 @@ def bundle_options(
 
     if seq is not None and seq not in bundle.seqs:
         raise InputError(
-            f"--seq {seq}: bundle {bundle.name} holds the activation(s) at seq "
+            f"{naming.given(Input.SEQ, seq)}: bundle {bundle.name} holds the activation(s) at seq "
             f"{seq_ranges(bundle.seqs)} only",
             "pick one of those",
         )
@@ -482,6 +512,7 @@ def bundle_options(
         hitl_policy=bundle.hitl,
         hitl_label=message.hitl_path or "default",
         loaded_snapshot=bundle.loaded_snapshot,
+        naming=naming,
     )
 
 

@@ -43,6 +43,7 @@ from beam_agents.replay.inputs import (
 )
 from beam_agents.replay.judge import Judgement, judge
 from beam_agents.replay.last_resort import Armed
+from beam_agents.replay.naming import Input, Naming
 from beam_agents.replay.network_guard import NetworkAttempt, block_network, keep_blocked
 from beam_agents.replay.options import RAN_PAST, ReplayOptions, Source
 from beam_agents.replay.reconstruct import plan_replay
@@ -144,6 +145,8 @@ class _Inputs:
     seq: int | None
     what_if: bool
     time_limit: float | None
+    naming: Naming
+    """How the caller named the inputs: the words refusals use for them."""
 
 
 def _snapshot_facts(facts: HeaderSoFar, snapshot: StateSnapshot, state: KeyState) -> None:
@@ -160,19 +163,20 @@ def _snapshot_facts(facts: HeaderSoFar, snapshot: StateSnapshot, state: KeyState
 
 def _load_options(options: ReplayOptions, facts: HeaderSoFar) -> _Inputs:
     """The CLI's inputs: files read, ``module:ATTR`` paths imported (under the guard)."""
+    naming = options.naming
     loaded = options.loaded_snapshot
     snapshot, state, blob_versions = (
-        loaded if loaded is not None else load_snapshot_source(options.snapshot)
+        loaded if loaded is not None else load_snapshot_source(options.snapshot, naming)
     )
     _snapshot_facts(facts, snapshot, state)
-    event = load_event_source(options.event) if options.event is not None else None
+    event = load_event_source(options.event, naming) if options.event is not None else None
 
     def import_code() -> tuple[Agent, ToolRegistry, HitlPolicy | None]:
-        agent = import_object(options.agent, "--agent", Agent)
-        registry = import_object(options.registry, "--registry", ToolRegistry)
+        agent = import_object(options.agent, Input.AGENT, Agent, naming)
+        registry = import_object(options.registry, Input.REGISTRY, ToolRegistry, naming)
         hitl = None
         if options.hitl_policy is None and options.hitl is not None:
-            hitl = import_object(options.hitl, "--hitl", HitlPolicy)
+            hitl = import_object(options.hitl, Input.HITL, HitlPolicy, naming)
         return agent, registry, hitl
 
     # Importing agent code runs it (module bodies): limited like the re-run, unless every
@@ -182,7 +186,7 @@ def _load_options(options: ReplayOptions, facts: HeaderSoFar) -> _Inputs:
     agent, registry, imported_hitl = _within_limit(
         import_code,
         None if imported else options.time_limit,
-        lambda _: _ImportRanPast(options.time_limit or 0),
+        lambda _: _ImportRanPast(options.time_limit or 0, naming),
     )
     if options.hitl_policy is not None:
         hitl = options.hitl_policy
@@ -190,9 +194,11 @@ def _load_options(options: ReplayOptions, facts: HeaderSoFar) -> _Inputs:
     else:
         hitl = imported_hitl or DEFAULT_HITL_POLICY
     if options.event is not None and options.events:
+        event_name, events_name = naming.name(Input.EVENT), naming.name(Input.EVENTS)
         raise InputError(
-            "both --event and --events were given",
-            "pass the triggering envelope with --event, or a dump to pick it from with --events",
+            f"both {event_name} and {events_name} were given",
+            f"pass the triggering envelope with {event_name}, or a dump to pick it from with "
+            f"{events_name}",
         )
     return _Inputs(
         snapshot=snapshot,
@@ -207,6 +213,7 @@ def _load_options(options: ReplayOptions, facts: HeaderSoFar) -> _Inputs:
         seq=options.seq,
         what_if=options.what_if,
         time_limit=options.time_limit,
+        naming=naming,
     )
 
 
@@ -215,17 +222,18 @@ def _replay(inputs: _Inputs, facts: HeaderSoFar, attempts: list[NetworkAttempt])
     event, agent, registry, hitl = inputs.event, inputs.agent, inputs.registry, inputs.hitl
     facts.header = replace(facts.header, hitl_policy=hitl.describe())
 
-    traced = scan_traces(inputs.traces, snapshot.entity_key, seq=inputs.seq)
+    naming = inputs.naming
+    traced = scan_traces(inputs.traces, snapshot.entity_key, seq=inputs.seq, naming=naming)
     if inputs.events:
-        event = _event_from_dump(inputs.events, inputs.seq, traced, snapshot.entity_key)
-    plan = plan_replay(snapshot, state, traced, event, inputs.seq)
+        event = _event_from_dump(inputs.events, inputs.seq, traced, snapshot.entity_key, naming)
+    plan = plan_replay(snapshot, state, traced, event, inputs.seq, naming)
     if plan.what_if and not inputs.what_if:
         refused = InputError(
             f"seq {plan.seq} (a pending {plan.trigger_name}) was never traced: replaying it is a "
             "what-if, not a reproduction",
-            "pass --what-if to run it anyway (exit 0 when it runs to its end, 3 when it stops at "
-            "a model call the snapshot's cache cannot serve); without the flag a script can "
-            "never mistake a what-if for a reproduction",
+            f"pass {naming.name(Input.WHAT_IF)} to run it anyway (exit 0 when it runs to its end, "
+            "3 when it stops at a model call the snapshot's cache cannot serve); "
+            f"{naming.without_switch} a script can never mistake a what-if for a reproduction",
         )
         refused.target = TargetFacts(seq=plan.seq, kind=plan.kind, trigger=plan.trigger_name)
         raise refused
@@ -276,7 +284,11 @@ def _replay(inputs: _Inputs, facts: HeaderSoFar, attempts: list[NetworkAttempt])
             rerun,
             inputs.time_limit,
             lambda ctx: _RerunRanPast(
-                inputs.time_limit or 0, ctx, plan.traced, ended=ended[0] if ended else None
+                inputs.time_limit or 0,
+                ctx,
+                plan.traced,
+                naming,
+                ended=ended[0] if ended else None,
             ),
         )
     except _RerunRanPast as ran_past:
@@ -296,6 +308,7 @@ def _replay(inputs: _Inputs, facts: HeaderSoFar, attempts: list[NetworkAttempt])
         attempts=run_attempts,
         cache=plan.state.cache,
         tool_cache=plan.state.tool_cache,
+        naming=naming,
     )
     commit_cells = getattr(result, "cells", None)
     committed = result.state.memory if isinstance(result, ActivationCommit) else None
@@ -363,9 +376,14 @@ def _replay(inputs: _Inputs, facts: HeaderSoFar, attempts: list[NetworkAttempt])
 
 
 def _event_from_dump(
-    events: tuple[Source, ...], wanted_seq: int | None, traced: TracedKey, entity_key: bytes
+    events: tuple[Source, ...],
+    wanted_seq: int | None,
+    traced: TracedKey,
+    entity_key: bytes,
+    naming: Naming,
 ) -> AgentEnvelope | None:
-    """``--events``: the traced triggering envelope of the target, picked by id and sha256."""
+    """The traced triggering envelope of the target, picked out of the events dump by id
+    and sha256."""
     from beam_agents.replay.events_lookup import load_envelopes
 
     seq = wanted_seq if wanted_seq is not None else traced.highest_seq
@@ -375,9 +393,9 @@ def _event_from_dump(
     start = ActivationStart.of(start_event)
     if start.is_timeout:
         return None  # a HITL timeout has no envelope
-    index = load_envelopes(events, entity_key)
+    index = load_envelopes(events, entity_key, naming)
     raw = index.find(*start.envelope, seq=seq)
-    return load_event_source(raw)
+    return load_event_source(raw, naming)
 
 
 def _with_end_check(
@@ -560,10 +578,9 @@ def _within_limit(
     return value
 
 
-_RAISE_IT = (
+_DOES_NOT_END = (
     "agent code that loops, sleeps or waits on something that never answers does not end; "
-    "if the activation is only slow, raise the limit with --time-limit SECONDS (0: no limit; "
-    "Replayer(time_limit=...) from Python)"
+    "if the activation is only slow, "
 )
 
 
@@ -575,6 +592,7 @@ class _RerunRanPast(CannotReproduce):
         limit: float,
         ctx: Any,
         traced: Sequence[Any] | None,
+        naming: Naming,
         *,
         ended: Sequence[Any] | None = None,
     ) -> None:
@@ -599,7 +617,7 @@ class _RerunRanPast(CannotReproduce):
             where = f"it had not recorded its first event{of}"
         super().__init__(
             f"{RAN_PAST} {limit:g} s and was not judged: {where}",
-            _RAISE_IT,
+            _DOES_NOT_END + naming.raise_time_limit,
         )
 
 
@@ -628,11 +646,12 @@ def _ran_past_result(
 class _ImportRanPast(CannotReproduce):
     """Importing the agent code did not end within the time limit (exit 3)."""
 
-    def __init__(self, limit: float) -> None:
+    def __init__(self, limit: float, naming: Naming) -> None:
+        code = ", ".join(naming.name(what) for what in (Input.AGENT, Input.REGISTRY, Input.HITL))
         super().__init__(
-            f"importing the agent code (--agent, --registry, --hitl) ran past the time limit "
+            f"importing the agent code ({code}) ran past the time limit "
             f"of {limit:g} s, so nothing was re-run or judged",
-            _RAISE_IT,
+            _DOES_NOT_END + naming.raise_time_limit,
         )
 
 

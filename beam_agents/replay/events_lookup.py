@@ -30,6 +30,7 @@ from beam_agents._protos import AgentEnvelope
 from beam_agents.activation import envelope_digest
 from beam_agents.errors import TraceStreamError
 from beam_agents.replay.inputs import STDIN, describe_source
+from beam_agents.replay.naming import REPLAYER, Input, Naming
 from beam_agents.replay.options import Source
 from beam_agents.replay.refusal import InputError
 from beam_agents.trace_stream import BinaryWriter, iter_frames
@@ -41,11 +42,13 @@ __all__ = [
     "write_envelope_stream",
 ]
 
-_ADVICE = (
-    "--events takes a varint-delimited stream of AgentEnvelopes (a consumer dump of the "
-    "events, results or approvals topic), or a directory of *.pb files each holding such a "
-    "stream or one serialized envelope"
-)
+
+def _advice(naming: Naming) -> str:
+    return (
+        f"{naming.name(Input.EVENTS)} takes a varint-delimited stream of AgentEnvelopes (a "
+        "consumer dump of the events, results or approvals topic), or a directory of *.pb "
+        "files each holding such a stream or one serialized envelope"
+    )
 
 
 @dataclass
@@ -58,6 +61,8 @@ class EnvelopeIndex:
     """Envelope id -> distinct ``(sha256 hex, raw bytes)`` found under it, in reading order."""
     sources: list[str] = field(default_factory=list)
     """The files read, for messages."""
+    naming: Naming = REPLAYER
+    """How the caller named the inputs, for messages."""
 
     def add(self, raw: bytes, envelope: AgentEnvelope) -> None:
         """Keep ``envelope`` (its raw bytes) if it is of the index's key."""
@@ -75,20 +80,22 @@ class EnvelopeIndex:
             InputError: No envelope has that id, or none under it has the traced digest.
         """
         found = self.by_id.get(envelope_id)
-        where = _some(self.sources, "file") or "the --events sources"
+        naming = self.naming
+        where = _some(self.sources, "file") or f"the {naming.name(Input.EVENTS)} sources"
         if not found:
             raise InputError(
-                f"--events: the activation at seq {seq} was triggered by envelope_id "
-                f"{envelope_id!r}, which is not in {where}",
+                f"{naming.about(Input.EVENTS)} the activation at seq {seq} was triggered by "
+                f"envelope_id {envelope_id!r}, which is not in {where}",
                 "dump the topic the envelope was published to (events, results or approvals) "
-                "over the activation's time, or pass the envelope itself with --event",
+                f"over the activation's time, or pass the envelope itself with "
+                f"{naming.name(Input.EVENT)}",
             )
         for digest, raw in found:
             if digest == sha256:
                 return raw
         shown = _some([d for d, _ in found], "copy")
         raise InputError(
-            f"--events: envelope_id {envelope_id!r} (seq {seq}) is in {where}, but with other "
+            f"{naming.about(Input.EVENTS)} envelope_id {envelope_id!r} (seq {seq}) is in {where}, but with other "
             f"bytes: sha256 {shown}, the traced one is {sha256}",
             "the dump holds an edited or re-encoded copy, or another pipeline's envelope under "
             "the same id; replay only the bytes that were on the topic",
@@ -109,25 +116,33 @@ def _some(items: Sequence[str], noun: str, limit: int = 3) -> str:
     return f"{shown} and {rest} more {plural}" if rest > 0 else shown
 
 
-def _files(source: Source) -> list[tuple[str, Source]]:
+def _files(source: Source, naming: Naming) -> list[tuple[str, Source]]:
     if isinstance(source, bytes):
         return [(describe_source(source), source)]
     if os.fspath(source) == STDIN:
         raise InputError(
-            "--events cannot be - (standard input): it reads topic dumps from files",
+            f"{naming.name(Input.EVENTS)} cannot be - (standard input): it reads topic dumps "
+            "from files",
             "save the dump to a file and name that, or give the one triggering envelope as "
-            "--event - instead",
+            f"{naming.given(Input.EVENT, '-')} instead",
         )
     path = Path(os.fspath(source))
     if path.is_dir():
         files = sorted((f for f in path.glob("*.pb") if f.is_file()), key=lambda f: f.name)
         if not files:
-            raise InputError(f"--events {path} is a directory with no *.pb files", _ADVICE)
+            raise InputError(
+                f"{naming.given(Input.EVENTS, path)} is a directory with no *.pb files",
+                _advice(naming),
+            )
         return [(str(f), f) for f in files]
     if not path.exists():
-        raise InputError(f"--events {path}: no such file or directory", _ADVICE)
+        raise InputError(
+            f"{naming.given(Input.EVENTS, path)}: no such file or directory", _advice(naming)
+        )
     if not path.is_file():
-        raise InputError(f"--events {path} is not a regular file", _ADVICE)
+        raise InputError(
+            f"{naming.given(Input.EVENTS, path)} is not a regular file", _advice(naming)
+        )
     return [(str(path), path)]
 
 
@@ -145,8 +160,10 @@ def _parse_envelope(data: bytes) -> AgentEnvelope | None:
 _MAX_SINGLE_ENVELOPE_BYTES = 64 * 1024 * 1024
 
 
-def read_envelope_file(name: str, source: Path | bytes) -> Iterator[tuple[bytes, AgentEnvelope]]:
-    """The envelopes of one ``--events`` file: a stream of frames, else one envelope.
+def read_envelope_file(
+    name: str, source: Path | bytes, naming: Naming = REPLAYER
+) -> Iterator[tuple[bytes, AgentEnvelope]]:
+    """The envelopes of one file of the events dump: a stream of frames, else one envelope.
 
     A file is a stream when it splits into frames end to end and every frame is
     an envelope with a body; otherwise it must be one such envelope. (One
@@ -180,58 +197,65 @@ def read_envelope_file(name: str, source: Path | bytes) -> Iterator[tuple[bytes,
         stream_error = str(exc).removeprefix(f"{exc.source}: ")
     if not stream_error:
         if count == 0:
-            raise InputError(f"--events {name} is empty", _ADVICE)
+            raise InputError(f"{naming.given(Input.EVENTS, name)} is empty", _advice(naming))
         if count == 1:
             yield first
         return
     if count > 1:
         raise InputError(
-            f"--events {name} is an envelope stream that breaks after {count} envelopes: "
-            f"{stream_error}",
-            _ADVICE,
+            f"{naming.given(Input.EVENTS, name)} is an envelope stream that breaks after {count} "
+            f"envelopes: {stream_error}",
+            _advice(naming),
         )
-    data = source if isinstance(source, bytes) else _read_small(name, source)
+    data = source if isinstance(source, bytes) else _read_small(name, source, naming)
     single = _parse_envelope(data)
     if single is not None:
         yield data, single
         return
     raise InputError(
-        f"--events {name} ({len(data)} bytes) is neither an envelope stream ({stream_error}) "
-        "nor one serialized AgentEnvelope",
-        _ADVICE,
+        f"{naming.given(Input.EVENTS, name)} ({len(data)} bytes) is neither an envelope stream "
+        f"({stream_error}) nor one serialized AgentEnvelope",
+        _advice(naming),
     )
 
 
-def _read_small(name: str, path: Path) -> bytes:
+def _read_small(name: str, path: Path, naming: Naming) -> bytes:
     try:
         with open(path, "rb") as f:
             data = f.read(_MAX_SINGLE_ENVELOPE_BYTES + 1)
     except OSError as exc:
-        raise InputError(f"cannot read --events {name}: {exc.strerror or exc}", _ADVICE) from None
+        raise InputError(
+            f"cannot read {naming.given(Input.EVENTS, name)}: {exc.strerror or exc}",
+            _advice(naming),
+        ) from None
     if len(data) > _MAX_SINGLE_ENVELOPE_BYTES:
         raise InputError(
-            f"--events {name} is not an envelope stream and too large to be one envelope",
-            _ADVICE,
+            f"{naming.given(Input.EVENTS, name)} is not an envelope stream and too large to be "
+            "one envelope",
+            _advice(naming),
         )
     return data
 
 
-def load_envelopes(sources: Sequence[Source], entity_key: bytes | None) -> EnvelopeIndex:
-    """Index the envelopes of ``entity_key`` in the ``--events`` sources.
+def load_envelopes(
+    sources: Sequence[Source], entity_key: bytes | None, naming: Naming = REPLAYER
+) -> EnvelopeIndex:
+    """Index the envelopes of ``entity_key`` in the events dump's sources.
 
     Args:
         sources: Files, directories, or stream bytes.
         entity_key: Keep this key's envelopes only (None: all).
+        naming: How the caller named the inputs (for the messages).
 
     Raises:
         InputError: A source is missing, unreadable, or not envelopes.
     """
-    index = EnvelopeIndex(entity_key=entity_key)
+    index = EnvelopeIndex(entity_key=entity_key, naming=naming)
     for source in sources:
-        for name, item in _files(source):
+        for name, item in _files(source, naming):
             index.sources.append(name)
             data: Path | bytes = item if isinstance(item, bytes) else Path(os.fspath(item))
-            for raw, envelope in read_envelope_file(name, data):
+            for raw, envelope in read_envelope_file(name, data, naming):
                 index.add(raw, envelope)
     return index
 

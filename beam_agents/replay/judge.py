@@ -33,6 +33,7 @@ from beam_agents.activation import ActivationFailure, ActivationResult
 from beam_agents.context import ProviderFailure, ToolMiss
 from beam_agents.llm_cache import LookupStatus, ReplayCache
 from beam_agents.replay.compare import EventComparison, compare_events, describe_divergence
+from beam_agents.replay.naming import REPLAYER, Input, Naming
 from beam_agents.replay.network_guard import (
     NETWORK_OPERATIONS as _NETWORK_OPERATIONS,
 )
@@ -177,6 +178,7 @@ def judge(
     attempts: Sequence[NetworkAttempt],
     cache: ReplayCache,
     tool_cache: ToolCache | None = None,
+    naming: Naming = REPLAYER,
 ) -> Judgement:
     """Judge the re-run (see the module docstring for the rules, in order).
 
@@ -188,6 +190,7 @@ def judge(
         cache: The pre-state's replay cache (to find the nearest entry of a miss).
         tool_cache: The pre-state's tool cache (to find the nearest recorded call of a
             tool miss).
+        naming: How the caller named the inputs (for the messages).
     """
     tools = tool_cache if tool_cache is not None else ToolCache()
     traced = plan.traced
@@ -212,7 +215,7 @@ def judge(
 
     if traced is None:
         judgement = _judge_what_if(
-            plan, comparison, first_failure, first_attempt, cache, provider_calls
+            plan, comparison, first_failure, first_attempt, cache, provider_calls, naming
         )
         if first_tool_miss is not None and (
             miss_index is None or first_tool_miss.event_index < miss_index
@@ -248,7 +251,7 @@ def judge(
     if attempt_index is not None and attempt_index == stop and first_attempt is not None:
         return Judgement(
             verdict=Verdict.IRREPRODUCIBLE,
-            reason=_network_reason(first_attempt, len(attempts)),
+            reason=_network_reason(first_attempt, len(attempts), naming),
             comparison=comparison,
         )
     if (
@@ -376,7 +379,7 @@ def _outcome(result: ActivationResult) -> str:
     return "suspended" if result.suspended else "done"
 
 
-def _network_reason(attempt: NetworkAttempt, count: int) -> str:
+def _network_reason(attempt: NetworkAttempt, count: int, naming: Naming) -> str:
     more = f" ({count - 1} more attempt(s) after it)" if count > 1 else ""
     who = f"read-only tool {attempt.tool!r}" if attempt.tool else "agent code (outside any tool)"
     if attempt.operation in _NETWORK_OPERATIONS:
@@ -385,8 +388,8 @@ def _network_reason(attempt: NetworkAttempt, count: int) -> str:
             "replay runs offline, so what that call returned originally cannot be re-obtained. "
             + (
                 f"Declare {attempt.tool!r} @tool(recorded=True), so the pipeline keeps its result "
-                "for replay, or replay it with a fixture registry (--registry; docs/agent-api.md, "
-                "Tools)"
+                "for replay, or replay it with a fixture registry "
+                f"({naming.name(Input.REGISTRY)}; docs/agent-api.md, Tools)"
                 if attempt.tool
                 else "Move the call into a @tool(recorded=True) tool, whose result the pipeline "
                 "keeps for replay (docs/agent-api.md, Tools)"
@@ -416,6 +419,7 @@ def _judge_what_if(
     attempt: NetworkAttempt | None,
     cache: ReplayCache,
     provider_calls: int,
+    naming: Naming,
 ) -> Judgement:
     # Seed §4: a pending resume has no traced outcome to diff, so a run that completes is
     # a what-if (exit 0). Its responses are "not yet minted", so it may well stop at its
@@ -430,7 +434,7 @@ def _judge_what_if(
     if attempt is not None and (
         failure is None or (attempt.event_index or 0) <= failure.event_index
     ):
-        stopped = f", until {_network_reason(attempt, 1)}"
+        stopped = f", until {_network_reason(attempt, 1, naming)}"
     elif failure is not None:
         stopped = (
             f", up to the model call at event {failure.event_index} (key {failure.cache_key}), "

@@ -24,6 +24,7 @@ from beam_agents._protos import StateSnapshot, TraceEvent
 from beam_agents.errors import TraceStreamError
 from beam_agents.key_state import KeyState
 from beam_agents.llm_cache import LookupStatus
+from beam_agents.replay.naming import LIST_ACTIVATIONS, Input, Naming
 from beam_agents.replay.options import Source
 from beam_agents.replay.refusal import CannotReproduce, InputError
 from beam_agents.tool_cache import tool_cache_key
@@ -111,8 +112,8 @@ class _Summary:
     terminal: TraceEvent | None = None
 
 
-def parse_key(text: str, known: Sequence[bytes]) -> bytes:
-    """The key ``--key`` names: hex of the key's bytes, or its text.
+def parse_key(text: str, known: Sequence[bytes], naming: Naming = LIST_ACTIVATIONS) -> bytes:
+    """The key a key argument names: hex of the key's bytes, or its text.
 
     Raises:
         InputError: The key is in none of the traces, or both readings are.
@@ -125,24 +126,29 @@ def parse_key(text: str, known: Sequence[bytes]) -> bytes:
         return matching[0]
     if len(matching) > 1:
         raise InputError(
-            f"--key {text!r} names two traced keys: hex {matching[0].hex()} and the text "
+            f"{naming.given(Input.KEY, repr(text))} names two traced keys: hex {matching[0].hex()} and the text "
             f"{text!r} (hex {matching[1].hex()})",
             "pass the hex of the one you mean",
         )
     raise InputError(
-        f"--key {text!r}: the traces hold no activation of that key ({len(known)} key(s) traced)",
-        "run ls without --key to see the traced keys",
+        f"{naming.given(Input.KEY, repr(text))}: the traces hold no activation of that key "
+        f"({len(known)} key(s) traced)",
+        f"{naming.list_keys} to see the traced keys",
     )
 
 
-def _scan(sources: Sequence[Source], key: bytes | None) -> dict[bytes, dict[int, _Summary]]:
+def _scan(
+    sources: Sequence[Source], key: bytes | None, naming: Naming
+) -> dict[bytes, dict[int, _Summary]]:
     from beam_agents.replay.traced import _stream_inputs
 
     found: dict[bytes, dict[int, _Summary]] = {}
     if not sources:
-        raise InputError("no --traces given", "pass the trace stream(s) to list")
+        raise InputError(
+            f"no {naming.name(Input.TRACES)} given", "pass the trace stream(s) to list"
+        )
     try:
-        for name, source in _stream_inputs(sources):
+        for name, source in _stream_inputs(sources, naming):
             for event in read_trace_stream(source, entity_key=key):
                 summary = found.setdefault(event.entity_key, {}).setdefault(event.seq, _Summary())
                 known = summary.kinds.get(event.index)
@@ -172,7 +178,8 @@ def _scan(sources: Sequence[Source], key: bytes | None) -> dict[bytes, dict[int,
                     summary.terminal = event
     except TraceStreamError as exc:
         raise InputError(
-            f"--traces: {exc}", "pass trace streams as the file:// sink or convert-bq writes them"
+            f"{naming.about(Input.TRACES)} {exc}",
+            "pass trace streams as the file:// sink or convert-bq writes them",
         ) from None
     return found
 
@@ -271,14 +278,16 @@ def list_activations(
     *,
     snapshot: Source | None = None,
     key: str | bytes | None = None,
+    naming: Naming = LIST_ACTIVATIONS,
 ) -> Listing:
     """The traced activations, one row each; with a snapshot, whether each replays from it.
 
     Args:
-        traces: ``--traces`` sources (files, directories of ``*.pb``, stream bytes).
-        snapshot: ``--snapshot``: list its key, and judge each activation's replayability.
-        key: ``--key``: a key's bytes, or text (hex of the key, or the key itself).
+        traces: Trace-stream sources (files, directories of ``*.pb``, stream bytes).
+        snapshot: List its key, and judge each activation's replayability.
+        key: A key's bytes, or text (hex of the key, or the key itself).
             None: every traced key (the snapshot's, if one is given).
+        naming: How the caller names these inputs in messages (default: these parameters).
 
     Raises:
         InputError: Unreadable inputs, or a key that names no traced activation.
@@ -288,25 +297,27 @@ def list_activations(
     if snapshot is not None:
         from beam_agents.replay.inputs import load_snapshot_source
 
-        snap, state, _ = load_snapshot_source(snapshot)
+        snap, state, _ = load_snapshot_source(snapshot, naming)
         loaded = (snap, state)
     wanted: bytes | None = key if isinstance(key, bytes) else None
     if loaded is not None:
         snap_key = loaded[0].entity_key
         if wanted is not None and wanted != snap_key:
             raise InputError(
-                f"--key {wanted.hex()} is not the snapshot's key ({snap_key.hex()})",
-                "leave --key out to list the snapshot's key",
+                f"{naming.given(Input.KEY, wanted.hex())} is not the snapshot's key "
+                f"({snap_key.hex()})",
+                f"leave {naming.name(Input.KEY)} out to list the snapshot's key",
             )
         if isinstance(key, str) and snap_key not in (key.encode("utf-8"), _hex_or_none(key)):
             raise InputError(
-                f"--key {key!r} is not the snapshot's key ({snap_key.hex()})",
-                "leave --key out to list the snapshot's key",
+                f"{naming.given(Input.KEY, repr(key))} is not the snapshot's key "
+                f"({snap_key.hex()})",
+                f"leave {naming.name(Input.KEY)} out to list the snapshot's key",
             )
         wanted = snap_key
-    found = _scan(traces, wanted)
+    found = _scan(traces, wanted, naming)
     if isinstance(key, str) and loaded is None:
-        wanted = parse_key(key, sorted(found))
+        wanted = parse_key(key, sorted(found), naming)
         found = {wanted: found[wanted]}
     elif wanted is not None and wanted not in found:
         raise InputError(

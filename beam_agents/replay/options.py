@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from beam_agents.errors import ConfigError
+from beam_agents.replay.naming import REPLAY_OPTIONS, Naming
 
 if TYPE_CHECKING:
     from beam_agents._protos import StateSnapshot
@@ -35,9 +36,7 @@ def checked_time_limit(value: object) -> float | None:
     if value is None:
         return None
     seconds = (
-        float(value)
-        if isinstance(value, int | float) and not isinstance(value, bool)
-        else math.nan
+        float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
     )
     if not (math.isfinite(seconds) and 0 <= seconds <= MAX_TIME_LIMIT):
         raise ValueError(
@@ -87,6 +86,9 @@ class ReplayOptions:
     )
     """``snapshot`` already loaded (``inputs.load_snapshot_source``'s result: a bundle's,
     checked by ``load_bundle``), so it is not parsed again. The replay only reads it."""
+    naming: Naming = field(default=REPLAY_OPTIONS, repr=False)
+    """How refusals name these inputs: by these fields unless the caller says otherwise (the
+    command line passes its flags, ``beam_agents.cli.parsing.CLI_NAMING``)."""
 
     def __post_init__(self) -> None:
         try:

@@ -52,6 +52,7 @@ from beam_agents.activation import (
 )
 from beam_agents.agent import Timeout
 from beam_agents.key_state import KeyState
+from beam_agents.replay.naming import REPLAYER, Input, Naming
 from beam_agents.replay.pending import pending_before, verify_intents
 from beam_agents.replay.refusal import CannotReproduce, InputError
 from beam_agents.replay.result import TargetFacts
@@ -103,6 +104,7 @@ def plan_replay(
     traced: TracedKey,
     event: AgentEnvelope | None,
     seq: int | None,
+    naming: Naming = REPLAYER,
 ) -> Plan:
     """Decide what to re-run from the loaded inputs.
 
@@ -110,35 +112,37 @@ def plan_replay(
         snapshot: The snapshot as parsed.
         state: Its state, migrated.
         traced: The scan of the traces for the snapshot's key (``seq`` kept if given).
-        event: The ``--event`` envelope, or None.
-        seq: ``--seq``, or None.
+        event: The triggering envelope given, or None.
+        seq: The seq asked for, or None.
+        naming: How the caller named the inputs (for the messages).
 
     Raises:
         InputError: The inputs do not belong together (the message names what differs).
         CannotReproduce: The resume's continuation is no longer in the snapshot.
     """
     key = snapshot.entity_key
+    event_name = naming.name(Input.EVENT)
     if event is not None:
         if event.entity_key != key:
             raise InputError(
-                f"--event is for key {event.entity_key.hex()}, but the snapshot is of key "
+                f"{event_name} is for key {event.entity_key.hex()}, but the snapshot is of key "
                 f"{key.hex()}",
                 "the snapshot, the traces and the event must all be of the same key",
             )
         if trigger_name(event) is Trigger.EXPORT_REQUEST:
             raise InputError(
-                "--event is an export_request, which runs no activation",
+                f"{event_name} is an export_request, which runs no activation",
                 "pass the envelope that triggered the activation (an event, a tool_result "
                 "or an approval)",
             )
     next_seq = snapshot.seq + 1
     if seq is not None:
         if seq in traced.seqs:
-            return _plan_traced(snapshot, state, traced, event, seq)
+            return _plan_traced(snapshot, state, traced, event, seq, naming)
         if seq == next_seq and next_seq not in traced.seqs and _what_if_possible(state, event):
             return _plan_what_if(snapshot, state, event)
         raise InputError(
-            f"--seq {seq}: the traces hold no activation of key {key.hex()} at seq {seq} "
+            f"{naming.given(Input.SEQ, seq)}: the traces hold no activation of key {key.hex()} at seq {seq} "
             f"(traced seqs: {seq_ranges(traced.seqs)})",
             "pick a traced seq, or pass the traces that hold it",
         )
@@ -147,9 +151,9 @@ def plan_replay(
         matched = _traced_seq_of(traced, event)
         if matched is not None and matched != highest:
             raise InputError(
-                f"--event {event.envelope_id!r} triggered the traced activation at seq {matched}, "
-                f"not the highest traced one (seq {highest})",
-                f"pass --seq {matched} to replay it",
+                f"{naming.given(Input.EVENT, repr(event.envelope_id))} triggered the traced "
+                f"activation at seq {matched}, not the highest traced one (seq {highest})",
+                f"pass {naming.given(Input.SEQ, matched)} to replay it",
             )
         if (
             matched is None
@@ -163,7 +167,7 @@ def plan_replay(
             f"the traces hold no event of key {key.hex()} (the snapshot's key)",
             "pass the trace streams of the pipeline the snapshot came from",
         )
-    return _plan_traced(snapshot, state, traced, event, highest)
+    return _plan_traced(snapshot, state, traced, event, highest, naming)
 
 
 def _what_if_possible(state: KeyState, event: AgentEnvelope | None) -> bool:
@@ -201,6 +205,7 @@ def _plan_traced(
     traced: TracedKey,
     event: AgentEnvelope | None,
     seq: int,
+    naming: Naming,
 ) -> Plan:
     key = snapshot.entity_key
     if traced.kept_seq != seq:  # pragma: no cover - scan_traces keeps the planned seq
@@ -222,18 +227,21 @@ def _plan_traced(
         raise InputError(
             f"the snapshot was exported at seq {snapshot.seq}, before the target activation "
             f"(seq {seq}): it cannot hold that activation's state or its cached responses",
-            f"export the key again after seq {seq}, or pass --seq {snapshot.seq} or lower",
+            f"export the key again after seq {seq}, or pass {naming.given(Input.SEQ, snapshot.seq)} "
+            "or lower",
         )
     envelope_id = start_view.envelope_id or ""
     if trigger is Trigger.TIMEOUT:
         if event is not None:
             raise InputError(
                 f"the activation at seq {seq} was a HITL timeout, which no envelope triggers, "
-                "but --event was given",
-                "leave --event out to replay a timeout",
+                f"but {naming.name(Input.EVENT)} was given",
+                f"leave {naming.name(Input.EVENT)} out to replay a timeout",
             )
     else:
-        _check_event(event, key, seq, trigger, envelope_id, start_view.envelope_sha256 or "")
+        _check_event(
+            event, key, seq, trigger, envelope_id, start_view.envelope_sha256 or "", naming
+        )
     try:
         failed = events[-1].kind == TraceEvent.ACTIVATION_FAILED
         pre, source = _pre_state(snapshot, state, traced, seq, kind, failed=failed)
@@ -285,30 +293,32 @@ def _check_event(
     trigger: str,
     envelope_id: str,
     envelope_sha256: str,
+    naming: Naming,
 ) -> None:
+    event_name, seq_name = naming.name(Input.EVENT), naming.name(Input.SEQ)
     if event is None:
         raise InputError(
-            f"--event is missing: the activation of key {key.hex()} at seq {seq} was triggered "
+            f"{event_name} is missing: the activation of key {key.hex()} at seq {seq} was triggered "
             f"by {_a(trigger)} envelope (envelope_id {envelope_id!r})",
-            "pass that envelope's bytes from the events topic with --event",
+            f"pass that envelope's bytes from the events topic with {event_name}",
         )
     body = trigger_name(event)
     if body != trigger:
         raise InputError(
-            f"--event carries {_a(body)}, but the activation at seq {seq} was triggered by "
+            f"{event_name} carries {_a(body)}, but the activation at seq {seq} was triggered by "
             f"{_a(trigger)}",
-            "pass the envelope that triggered this activation, or --seq for another one",
+            f"pass the envelope that triggered this activation, or {seq_name} for another one",
         )
     if event.envelope_id != envelope_id:
         raise InputError(
-            f"--event has envelope_id {event.envelope_id!r}, but the activation at seq {seq} "
+            f"{event_name} has envelope_id {event.envelope_id!r}, but the activation at seq {seq} "
             f"was triggered by envelope_id {envelope_id!r}",
-            "pass the envelope that triggered this activation, or --seq for another one",
+            f"pass the envelope that triggered this activation, or {seq_name} for another one",
         )
     digest = envelope_digest(event)
     if digest != envelope_sha256:
         raise InputError(
-            f"--event has the traced envelope_id {envelope_id!r} but different bytes: its "
+            f"{event_name} has the traced envelope_id {envelope_id!r} but different bytes: its "
             f"sha256 is {digest}, the traced one {envelope_sha256}",
             "pass the envelope exactly as it was on the topic (a re-encoded or edited copy "
             "is another input)",

@@ -34,6 +34,8 @@ class ReplayRefused(ReplayError):
         """The one-paragraph message: the reason, then the detail."""
         if not self.detail:
             return self.reason
+        if "=" in self.detail.split(" ", 1)[0]:  # a Python parameter (``snapshot=``) as it is
+            return f"{self.reason}. {self.detail}"
         return f"{self.reason}. {self.detail[:1].upper()}{self.detail[1:]}"
 
 

@@ -24,6 +24,7 @@ from beam_agents.errors import ConfigError
 from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
 from beam_agents.replay.engine import HeaderSoFar, _guarded, _Inputs, _snapshot_facts
 from beam_agents.replay.inputs import load_event_source, load_snapshot_source
+from beam_agents.replay.naming import REPLAYER
 from beam_agents.replay.options import DEFAULT_TIME_LIMIT, Source, checked_time_limit
 from beam_agents.replay.refusal import InputError
 from beam_agents.replay.result import ReplayHeader, ReplayResult
@@ -47,7 +48,9 @@ class Replayer:
     Every ``replay`` blocks the network while agent code runs, serves model calls
     and recorded tools only from the snapshot's caches, and never raises for bad
     input: the result's verdict (and ``exit_code``) says reproduced (0), diverged
-    (1), bad input (2) or irreproducible (3), with one paragraph in ``error``.
+    (1), bad input (2) or irreproducible (3), with one paragraph in ``error``,
+    which names the inputs by these parameters (``snapshot=<7 bytes>``, ``seq=5``,
+    ``Replayer(time_limit=SECONDS)``), never by the command line's flags.
     """
 
     def __init__(
@@ -137,7 +140,12 @@ class Replayer:
         def load() -> _Inputs:
             for name, value, message, allowed in (
                 ("snapshot", snapshot, StateSnapshot, "a StateSnapshot, its bytes, or a file path"),
-                ("event", event, AgentEnvelope, "an AgentEnvelope, its bytes, a file path, or None"),
+                (
+                    "event",
+                    event,
+                    AgentEnvelope,
+                    "an AgentEnvelope, its bytes, a file path, or None",
+                ),
             ):
                 if not (
                     isinstance(value, message | bytes | str)
@@ -153,13 +161,13 @@ class Replayer:
                 if isinstance(snapshot, StateSnapshot)
                 else snapshot
             )
-            loaded, state, blob_versions = load_snapshot_source(data)
+            loaded, state, blob_versions = load_snapshot_source(data, REPLAYER)
             _snapshot_facts(facts, loaded, state)
             envelope: AgentEnvelope | None = None
             if isinstance(event, AgentEnvelope):
-                envelope = load_event_source(event.SerializeToString(deterministic=True))
+                envelope = load_event_source(event.SerializeToString(deterministic=True), REPLAYER)
             elif event is not None:
-                envelope = load_event_source(event)
+                envelope = load_event_source(event, REPLAYER)
             return _Inputs(
                 snapshot=loaded,
                 state=state,
@@ -173,6 +181,7 @@ class Replayer:
                 seq=seq,
                 what_if=what_if,
                 time_limit=self.time_limit,
+                naming=REPLAYER,
             )
 
         return _guarded(facts, load)

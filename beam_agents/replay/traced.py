@@ -28,6 +28,7 @@ from beam_agents._protos import TraceEvent
 from beam_agents.errors import TraceStreamError
 from beam_agents.event_log import EventLog
 from beam_agents.replay.inputs import STDIN, CappedReader, describe_source, open_regular
+from beam_agents.replay.naming import REPLAYER, Input, Naming
 from beam_agents.replay.options import Source
 from beam_agents.replay.refusal import InputError
 from beam_agents.trace_events import END_DIGEST_ATTRIBUTES, kind_name, serialize_trace_event
@@ -132,25 +133,27 @@ def seq_ranges(seqs: Iterable[int]) -> str:
     return ", ".join(parts)
 
 
-def _stream_inputs(sources: Sequence[Source]) -> Iterator[tuple[str, StreamSource]]:
+def _stream_inputs(sources: Sequence[Source], naming: Naming) -> Iterator[tuple[str, StreamSource]]:
     for source in sources:
         if isinstance(source, bytes):
             yield describe_source(source), source
             continue
         if os.fspath(source) == STDIN:
             # Read as a stream, in chunks, like a file: a piped trace dump can be large.
-            yield "<stdin>", CappedReader(sys.stdin.buffer, "--traces", "<stdin>")
+            yield "<stdin>", CappedReader(sys.stdin.buffer, Input.TRACES, naming, "<stdin>")
             continue
         files = trace_stream_files(source)
         if not files:
             raise InputError(
-                f"--traces {os.fspath(source)} is a directory with no *.pb trace-stream files",
-                "point --traces at the directory the file:// trace sink writes, or at a file",
+                f"{naming.given(Input.TRACES, os.fspath(source))} is a directory with no *.pb "
+                "trace-stream files",
+                f"point {naming.name(Input.TRACES)} at the directory the file:// trace sink "
+                "writes, or at a file",
             )
         for path in files:
-            # Regular files only (no FIFO, no /dev/zero), each within the --traces cap.
-            with open_regular(str(path), "--traces") as stream:
-                yield str(path), CappedReader(stream, "--traces", str(path))
+            # Regular files only (no FIFO, no /dev/zero), each within the traces' cap.
+            with open_regular(str(path), Input.TRACES, naming) as stream:
+                yield str(path), CappedReader(stream, Input.TRACES, naming, str(path))
 
 
 def _conflict(key: bytes, seq: int, index: int, name: str) -> InputError:
@@ -162,28 +165,35 @@ def _conflict(key: bytes, seq: int, index: int, name: str) -> InputError:
     )
 
 
-def scan_traces(sources: Sequence[Source], entity_key: bytes, *, seq: int | None) -> TracedKey:
+def scan_traces(
+    sources: Sequence[Source], entity_key: bytes, *, seq: int | None, naming: Naming = REPLAYER
+) -> TracedKey:
     """Scan the trace streams for ``entity_key``.
 
     Args:
-        sources: ``--traces`` values: files, directories of ``*.pb``, or stream bytes.
+        sources: The traces: files, directories of ``*.pb``, or stream bytes.
         entity_key: The snapshot's key.
         seq: Keep this activation's events; None keeps the highest traced one.
+        naming: How the caller named the inputs (for the messages).
 
     Raises:
         InputError: A source is missing or unreadable, a stream is corrupt (naming the
             file and byte offset), or two different events claim one position.
     """
     if not sources:
-        raise InputError("no --traces given", "pass the trace stream(s) holding the activation")
+        raise InputError(
+            f"no {naming.name(Input.TRACES)} given",
+            "pass the trace stream(s) holding the activation",
+        )
     found = TracedKey(entity_key=entity_key)
     try:
-        for name, source in _stream_inputs(sources):
+        for name, source in _stream_inputs(sources, naming):
             for event in read_trace_stream(source, entity_key=entity_key):
                 _take(found, event, name, seq)
     except TraceStreamError as exc:
         raise InputError(
-            f"--traces: {exc}", "pass trace streams as the file:// sink or convert-bq writes them"
+            f"{naming.about(Input.TRACES)} {exc}",
+            "pass trace streams as the file:// sink or convert-bq writes them",
         ) from None
     return found
 

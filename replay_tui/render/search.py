@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import pairwise
 from typing import Protocol
 
@@ -109,15 +109,23 @@ class SearchIndex:
         total = len(self.result.events)
         if not total:
             return None
-        with self._lock:
-            if not self._built:
-                self._build()
+        self.build()
         start = (after + 1) % total
         for lo, hi in ((start, total), (0, start)):
             found = self._first(needle, lo, hi)
             if found is not None:
                 return found
         return None
+
+    def build(self, stop: Callable[[], bool] | None = None) -> None:
+        """Read every row's texts into the index, once (a second call waits for the first).
+
+        ``stop``: asked every few thousand rows; when it says so, the build ends unfinished
+        (the next ``find`` builds the index again), so quitting the app does not wait.
+        """
+        with self._lock:
+            if not self._built:
+                self._build(stop)
 
     def _first(self, needle: str, lo: int, hi: int) -> int | None:
         """The first row in ``[lo, hi)`` that holds ``needle``."""
@@ -136,38 +144,43 @@ class SearchIndex:
         pair = self.result.events[position]
         return _holds(pair, self.values.get(pair.index, ()), needle)
 
-    def _build(self) -> None:
+    def _build(self, stop: Callable[[], bool] | None) -> None:
         events = self.result.events
         pairs = events if isinstance(events, EventPairs) else None
         kinds: dict[int, str] = {}
         texts_of = self.values.search_texts
         long_text, budget, size = self.LONG_TEXT, self.BUDGET, 0
         pieces: list[str] = []
-        """Every row's names and texts, each followed by NUL."""
+        """Each row's names and texts, each followed by NUL."""
         starts = array("q", [0])
         end = 0
         reread = self._reread
 
         def add(position: int, row: Sequence[TraceEvent], texts: Sequence[str]) -> None:
             nonlocal end, size
+            parts: list[str] = []
             for event in row:
                 kind = event.kind
                 name = kinds.get(kind)
                 if name is None:
                     name = kinds[kind] = kind_name(kind)
-                pieces.extend((name, _SEPARATOR, event.name, _SEPARATOR))
-                end += len(name) + len(event.name) + 2
-            left_out = False
-            for text in texts:
-                length = len(text)
-                if length > long_text or size + length > budget:
-                    left_out = True
-                else:
-                    pieces.extend((text, _SEPARATOR))
-                    end += length + 1
-                    size += length + 1
-            if left_out:
-                reread.append(position)
+                parts += (name, event.name)
+            length = sum(map(len, texts)) + len(texts)
+            if size + length <= budget and (not texts or max(map(len, texts)) <= long_text):
+                parts += texts
+                size += length
+            else:
+                for text in texts:
+                    if len(text) > long_text or size + len(text) + 1 > budget:
+                        if not reread or reread[-1] != position:
+                            reread.append(position)
+                    else:
+                        parts.append(text)
+                        size += len(text) + 1
+            parts.append("")
+            chunk = _SEPARATOR.join(parts)
+            pieces.append(chunk)
+            end += len(chunk)
             starts.append(end)
 
         position = 0
@@ -179,6 +192,9 @@ class SearchIndex:
             # The engine's values: each replayed event read once, with its texts.
             rows = self.values.search_rows()
             for position in range(len(events)):
+                if stop is not None and not position % 4096 and stop():
+                    self._reread = []
+                    return
                 if position < len(replayed):
                     if rows is not None:
                         event, texts = next(rows)
@@ -196,6 +212,9 @@ class SearchIndex:
                     add(position, (traced[position],), texts_of(position))
         else:
             for position in range(len(events)):
+                if stop is not None and not position % 4096 and stop():
+                    self._reread = []
+                    return
                 pair = events[position]
                 row = [e for e in (pair.replayed, pair.traced) if e is not None]
                 add(position, row, texts_of(pair.index))

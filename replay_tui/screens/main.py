@@ -194,6 +194,15 @@ class MainScreen(Screen[None]):
         box.value = self.search_query
         box.add_class("-visible")
         box.focus()
+        if self._search_index is None:
+            # Built while the operator types the query, so enter finds the index ready.
+            self._search_index = SearchIndex(self.result, self.query_one(DetailPane).values)
+            self._build_search_index(self._search_index)
+
+    @work(thread=True, group="search-index")
+    def _build_search_index(self, index: SearchIndex) -> None:
+        worker = get_current_worker()
+        index.build(stop=lambda: worker.is_cancelled)
 
     @on(Input.Submitted, "#search")
     def _search_submitted(self, event: Input.Submitted) -> None:

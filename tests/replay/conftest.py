@@ -17,6 +17,10 @@ if HERE not in _paths:
 
 
 import pytest  # noqa: E402
+import replay_agents as ra  # noqa: E402
+from replay_harness import KEY, T0, Inputs, KeyHistory  # noqa: E402
+
+from beam_agents.testing import event_envelope  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -28,3 +32,12 @@ def _tui_sees_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     from beam_agents.cli import tui
 
     monkeypatch.setattr(tui, "_has_terminal", lambda: True)
+
+
+@pytest.fixture
+def inputs(tmp_path: Path) -> Inputs:
+    """A key that asked once, its snapshot, traces and event as files (``inputs.flags()``)."""
+    history = KeyHistory(ra.AGENT, ra.TOOLS, ra.make_provider())
+    event = event_envelope(KEY, "ask", b"where is A1?", time_ms=T0)
+    history.send(event)
+    return Inputs(tmp_path, history, event)

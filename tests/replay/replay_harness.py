@@ -117,3 +117,34 @@ def options(
         hitl=hitl,
         what_if=what_if,
     )
+
+
+class Inputs:
+    """A replayed key's three inputs as files, and the flags naming them."""
+
+    def __init__(self, directory: Path, history: KeyHistory, event: AgentEnvelope) -> None:
+        self.directory = directory
+        self.history = history
+        self.event = event
+        self.snapshot = directory / "snapshot.pb"
+        self.traces = directory / "traces"
+        self.event_file = directory / "event.pb"
+        self.traces.mkdir()
+        self.snapshot.write_bytes(history.export())
+        (self.traces / "traces-0001.pb").write_bytes(history.trace_bytes())
+        self.event_file.write_bytes(event.SerializeToString())
+
+    def flags(self, **overrides: str | None) -> list[str]:
+        values: dict[str, str | None] = {
+            "--snapshot": str(self.snapshot),
+            "--traces": str(self.traces),
+            "--event": str(self.event_file),
+            "--agent": "replay_agents:AGENT",
+            "--registry": "replay_agents:TOOLS",
+        }
+        values.update({f"--{k}": v for k, v in overrides.items()})
+        out: list[str] = []
+        for flag, value in values.items():
+            if value is not None:
+                out += [flag, value]
+        return out

@@ -12,57 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import replay_agents as ra
-from replay_harness import KEY, T0, KeyHistory
+from replay_harness import KEY, T0, Inputs
 
-from beam_agents._protos import AgentEnvelope
 from beam_agents.bigquery_rows import trace_event_to_row
 from beam_agents.cli import main
+from beam_agents.cli.parsing import CLI_NAMING
 from beam_agents.replay.options import ReplayOptions
-from beam_agents.testing import event_envelope
 from beam_agents.trace_stream import read_trace_stream
 
 SCRIPT = str(Path(sys.executable).parent / "beam-agents-replay")
 HEX64 = "[0-9a-f]{64}"
-
-
-class Inputs:
-    """A replayed key's three inputs as files, and the flags naming them."""
-
-    def __init__(self, directory: Path, history: KeyHistory, event: AgentEnvelope) -> None:
-        self.directory = directory
-        self.history = history
-        self.event = event
-        self.snapshot = directory / "snapshot.pb"
-        self.traces = directory / "traces"
-        self.event_file = directory / "event.pb"
-        self.traces.mkdir()
-        self.snapshot.write_bytes(history.export())
-        (self.traces / "traces-0001.pb").write_bytes(history.trace_bytes())
-        self.event_file.write_bytes(event.SerializeToString())
-
-    def flags(self, **overrides: str | None) -> list[str]:
-        values: dict[str, str | None] = {
-            "--snapshot": str(self.snapshot),
-            "--traces": str(self.traces),
-            "--event": str(self.event_file),
-            "--agent": "replay_agents:AGENT",
-            "--registry": "replay_agents:TOOLS",
-        }
-        values.update({f"--{k}": v for k, v in overrides.items()})
-        out: list[str] = []
-        for flag, value in values.items():
-            if value is not None:
-                out += [flag, value]
-        return out
-
-
-@pytest.fixture
-def inputs(tmp_path: Path) -> Inputs:
-    history = KeyHistory(ra.AGENT, ra.TOOLS, ra.make_provider())
-    event = event_envelope(KEY, "ask", b"where is A1?", time_ms=T0)
-    history.send(event)
-    return Inputs(tmp_path, history, event)
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -500,6 +459,7 @@ def test_tui_parses_the_same_flags_and_returns_the_apps_code(
         agent="replay_agents:AGENT",
         registry="replay_agents:TOOLS",
         seq=1,
+        naming=CLI_NAMING,  # its refusals name the flags, not ReplayOptions' fields
     )
 
 

@@ -173,10 +173,10 @@ def test_a_pending_resume_without_what_if_is_refused_naming_the_flag(history: Ke
     snapshot, traces = history.export(), history.trace_bytes()
     rejection = approval_envelope(KEY, intent, approved=False, time_ms=T0 + 5000)
     result = replay(options(snapshot, traces, event=rejection))
-    assert_usage_error(result, "--what-if", "never traced", "seq 2")
+    assert_usage_error(result, "what_if=True", "never traced", "seq 2")
     assert result.values == () and result.events == ()
     # The timeout of the same pending key, asked for with --seq, is refused the same way.
-    assert_usage_error(replay(options(snapshot, traces, seq=2)), "--what-if")
+    assert_usage_error(replay(options(snapshot, traces, seq=2)), "what_if=True")
 
 
 def test_a_pending_resume_that_needs_an_unminted_response_is_irreproducible(
@@ -470,7 +470,7 @@ def test_an_event_with_other_bytes_under_the_traced_id_is_refused(history: KeyHi
 def test_a_missing_event_is_refused_for_an_envelope_triggered_target(history: KeyHistory) -> None:
     history.send(ask())
     assert_usage_error(
-        replay(options(history.export(), history.trace_bytes())), "--event is missing"
+        replay(options(history.export(), history.trace_bytes())), "event= is missing"
     )
 
 
@@ -487,7 +487,7 @@ def test_a_seq_with_no_traced_activation_is_refused(history: KeyHistory) -> None
     history.send(event)
     assert_usage_error(
         replay(options(history.export(), history.trace_bytes(), event=event, seq=5)),
-        "--seq 5",
+        "seq=5",
         "traced seqs: 1",
     )
 
@@ -508,7 +508,7 @@ def test_an_event_of_an_older_activation_points_at_its_seq(history: KeyHistory) 
     history.send(first)
     history.send(ask("two", at=T0 + 1000))
     assert_usage_error(
-        replay(options(history.export(), history.trace_bytes(), event=first)), "--seq 1"
+        replay(options(history.export(), history.trace_bytes(), event=first)), "seq=1"
     )
 
 

@@ -91,7 +91,7 @@ def test_event_and_events_together_are_refused(two_asks) -> None:  # type: ignor
     history, sent = two_asks
     opts = dataclasses.replace(with_events(history, dump(*sent)), event=sent[1].SerializeToString())
     result = replay(opts)
-    assert result.exit_code == 2 and "both --event and --events" in result.error
+    assert result.exit_code == 2 and "both event= and events= were given" in result.error
 
 
 @pytest.mark.parametrize(

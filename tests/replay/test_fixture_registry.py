@@ -54,7 +54,7 @@ def test_the_production_registry_is_blocked_by_the_network_guard(production: Key
     assert "network blocked" in result.reason and "'read_order'" in result.reason
     # The message says what to do about it, not only what went wrong.
     assert "Declare 'read_order' @tool(recorded=True)" in result.reason
-    assert "fixture registry (--registry" in result.reason
+    assert "fixture registry (registry=;" in result.reason
     from beam_agents.replay.report import render_report
 
     # The original activation did not fail: the re-run did, and the report says which.
@@ -102,12 +102,16 @@ def test_fixture_registry_refuses_what_could_never_run() -> None:
 
 
 def test_the_network_reason_says_what_to_do_for_a_tool_and_for_agent_code() -> None:
+    from beam_agents.cli.parsing import CLI_NAMING
     from beam_agents.replay.judge import _network_reason
+    from beam_agents.replay.naming import REPLAYER
     from beam_agents.replay.network_guard import NetworkAttempt
 
-    in_tool = _network_reason(NetworkAttempt("socket.connect", "10.0.0.7:443", "read_order", 2), 1)
+    attempt = NetworkAttempt("socket.connect", "10.0.0.7:443", "read_order", 2)
+    in_tool = _network_reason(attempt, 1, CLI_NAMING)
     assert in_tool.startswith("network blocked: read-only tool 'read_order' tried to reach")
     assert "Declare 'read_order' @tool(recorded=True)" in in_tool and "--registry" in in_tool
-    bare = _network_reason(NetworkAttempt("socket.connect", "10.0.0.7:443", None, 2), 1)
+    assert "(registry=;" in _network_reason(attempt, 1, REPLAYER)
+    bare = _network_reason(NetworkAttempt("socket.connect", "10.0.0.7:443", None, 2), 1, REPLAYER)
     assert "agent code (outside any tool)" in bare
     assert "Move the call into a @tool(recorded=True) tool" in bare and "Declare" not in bare

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 import replay_agents as ra
-from replay_harness import KEY, T0, KeyHistory, options
-from test_cli import Inputs, run
+from replay_harness import KEY, T0, Inputs, KeyHistory, options
+from test_cli import run
 
 from beam_agents._protos import TraceEvent
 from beam_agents.cli import tui
@@ -26,14 +26,6 @@ from beam_agents.replay.result import Verdict
 from beam_agents.testing import event_envelope
 
 SCRIPT = str(Path(sys.executable).parent / "beam-agents-replay")
-
-
-@pytest.fixture
-def inputs(tmp_path: Path) -> Inputs:
-    history = KeyHistory(ra.AGENT, ra.TOOLS, ra.make_provider())
-    event = event_envelope(KEY, "ask", b"where is A1?", time_ms=T0)
-    history.send(event)
-    return Inputs(tmp_path, history, event)
 
 
 def test_a_trace_index_of_4294967295_is_refused_without_building_a_range(inputs: Inputs) -> None:

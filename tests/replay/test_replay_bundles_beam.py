@@ -16,7 +16,7 @@ from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from incident_history import Incident
 
 from beam_agents.pipeline import ReadBundleFiles, ReplayBundles
-from beam_agents.replay.bulk import check_bundles
+from beam_agents.replay.bulk import CheckRow, check_bundles
 
 pytestmark = pytest.mark.slow
 
@@ -83,6 +83,9 @@ def test_bare_bytes_are_named_by_digest_and_a_bad_override_is_refused(tmp_path: 
     rows = _collected(tmp_path)
     assert [(r["seq"], r["verdict"]) for r in rows] == [(1, "reproduced")]
     assert rows[0]["path"].startswith("bundle-")
+    # A row is check --json's row, the one encoding of a CheckRow (seconds to the microsecond).
+    row = CheckRow.from_document(rows[0])
+    assert row is not None and row.document() == rows[0]
 
 
 def test_an_activation_past_the_time_limit_is_the_row_check_gives_it(tmp_path: Path) -> None:
@@ -124,6 +127,9 @@ def test_an_activation_past_the_time_limit_is_the_row_check_gives_it(tmp_path: P
         "the re-run ran past the time limit of 0.5 s",
     )
     assert "it had reached event 0 (ACTIVATION_START 'start')" in row["detail"]
+    # Its advice names this transform's parameter, not check_bundles' or a CLI flag.
+    assert "raise the limit with ReplayBundles(time_limit=SECONDS)" in row["detail"]
+    assert "--time-limit" not in row["detail"]
     assert [(r.verdict.value, r.cause) for r in expected.rows] == [(row["verdict"], row["cause"])]
     assert not still_running()
 

@@ -23,6 +23,7 @@ from beam_agents.replay import Replayer
 from beam_agents.replay.bulk import check_bundles
 from beam_agents.replay.engine import replay
 from beam_agents.replay.json_report import result_to_dict
+from beam_agents.replay.naming import REPLAYER
 from beam_agents.replay.network_guard import late_attempts, still_running
 from beam_agents.replay.options import ReplayOptions
 from beam_agents.replay.report import render_report
@@ -76,7 +77,7 @@ def test_agent_code_that_never_ends_is_irreproducible_naming_the_limit_and_the_l
         "the re-run ran past the time limit of 0.3 s and was not judged: it had reached "
         "event 0 (ACTIVATION_START 'start') of the 4 traced"
     ), result.reason
-    assert "--time-limit SECONDS" in result.error
+    assert "raise the limit with ReplayOptions(time_limit=SECONDS)" in result.error
     assert result.header.seq == 1  # the header says which activation it was
     # The events the re-run reached are shown, paired with the traced ones; the traced
     # events after them are not "missing" (it never got there), and nothing is judged.
@@ -157,7 +158,7 @@ def test_an_import_that_never_ends_is_irreproducible(recorded: tuple[KeyHistory,
     result = replay(replace(opts, time_limit=0.2))
     assert result.verdict is Verdict.IRREPRODUCIBLE, result.reason
     assert result.reason == (
-        "importing the agent code (--agent, --registry, --hitl) ran past the time limit of "
+        "importing the agent code (agent=, registry=, hitl=) ran past the time limit of "
         "0.2 s, so nothing was re-run or judged"
     )
 
@@ -197,6 +198,6 @@ def test_the_limit_reason_reads_only_the_last_event_the_re_run_recorded() -> Non
         def __iter__(self) -> Any:
             raise AssertionError("read every event")
 
-    refused = _RerunRanPast(0.5, SimpleNamespace(events=Recorded()), None)
+    refused = _RerunRanPast(0.5, SimpleNamespace(events=Recorded()), None, REPLAYER)
 
     assert "it had reached event 2999999 (TOOL_CALL 'lookup_order')" in refused.message

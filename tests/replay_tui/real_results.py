@@ -25,6 +25,7 @@ import replay_agents  # noqa: E402
 from replay_harness import T0, KeyHistory  # noqa: E402
 
 from beam_agents._protos import AgentEnvelope  # noqa: E402
+from beam_agents.cli.parsing import CLI_NAMING  # noqa: E402
 from beam_agents.replay.engine import replay  # noqa: E402
 from beam_agents.replay.options import ReplayOptions  # noqa: E402
 from beam_agents.replay.result import ReplayResult  # noqa: E402
@@ -52,6 +53,7 @@ class Inputs:
             registry=self.registry,
             seq=self.seq,
             what_if=self.what_if,
+            naming=CLI_NAMING,  # as `tui` replays: refusals name the flags
         )
 
 

@@ -173,3 +173,27 @@ def test_search_texts_are_the_paths_and_texts_of_the_derived_values(real) -> Non
             expected = [t for v in values.for_event(event.index) for t in (v.path, v.text)]
             assert texts == expected == values.search_texts(event.index), (name, position)
         assert values.search_texts(len(rows) + 5) == []
+
+
+def test_a_stopped_build_leaves_no_index_and_the_next_search_builds_it(real) -> None:
+    result = with_hostile_values(real("diverged"))
+    values = values_by_event(result)
+    index = SearchIndex(result, values)
+    index.build(stop=lambda: True)
+    assert not index._built and index._reread == [] and index._corpus == ""
+    assert index.find("straße", -1) == reference(result, values, "STRASSE", -1) is not None
+    assert index._built
+
+
+async def test_slash_builds_the_index_while_the_query_is_typed(real) -> None:
+    from replay_tui.app import ReplayApp
+
+    app = ReplayApp(real("diverged"))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("slash")
+        await app.workers.wait_for_complete()
+        index = app.screen._search_index  # type: ignore[attr-defined]
+        assert index is not None and index._built  # before enter
+        await pilot.press(*"lost in transit", "enter")
+        await app.workers.wait_for_complete()
+        assert app.screen._search_index is index  # type: ignore[attr-defined]
