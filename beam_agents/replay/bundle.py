@@ -194,7 +194,9 @@ def make_bundle(
             "bundle one activation, or all",
         )
     raw_snapshot = read_source(snapshot, Input.SNAPSHOT, naming)
-    snap, _state, _ = load_snapshot_source(raw_snapshot, naming)
+    # The loader is given the bytes read: name them as the caller gave them (a path).
+    as_given = naming.known_as(Input.SNAPSHOT, naming.given(Input.SNAPSHOT, describe_source(snapshot)))
+    snap, _state, _ = load_snapshot_source(raw_snapshot, as_given)
     key = snap.entity_key
     by_seq = _key_events(traces, key, naming)
     if not by_seq:

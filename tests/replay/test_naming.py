@@ -200,6 +200,26 @@ def test_make_bundle_and_list_activations_name_their_parameters(
     )
 
 
+def test_bundle_names_a_snapshot_that_does_not_parse_by_the_path_it_was_given(
+    inputs: Inputs, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = _garbage(inputs, "bad-snapshot.pb", b"garbage")
+    args = ["bundle", "--snapshot", bad, "--traces", str(inputs.traces)]
+    args += ["--agent", "replay_agents:AGENT", "--registry", "replay_agents:TOOLS"]
+    assert main([*args, "-o", str(inputs.directory / "out.bundle")]) == 2
+    err = capsys.readouterr().err
+    # It said "--snapshot <7 bytes>": the bytes it had read, not the file the operator named.
+    assert f"--snapshot {bad} is not a serialized StateSnapshot" in err, err
+    with pytest.raises(InputError) as caught:
+        make_bundle(
+            snapshot=b"garbage",
+            traces=[inputs.history.trace_bytes()],
+            agent="replay_agents:AGENT",
+            registry="replay_agents:TOOLS",
+        )
+    assert caught.value.message.startswith("snapshot=<7 bytes> is not a serialized StateSnapshot")
+
+
 def test_a_bundle_names_the_snapshot_it_holds_without_patching_text() -> None:
     naming = CHECK_BUNDLES.known_as(Input.SNAPSHOT, "its snapshot")
     assert naming.given(Input.SNAPSHOT, "<7 bytes>") == "its snapshot"
