@@ -401,8 +401,15 @@ def _network_reason(attempt: NetworkAttempt, count: int, naming: Naming) -> str:
         what = f"write the file {attempt.address}"
     elif attempt.operation.startswith("ctypes."):
         what = f"load native code {attempt.address}"
-    elif attempt.operation in ("os.kill", "os.killpg", "signal.pthread_kill"):
+    elif attempt.operation in (
+        "os.kill",
+        "os.killpg",
+        "signal.pthread_kill",
+        "signal.pidfd_send_signal",
+    ):
         what = f"send {attempt.address}"
+    elif attempt.operation == "resource.prlimit":
+        what = f"set the {attempt.address}"
     else:
         what = f"start the process {attempt.address}"
     return (

@@ -12,7 +12,8 @@ operation before it happens:
   ``socket.getaddrinfo``, ``socket.sendto``, ``http.client.connect``, ...):
   ``NetworkBlockedError``;
 - starting a process (``subprocess.Popen``, ``os.system``, ``os.exec*``,
-  ``os.posix_spawn``, ``os.spawn*``, ``os.fork``), sending a signal
+  ``os.posix_spawn``, ``os.spawn*``, ``os.fork``, ``_posixsubprocess.fork_exec``
+  called directly), sending a signal
   (``os.kill``, ``os.killpg``, ``signal.pthread_kill``,
   ``signal.pidfd_send_signal``), setting another process's resource limits
   (``resource.prlimit``) and loading native code
@@ -130,6 +131,8 @@ _PROCESS: dict[str, Callable[[tuple[Any, ...]], str]] = {
     "os.system": lambda args: _command(args[0]),
     "os.exec": lambda args: _command(args[1] if len(args) > 1 and args[1] else args[0]),
     "os.posix_spawn": lambda args: _command(args[1] if len(args) > 1 and args[1] else args[0]),
+    # No audit event of its own (subprocess.Popen raises one before calling it): wrapped.
+    "_posixsubprocess.fork_exec": lambda args: _command(args[0]),
     "os.spawn": lambda args: _command(args[2] if len(args) > 2 and args[2] else args[1]),
     "os.fork": lambda args: "fork()",
     "os.forkpty": lambda args: "forkpty()",
@@ -342,6 +345,21 @@ def _audited_pidfd_send_signal(pidfd: int, sig: int, siginfo: None = None, flags
 _REAL_PIDFD_SEND_SIGNAL = getattr(signal, "pidfd_send_signal", None)
 
 
+def _audited_fork_exec(*args: Any, **kwargs: Any) -> Any:
+    """``_posixsubprocess.fork_exec`` with an audit event: called directly (not through
+    ``subprocess.Popen``, which raises its own first) it started any process unseen."""
+    sys.audit("_posixsubprocess.fork_exec", args[0] if args else None)
+    return _REAL_FORK_EXEC(*args, **kwargs)
+
+
+try:
+    import _posixsubprocess
+
+    _REAL_FORK_EXEC: Callable[..., Any] = _posixsubprocess.fork_exec
+except ImportError:  # not POSIX
+    _posixsubprocess = None  # type: ignore[assignment]
+
+
 def _install() -> None:
     with _GUARD.lock:
         if not _GUARD.installed:
@@ -352,6 +370,12 @@ def _install() -> None:
                 for module in (signal, sys.modules.get("_signal")):
                     if module is not None:
                         module.pidfd_send_signal = _audited_pidfd_send_signal  # type: ignore[attr-defined]
+            if _posixsubprocess is not None:
+                _posixsubprocess.fork_exec = _audited_fork_exec
+                # subprocess binds it at import: its name too, should agent code call that.
+                imported = sys.modules.get("subprocess")
+                if getattr(imported, "_fork_exec", None) is _REAL_FORK_EXEC:
+                    imported._fork_exec = _audited_fork_exec  # type: ignore[union-attr]
             _GUARD.installed = True
 
 

@@ -8,6 +8,9 @@ replay must not allow, swallowing the error as careless tool code would:
     TOOLS_SUBPROCESS  subprocess.run(["true"])
     TOOLS_SYSTEM      os.system("true")
     TOOLS_EXEC        os.posix_spawn of /bin/true
+    TOOLS_FORK_EXEC   _posixsubprocess.fork_exec of /bin/true (what Popen calls, directly)
+    TOOLS_PIDFD       signal.pidfd_send_signal(pidfd of its own process, 0)
+    TOOLS_PRLIMIT     resource.prlimit of the parent process (set to what it is)
     TOOLS_CTYPES      ctypes.CDLL(None).getpid()
     TOOLS_CTYPES_LIB  ctypes.CDLL("libc.so.6")
     TOOLS_WRITE       writes the file named by $BEAM_AGENTS_TEST_WRITE_TARGET
@@ -217,3 +220,38 @@ DIRECT_REFUND_OBJECT = DirectRefundAgent("object")
 DIRECT_REFUND_REGISTRY = DirectRefundAgent("registry")
 DIRECT_REFUND_FN = DirectRefundAgent("fn")
 DIRECT_REFUND_REGISTRY_FN = DirectRefundAgent("registry_fn")
+
+
+def _fork_exec_true() -> object:
+    """What subprocess.Popen calls after its audit event, called directly (Python 3.11's
+    signature): it started any process without one."""
+    import _posixsubprocess
+
+    read_end, write_end = os.pipe()
+    try:
+        pid = _posixsubprocess.fork_exec(  # type: ignore[call-arg]
+            [b"/bin/true"], [b"/bin/true"], True, (), None, None,
+            -1, -1, -1, -1, -1, -1, read_end, write_end,
+            False, False, -1, None, None, None, -1, None, False,
+        )  # fmt: skip
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    return os.waitpid(pid, 0)
+
+
+TOOLS_FORK_EXEC = _variant(_fork_exec_true)
+
+
+def _prlimit_parent() -> object:
+    """Sets the parent process's core-size limit to what it is (harmless if it went through)."""
+    import resource
+
+    parent = os.getppid()
+    return resource.prlimit(
+        parent, resource.RLIMIT_CORE, resource.prlimit(parent, resource.RLIMIT_CORE)
+    )
+
+
+TOOLS_PIDFD = _variant(lambda: signal.pidfd_send_signal(os.pidfd_open(os.getpid()), 0))
+TOOLS_PRLIMIT = _variant(_prlimit_parent)
