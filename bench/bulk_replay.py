@@ -214,10 +214,14 @@ def main() -> int:
         f"{cpu2 / n / floor_cpu:.2f}x the in-process CPU   (target <= 1.2x)"
     )
     marginal = (cpu2x - cpu2) / n
+    # On a noisy machine the larger run can finish no later than the smaller one:
+    # then there is no marginal wall rate to print (it printed 10^12 bundles/s).
+    extra_wall = wall2x - wall2
+    wall_rate = f"{n / extra_wall:.0f} bundles/s" if extra_wall > 0 else "not measurable (noise)"
     print(
         f"     marginal CPU per bundle ({n} more bundles, start-up excluded): "
         f"{marginal * 1000:.2f} ms = {marginal / floor_cpu:.2f}x the in-process CPU; marginal "
-        f"wall rate {n / max(wall2x - wall2, 1e-9):.0f} bundles/s"
+        f"wall rate {wall_rate}"
     )
     print(
         f"  3. check --jobs 1: {wall1:.2f} s wall, {n / wall1:.0f} bundles/s, CPU "
