@@ -356,6 +356,9 @@ def _restore_terminal(fd: int, modes: list[Any]) -> None:
     with contextlib.suppress(OSError):
         os.write(
             fd,
+            # mouse reporting off, bracketed paste off, line wrap back on (Textual turns
+            # it off: without it the paragraph below is cut at the screen's width, and so
+            # is every later line of the shell), in-band resize off, then the main screen
             b"\x1b[<u\x1b[?1000l\x1b[?1003l\x1b[?1015l\x1b[?1006l\x1b[?2004l"
-            b"\x1b[?1049l\x1b[?25h\x1b[?1004l\r\n",
+            b"\x1b[?7h\x1b[?2048l\x1b[?1049l\x1b[?25h\x1b[?1004l\r\n",
         )

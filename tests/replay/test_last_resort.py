@@ -214,6 +214,8 @@ def test_a_frozen_tui_is_ended_with_the_terminal_restored(
     assert text.rindex("\x1b[?1049l") < text.index(paragraph)  # the screen back, then words
     assert "Thread 0x" not in text  # no stacks drawn into the TUI's screen
     assert "\x1b[?1049h" in text  # the TUI had taken the screen over
+    assert "\x1b[?7l" in text  # Textual turns line wrap off; it is back on before the words
+    assert text.rindex("\x1b[?7l") < text.rindex("\x1b[?7h") < text.index(paragraph)
     if paragraph == ABANDONED:  # it had shown the verdict and answered until then
         assert "ran past the time limit of 0.5 s" in text
     assert after == before  # echo, line editing: the terminal as it was before the TUI
