@@ -95,3 +95,8 @@ class ReplayOptions:
             checked_time_limit(self.time_limit)
         except ValueError as exc:
             raise ConfigError(f"ReplayOptions time_limit= {exc}") from None
+        if self.seq is not None and (not isinstance(self.seq, int) or isinstance(self.seq, bool)):
+            raise ConfigError(
+                "ReplayOptions seq= must be an int or None (the key's highest traced "
+                f"activation), got {type(self.seq).__name__}: {self.seq!r:.80}"
+            )

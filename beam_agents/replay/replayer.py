@@ -156,6 +156,13 @@ class Replayer:
                         f"Replayer.replay {name}= must be {allowed}, got "
                         f"{type(value).__name__}: {value!r:.80}"
                     )
+            if seq is not None and (not isinstance(seq, int) or isinstance(seq, bool)):
+                # '1' would be looked up as a seq, found nowhere, and refused as
+                # "no activation at seq 1 (traced seqs: 1-3)"
+                raise InputError(
+                    "Replayer.replay seq= must be an int or None (the key's highest traced "
+                    f"activation), got {type(seq).__name__}: {seq!r:.80}"
+                )
             data = (
                 snapshot.SerializeToString(deterministic=True)
                 if isinstance(snapshot, StateSnapshot)

@@ -21,7 +21,7 @@ from replay_harness import T0, Inputs
 from beam_agents.cli import main
 from beam_agents.cli.parsing import CLI_NAMING
 from beam_agents.errors import ConfigError
-from beam_agents.replay import Replayer, Verdict, list_activations, make_bundle
+from beam_agents.replay import Replayer, ReplayOptions, Verdict, list_activations, make_bundle
 from beam_agents.replay.bulk import _stuck_row
 from beam_agents.replay.engine import _RerunRanPast
 from beam_agents.replay.naming import CHECK_BUNDLES, REPLAYER, Input
@@ -153,6 +153,12 @@ def test_arguments_of_the_wrong_type_and_a_bad_limit_name_the_parameter(inputs: 
     assert error.startswith(
         "Replayer.replay snapshot= must be a StateSnapshot"
     ) and not FLAG.search(error)
+    for seq in ("1", 1.0, True):  # "1" said "no activation at seq 1 (traced seqs: 1-3)"
+        error = _error(inputs, replayer, seq=seq)
+        assert error.startswith("Replayer.replay seq= must be an int or None"), error
+        assert repr(seq) in error and not FLAG.search(error)
+        with pytest.raises(ConfigError, match=r"^ReplayOptions seq= must be an int or None"):
+            ReplayOptions(snapshot=b"", traces=(), agent="a:A", registry="a:R", seq=seq)  # type: ignore[arg-type]
     for bad in (-1, 86_401, "5"):
         with pytest.raises(ConfigError) as caught:
             Replayer(agent=ra.AGENT, registry=ra.TOOLS, time_limit=bad)  # type: ignore[arg-type]
