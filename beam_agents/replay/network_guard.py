@@ -364,7 +364,11 @@ def _install() -> None:
     with _GUARD.lock:
         if not _GUARD.installed:
             sys.addaudithook(_audit)
-            os._exit = _guarded_exit
+            # os._exit is posix._exit (nt._exit): agent code calling the module os took it
+            # from ended the CLI with 0 and no verdict when only os's name was replaced.
+            for module in (os, sys.modules.get(os.name)):
+                if module is not None:
+                    module._exit = _guarded_exit  # type: ignore[attr-defined]
             if _REAL_PIDFD_SEND_SIGNAL is not None:
                 # Signals any process through a descriptor (os.pidfd_open), unaudited.
                 for module in (signal, sys.modules.get("_signal")):

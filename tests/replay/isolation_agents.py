@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib
 import os
 import re
 import signal
@@ -145,6 +146,11 @@ TOOLS_SLEEP = _variant(RELEASE.wait)
 TOOLS_LOOP_THEN_CONNECT = _variant(_connect_later)
 TOOLS_EXIT = _variant(lambda: os._exit(0))  # ends the process with "success"
 TOOLS_ATEXIT_EXIT = _variant(lambda: atexit.register(os._exit, 0))  # overrides the verdict
+# The same through the module os took _exit from (posix on Linux): os._exit is posix._exit.
+TOOLS_POSIX_EXIT = _variant(lambda: importlib.import_module(os.name)._exit(0))
+TOOLS_POSIX_ATEXIT_EXIT = _variant(
+    lambda: atexit.register(importlib.import_module(os.name)._exit, 0)
+)
 
 UNPICKLED_IN: list[int] = []
 """Pids of the processes that loaded ``_Planted`` (a pickle a check worker planted)."""

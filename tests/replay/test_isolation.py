@@ -4,6 +4,7 @@ writes are refused and reported like network attempts; the guard outlives the re
 
 from __future__ import annotations
 
+import importlib
 import os
 import select
 import socket
@@ -199,10 +200,13 @@ def test_the_cli_keeps_the_guard_for_its_whole_life(
     assert f"{host}:{port}" in out.stderr
 
 
+@pytest.mark.parametrize("registry", ["TOOLS_EXIT", "TOOLS_POSIX_EXIT"])
 def test_agent_code_ending_the_process_never_makes_the_cli_exit_0(
-    recorded: tuple[KeyHistory, object], tmp_path: Path
+    recorded: tuple[KeyHistory, object], tmp_path: Path, registry: str
 ) -> None:
-    """os._exit(0) has no audit event: it ended the CLI (and check --jobs 1) with 0, no verdict."""
+    """os._exit(0) has no audit event: it ended the CLI (and check --jobs 1) with 0, no verdict.
+    (Hostile pass: posix._exit(0), the same function under the name os took it from, still
+    did when only os's name was replaced.)"""
     history, event = recorded
     snapshot, traces, event_file = tmp_path / "s.pb", tmp_path / "t.pb", tmp_path / "e.pb"
     snapshot.write_bytes(history.export())
@@ -212,7 +216,7 @@ def test_agent_code_ending_the_process_never_makes_the_cli_exit_0(
         [
             SCRIPT,
             "--snapshot", str(snapshot), "--traces", str(traces), "--event", str(event_file),
-            "--agent", "replay_agents:AGENT", "--registry", "isolation_agents:TOOLS_EXIT",
+            "--agent", "replay_agents:AGENT", "--registry", f"isolation_agents:{registry}",
         ],
         capture_output=True,
         text=True,
@@ -223,10 +227,13 @@ def test_agent_code_ending_the_process_never_makes_the_cli_exit_0(
     # Outside a replay os._exit is the real one; inside it refuses.
     with block_network(), pytest.raises(SystemExit, match=r"os\._exit\(0\)"):
         os._exit(0)
+    # (Not called here: unguarded, it would end pytest with 0.) Both names are the guard's.
+    assert importlib.import_module(os.name)._exit is os._exit
 
 
+@pytest.mark.parametrize("registry", ["TOOLS_ATEXIT_EXIT", "TOOLS_POSIX_ATEXIT_EXIT"])
 def test_an_atexit_hook_ending_the_process_never_replaces_the_verdicts_exit_code(
-    recorded: tuple[KeyHistory, object], tmp_path: Path
+    recorded: tuple[KeyHistory, object], tmp_path: Path, registry: str
 ) -> None:
     """A hook os._exit(0) after the verdict turned a divergence into exit 0."""
     history, event = recorded
@@ -239,7 +246,7 @@ def test_an_atexit_hook_ending_the_process_never_replaces_the_verdicts_exit_code
             SCRIPT,
             "--snapshot", str(snapshot), "--traces", str(traces), "--event", str(event_file),
             "--agent", "replay_agents:AGENT_OTHER_OUTPUT",  # diverges: exit 1
-            "--registry", "isolation_agents:TOOLS_ATEXIT_EXIT",
+            "--registry", f"isolation_agents:{registry}",
         ],
         capture_output=True,
         text=True,
