@@ -331,7 +331,11 @@ def _fire(
             "never let replay's own thread run. "
         )
         stacks = (
-            "" if tty else "The stacks printed above (faulthandler) show where each thread was. "
+            # best effort: agent code can cancel faulthandler, and this process cannot tell
+            ""
+            if tty
+            else "Unless agent code cancelled faulthandler, the stacks it printed above show "
+            "where each thread was. "
         )
     text = (
         what + f"Replay's watchdog ended the process with SIGKILL (exit status {KILLED_STATUS}): "

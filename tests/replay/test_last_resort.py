@@ -96,6 +96,8 @@ def test_the_stacks_come_first_unless_agent_code_cancelled_them(
     cancelled = _replay(incident, tmp_path, "TOOLS_CANCEL_FAULTHANDLER")
     _assert_stopped_by_the_watchdog(cancelled)
     assert "Thread 0x" not in cancelled.stderr
+    # no stacks: the paragraph must not say they are above (it said "The stacks printed above")
+    assert "Unless agent code cancelled faulthandler, the stacks" in cancelled.stderr
 
 
 def test_an_agent_sigalrm_handler_does_not_keep_the_process_alive(
