@@ -116,6 +116,12 @@ class MainScreen(Screen[None]):
             )
         elif len(self.model):
             parts.append("no row matches the filter")
+        # The answer to what was just done comes next: the line is cut at the screen's width,
+        # and at 80 columns the standing notes after it left no room for the answer.
+        if not note and self.search_note is not None and self.search_note[0] == position:
+            note = self.search_note[1]
+        if note:
+            parts.append(note)
         if self.filter_query and self.filtering:
             parts.append(f"filter {self.filter_query!r}: scanning {len(self.model)} events…")
         elif self.filter_query:
@@ -128,10 +134,6 @@ class MainScreen(Screen[None]):
             parts.append(f"{notable} differing/missed row{'s' if notable > 1 else ''} (n/N)")
         else:
             parts.append("no differing rows")
-        if not note and self.search_note is not None and self.search_note[0] == position:
-            note = self.search_note[1]
-        if note:
-            parts.append(note)
         # The query came from the operator's keyboard; still shown through a literal Text.
         # One line, fixed height: no screen layout needed.
         self.query_one("#status", Static).update(literal_text("  ·  ".join(parts)), layout=False)

@@ -192,6 +192,25 @@ async def test_slash_searches_the_values_and_jumps_to_the_match(real: Real) -> N
         )
 
 
+async def test_the_search_answer_is_on_screen_at_80_columns(real: Real) -> None:
+    """The status line is cut at the screen's width: the answer to the search just made comes
+    right after the position, before the standing notes (it was last, and at 80 columns it read
+    "search 'LOST IN TRANSIT': event" with the event cut off, "no" for "no event's ...")."""
+    result = real("diverged")
+    app = ReplayApp(result)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("g", "slash", *"LOST IN TRANSIT", "enter")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        tool = next(p.index for p in result.events if p.differs)
+        assert selected(app) == tool
+        assert f"search 'LOST IN TRANSIT': event {tool}" in screen_text(app)
+        await pilot.press("slash", *"no-such-value", "enter")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert "search 'no-such-value': no event's values" in screen_text(app)
+
+
 async def test_v_shows_the_selected_events_values_whole(real: Real) -> None:
     result = real("diverged")
     app = ReplayApp(result)
