@@ -402,6 +402,7 @@ def _worker_main(
     time_limit: float | None,
     environ: dict[str, str],
     naming: Naming,
+    others: tuple[Connection, ...] = (),
 ) -> None:
     """A ``check`` worker: isolated for life, then replays the bundles it is sent.
 
@@ -414,6 +415,9 @@ def _worker_main(
     """
     from beam_agents.replay.network_guard import end_process, isolate_process, still_running
 
+    for other in others:  # other workers' pipes (the parent's ends, copied by fork)
+        with contextlib.suppress(OSError):
+            other.close()
     if os.environ != environ:
         os.environ.clear()
         os.environ.update(environ)
@@ -422,7 +426,7 @@ def _worker_main(
     try:
         while True:
             try:
-                task = conn.recv()
+                task = _task(conn.recv_bytes(MAX_MESSAGE_BYTES))
             except EOFError:  # the parent went away
                 break
             if task is None:
@@ -459,6 +463,28 @@ MAX_MESSAGE_BYTES = 1 << 24
 
 def _send(conn: Connection, message: list[Any]) -> None:
     conn.send_bytes(json.dumps(message, ensure_ascii=True).encode("ascii"))
+
+
+def _task_message(task: tuple[str, int | None] | None) -> bytes:
+    return json.dumps(task, ensure_ascii=True).encode("ascii")
+
+
+def _task(data: bytes) -> tuple[str, int | None] | None:
+    """The task ``_task_message`` encoded (None: stop). A worker reads its tasks as JSON,
+    never a pickle: nothing but the parent should write there, but a pickle would run
+    whatever code it names in the worker. Anything else raises ValueError (the worker
+    ends and the parent turns it into a row)."""
+    task = json.loads(data)
+    if task is None:
+        return None
+    if (
+        isinstance(task, list)
+        and len(task) == 2
+        and isinstance(task[0], str)
+        and (task[1] is None or _is_int(task[1]))
+    ):
+        return task[0], task[1]
+    raise ValueError("a worker task is [path, seq or null]")
 
 
 def _message(data: bytes, path: str) -> tuple[str, Any] | None:
@@ -571,7 +597,8 @@ def _check_in_workers(
     from multiprocessing.connection import wait
 
     context = _context()
-    if context.get_start_method() == "fork":
+    forked = context.get_start_method() == "fork"
+    if forked:
         _warm()
     tasks: deque[tuple[str, int | None]] = deque((path, None) for path in files)
     rows: list[CheckRow] = []
@@ -584,7 +611,19 @@ def _check_in_workers(
         parent, child = context.Pipe()
         process = context.Process(  # type: ignore[attr-defined]
             target=_worker_main,
-            args=(child, agent, registry, time_limit, dict(os.environ), naming),
+            args=(
+                child,
+                agent,
+                registry,
+                time_limit,
+                dict(os.environ),
+                naming,
+                # A forked worker has copies of the parent's ends of the pipes of the workers
+                # started before it: it closes them before any agent code runs, which could
+                # otherwise write to those workers or read their rows away. (Other start
+                # methods inherit no descriptors; these objects are never sent to them.)
+                tuple(w.conn for w in pool) if forked else (),
+            ),
             daemon=True,
         )
         process.start()
@@ -594,7 +633,7 @@ def _check_in_workers(
     def assign(worker: _Worker) -> None:
         worker.task = tasks.popleft()
         worker.seq, worker.finished, worker.seq_started = None, False, time.monotonic()
-        worker.conn.send(worker.task)
+        worker.conn.send_bytes(_task_message(worker.task))
 
     def lost(worker: _Worker, row: CheckRow | None) -> None:
         """The worker is gone: the row of what it was doing, then the rest of its bundle."""
@@ -664,7 +703,7 @@ def _check_in_workers(
                     )
         for worker in pool:
             with contextlib.suppress(OSError):
-                worker.conn.send(None)
+                worker.conn.send_bytes(_task_message(None))
     finally:
         for worker in pool:
             worker.process.join(5)

@@ -180,6 +180,27 @@ def _planted_pickle() -> bytes:
     return pickle.dumps(("row", _Planted()))
 
 
+OTHER_WORKER_TARGET_ENV = "BEAM_AGENTS_TEST_OTHER_WORKER_TARGET"
+
+
+class _WritesWhereLoaded:
+    """Loaded (unpickled), it writes its loader's pid to $BEAM_AGENTS_TEST_OTHER_WORKER_TARGET."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        from pathlib import Path
+
+        return (Path.write_text, (Path(os.environ[OTHER_WORKER_TARGET_ENV]), str(os.getpid())))
+
+
+def _write_to_other_workers() -> None:
+    """A forked check worker holds copies of the parent's ends of the workers started
+    before it: writing there reaches those workers, which unpickled their tasks."""
+    import pickle
+
+    _write_to_pipes(pickle.dumps(_WritesWhereLoaded()))
+
+
+TOOLS_PIPE_OTHERS = _variant(_write_to_other_workers)
 TOOLS_PIPE_JUNK = _variant(lambda: _write_to_pipes(b"\x00 no message"))
 TOOLS_PIPE_PICKLE = _variant(lambda: _write_to_pipes(_planted_pickle()))
 TOOLS_PIPE_FORGED = _variant(

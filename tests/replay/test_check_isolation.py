@@ -304,3 +304,26 @@ def test_a_worker_row_of_another_shape_is_refused(change: dict[str, object]) -> 
         )
     assert bulk.CheckRow.from_document([document]) is None
     assert bulk._message(json.dumps(["row", _row().document()]).encode(), "b.bundle") is None
+
+
+def test_a_worker_reads_its_tasks_as_json_and_never_loads_a_pickle() -> None:
+    """Hostile pass: workers unpickled their tasks (another worker could write there)."""
+    import pickle
+
+    from beam_agents.replay import bulk
+
+    assert bulk._task(bulk._task_message(("a.bundle", 3))) == ("a.bundle", 3)
+    assert bulk._task(bulk._task_message(("a.bundle", None))) == ("a.bundle", None)
+    assert bulk._task(bulk._task_message(None)) is None
+    ia.UNPICKLED_IN.clear()
+    for data in (
+        pickle.dumps(("row", ia._Planted())),
+        pickle.dumps(("a.bundle", None)),
+        b'["a.bundle"]',
+        b'["a.bundle", true]',
+        b'[1, 2]',
+        b"\xff",
+    ):
+        with pytest.raises(ValueError):
+            bulk._task(data)
+    assert ia.UNPICKLED_IN == []

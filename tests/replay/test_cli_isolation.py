@@ -273,3 +273,36 @@ def test_agent_code_holding_the_interpreter_lock_is_ended_at_twice_the_limit(
     assert out.returncode == -9, (out.returncode, out.stdout, out.stderr)  # SIGKILL: 137
     assert "Timeout (0:00:01)!" in out.stderr and "lookup_order" in out.stderr
     assert out.stderr.rstrip().endswith("before the limit."), out.stderr  # its paragraph
+
+
+def test_a_check_worker_reaches_no_other_workers_pipe(incident: Incident, tmp_path: Path) -> None:
+    """Hostile pass: a forked worker inherited the parent's ends of the pipes of the workers
+    started before it, and those workers unpickled their tasks: agent code replaying one
+    bundle ran code in the worker replaying another (and could read its rows away)."""
+    folder = tmp_path / "bundles"
+    folder.mkdir()
+    target = tmp_path / "ran-in-another-worker.txt"
+    (folder / "a_good.bundle").write_bytes(incident.make(seq=1))
+    (folder / "b_hostile.bundle").write_bytes(
+        incident.make(registry="isolation_agents:TOOLS_PIPE_OTHERS", seq=1)
+    )
+    for name in ("c_good", "d_good", "e_good"):
+        (folder / f"{name}.bundle").write_bytes(incident.make(seq=1))
+    out = _run(
+        ["check", str(folder), "--jobs", "2", "--json"],
+        _env(**{ia.OTHER_WORKER_TARGET_ENV: str(target)}),
+    )
+    assert not target.exists(), f"ran in process {target.read_text()}"
+    document = json.loads(out.stdout)
+    got = {
+        Path(row["path"]).stem: row["verdict"]
+        for group in document["groups"]
+        for row in group["rows"]
+    }
+    assert got == {
+        "a_good": "reproduced",
+        "b_hostile": "error",  # what it wrote on its own pipe: no check message
+        "c_good": "reproduced",
+        "d_good": "reproduced",
+        "e_good": "reproduced",
+    }, out.stderr
