@@ -73,6 +73,12 @@ def _run_bundle_write(ns: argparse.Namespace) -> int:
 
     if ns.seq is not None and ns.seq < 0:
         raise UsageError(f"--seq must be a seq number (0 or more), got {ns.seq}", f"{PROG} bundle")
+    if ns.output == "-":  # it wrote a file named '-'; refused before anything is read
+        raise UsageError(
+            "-o - is not standard output: a bundle is written to a file, whole or not at "
+            "all; name a file (-o incident.bundle)",
+            f"{PROG} bundle",
+        )
     cwd_importable()  # --hitl names the operator's module
     isolate()  # before --hitl is imported
     try:

@@ -54,6 +54,12 @@ def _run_check(ns: argparse.Namespace) -> int:
     prog = f"{PROG} check"
     if ns.jobs < 1:
         raise UsageError(f"--jobs must be 1 or more, got {ns.jobs}", prog)
+    if ns.junit == "-":  # it wrote a file named '-'; refused before anything is replayed
+        raise UsageError(
+            "--junit - would mix JUnit XML into check's report on standard output: "
+            "name a file (--junit junit.xml)",
+            prog,
+        )
     for flag, value in (("--agent", ns.agent), ("--registry", ns.registry)):
         if value is not None and ":" not in value:
             raise UsageError(f"{flag} {value!r} is not of the form module:ATTR", prog)

@@ -144,7 +144,10 @@ def test_junit_stays_well_formed_xml_whatever_the_names(folder: Path, tmp_path: 
 
 
 def test_junit_output_never_blocks_on_a_fifo_nor_writes_through_a_link(
-    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    folder: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import os
 
@@ -156,6 +159,12 @@ def test_junit_output_never_blocks_on_a_fifo_nor_writes_through_a_link(
     # An empty name was skipped silently (no JUnit written, no error).
     assert main(["check", str(folder / "all.bundle"), "--jobs", "1", "--junit", ""]) == 2
     assert "cannot write --junit : the file name is empty" in capsys.readouterr().err
+    # '-' is no file: it wrote one named '-' in the current directory, after every replay
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", str(folder / "all.bundle"), "--jobs", "1", "--junit", "-"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and not (tmp_path / "-").exists()
+    assert "check: error: --junit - would mix JUnit XML into check's report" in err
     target = tmp_path / "precious"
     target.write_bytes(b"keep")
     link = tmp_path / "junit.xml"

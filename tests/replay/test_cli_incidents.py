@@ -200,7 +200,10 @@ def test_tui_with_events_can_switch_between_the_traced_seqs(
 
 
 def test_bundle_output_never_replaces_a_special_file_nor_writes_through_a_link(
-    files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    files: dict[str, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import os
 
@@ -232,6 +235,11 @@ def test_bundle_output_never_replaces_a_special_file_nor_writes_through_a_link(
     assert target.read_bytes() == b"keep" and not link.is_symlink()
     code, _, err = run([*args, "-o", ""], capsys)
     assert code == 2 and "cannot write : the file name is empty" in err  # was an internal error
+    # '-' means standard input or output everywhere else: it wrote a file named '-' here
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run([*args, "-o", "-"], capsys)
+    assert code == 2 and out == "" and not (tmp_path / "-").exists()
+    assert "bundle: error: -o - is not standard output" in err and "name a file" in err
     long = tmp_path / ("x" * 250)  # a valid name whose old temporary name was too long
     code, _, err = run([*args, "-o", str(long)], capsys)
     assert code == 0, err
