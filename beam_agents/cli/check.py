@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from beam_agents.cli.output import json_text, print_out, write_output
+from beam_agents.cli.output import check_output_path, json_text, print_out, write_output
 from beam_agents.cli.parsing import CLI_NAMING, PROG, Parser, UsageError, add_time_limit_flag
 from beam_agents.cli.process import PROCESS_LIFE, cwd_importable
 from beam_agents.replay.escape import escape
@@ -60,6 +60,14 @@ def _run_check(ns: argparse.Namespace) -> int:
             "name a file (--junit junit.xml)",
             prog,
         )
+    if ns.junit is not None:
+        try:  # before the replays: a long check would end refusing it
+            check_output_path(ns.junit)
+        except OSError as exc:
+            raise UsageError(
+                f"cannot write --junit {escape(ns.junit)}: {escape(str(exc.strerror or exc))}",
+                prog,
+            ) from None
     for flag, value in (("--agent", ns.agent), ("--registry", ns.registry)):
         if value is not None and ":" not in value:
             raise UsageError(f"{flag} {value!r} is not of the form module:ATTR", prog)

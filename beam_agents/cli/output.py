@@ -41,6 +41,30 @@ def report_refusal(command: str, refused: Exception) -> int:
     return refused.verdict.exit_code
 
 
+def check_output_path(path: str) -> None:
+    """What ``write_output`` refuses about ``path`` itself, checked before the work that
+    produces its bytes (``check --junit``: a long check would end refusing it).
+
+    Raises:
+        OSError: an empty name, an existing non-regular file, or a folder that is not one.
+    """
+    import errno
+    import stat
+
+    if not path:
+        raise OSError(errno.EINVAL, "the file name is empty")
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        raise OSError(errno.EINVAL, f"it exists and is {kind}; name a new or regular file")
+    folder = os.path.dirname(path) or "."
+    if not os.path.isdir(folder):
+        raise OSError(errno.ENOENT, f"its folder {folder} does not exist")
+
+
 def write_output(path: str, data: bytes) -> None:
     """Write ``data`` to ``path`` whole or not at all (``bundle -o``, ``check --junit``).
 
@@ -53,21 +77,11 @@ def write_output(path: str, data: bytes) -> None:
     Raises:
         OSError: The file cannot be written (``ENOTSUP``-style errors name the cause).
     """
-    import errno
-    import stat
     from pathlib import Path
 
     from beam_agents.trace_stream import temporary_sibling
 
-    if not path:
-        raise OSError(errno.EINVAL, "the file name is empty")
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        mode = None
-    if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
-        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
-        raise OSError(errno.EINVAL, f"it exists and is {kind}; name a new or regular file")
+    check_output_path(path)
     tmp = temporary_sibling(Path(path))
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:

@@ -165,6 +165,16 @@ def test_junit_output_never_blocks_on_a_fifo_nor_writes_through_a_link(
     out, err = capsys.readouterr()
     assert out == "" and not (tmp_path / "-").exists()
     assert "check: error: --junit - would mix JUnit XML into check's report" in err
+    # a folder that is not there was found only after every replay had run
+    missing = tmp_path / "no-such-folder" / "junit.xml"
+    ran: list[object] = []
+    monkeypatch.setattr("beam_agents.replay.bulk.check_bundles", lambda *a, **k: ran.append(a))
+    assert main(["check", str(folder / "all.bundle"), "--jobs", "1", "--junit", str(missing)]) == 2
+    assert ran == []  # refused before any replay
+    err = capsys.readouterr().err
+    assert f"cannot write --junit {missing}: its folder {missing.parent} does not exist" in err
+    monkeypatch.undo()
+    monkeypatch.chdir(tmp_path)
     target = tmp_path / "precious"
     target.write_bytes(b"keep")
     link = tmp_path / "junit.xml"
