@@ -618,11 +618,13 @@ def _check_in_workers(
                 time_limit,
                 dict(os.environ),
                 naming,
-                # A forked worker has copies of the parent's ends of the pipes of the workers
-                # started before it: it closes them before any agent code runs, which could
-                # otherwise write to those workers or read their rows away. (Other start
-                # methods inherit no descriptors; these objects are never sent to them.)
-                tuple(w.conn for w in pool) if forked else (),
+                # A forked worker has copies of the parent's ends of its own pipe and of the
+                # workers' started before it: it closes them before any agent code runs,
+                # which could otherwise write to those workers or read their rows away, and
+                # so that it sees the end of its pipe when the parent is gone (holding both
+                # ends, a worker outlived a killed check). (Other start methods inherit no
+                # descriptors; these objects are never sent to them.)
+                (*(w.conn for w in pool), parent) if forked else (),
             ),
             daemon=True,
         )

@@ -142,6 +142,7 @@ def _connect_later() -> None:
 
 
 TOOLS_LOOP = _variant(_spin)
+TOOLS_NAP = _variant(lambda: time.sleep(float(os.environ.get(HANG_SECONDS_ENV, "1"))))
 TOOLS_SLEEP = _variant(RELEASE.wait)
 TOOLS_LOOP_THEN_CONNECT = _variant(_connect_later)
 TOOLS_EXIT = _variant(lambda: os._exit(0))  # ends the process with "success"

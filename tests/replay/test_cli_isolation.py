@@ -7,6 +7,7 @@ happen: a local listening socket receives no connection, a file does not exist.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -306,3 +307,46 @@ def test_a_check_worker_reaches_no_other_workers_pipe(incident: Incident, tmp_pa
         "d_good": "reproduced",
         "e_good": "reproduced",
     }, out.stderr
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return "gone"
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc")
+def test_a_check_worker_ends_when_check_is_killed(incident: Incident, tmp_path: Path) -> None:
+    """Hostile pass: a forked worker held both ends of its pipe, so with check killed it
+    never saw the end of it and waited for its next task for ever (an orphan)."""
+    folder = tmp_path / "bundles"
+    folder.mkdir()
+    (folder / "nap.bundle").write_bytes(incident.make(registry="isolation_agents:TOOLS_NAP", seq=1))
+    check = subprocess.Popen(
+        [SCRIPT, "check", str(folder), "--jobs", "1", "--time-limit", "0"],
+        env=_env(**{ia.HANG_SECONDS_ENV: "2"}),
+        cwd=HERE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while not workers and time.monotonic() < deadline:
+            time.sleep(0.05)
+            for task in Path(f"/proc/{check.pid}/task").iterdir():
+                workers += [int(p) for p in (task / "children").read_text().split()]
+        assert workers, "check started no worker"
+        check.kill()  # while the worker naps in agent code: it then sends its row, and waits
+        check.wait()
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and any(_state(w) not in ("Z", "gone") for w in workers):
+            time.sleep(0.1)
+        left = {w: _state(w) for w in workers if _state(w) not in ("Z", "gone")}
+        assert not left, f"workers still running after check was killed: {left}"
+    finally:
+        check.kill()
+        for worker in workers:
+            with contextlib.suppress(OSError):
+                os.kill(worker, 9)
