@@ -211,7 +211,46 @@ class ResultEditingNotesAgent(NotesAgent):
         return Done(output=b"ok")
 
 
+class VandalAgent(SupportAgent):
+    """``SupportAgent``, then it spoils every object it was handed or got back (the event,
+    the continuation's state, the inbound result, the model's reply, the tool's result):
+    a replay must give the next one nothing of them (a bundle's seqs share one load)."""
+
+    def _ask(self, ctx: AgentContext, text: str) -> str:
+        order = ctx.call("lookup_order", order_id="A1")
+        reply = ctx.complete(
+            chat_request(
+                MODEL,
+                ("system", self.system_prompt),
+                ("user", f"{text} (order {order['status']})"),
+            )
+        )
+        ctx.memory["turns"] = int(ctx.memory.get("turns", 0)) + 1
+        ctx.memory["last"] = text
+        answer = str(reply.text)
+        order.clear()
+        order["status"] = "vandalized"
+        reply.Clear()
+        reply.text = "vandalized"
+        return answer
+
+    def start(self, ctx: AgentContext, event: Event) -> Outcome:
+        outcome = super().start(ctx, event)
+        event.payload, event.type = b"vandalized", "vandalized"
+        return outcome
+
+    def resume(self, ctx: AgentContext, state: Any, step_index: int, inbound: Inbound) -> Outcome:
+        outcome = super().resume(ctx, state, step_index, inbound)
+        if isinstance(state, dict):
+            state.clear()
+            state["asked"] = "vandalized"
+        if isinstance(inbound, ToolResult):
+            inbound.status, inbound.error = ToolResult.ERROR, "vandalized"
+        return outcome
+
+
 AGENT = SupportAgent()
+AGENT_VANDAL = VandalAgent()
 NOTES_EDITS_RESULT = ResultEditingNotesAgent()
 AGENT_OTHER_OUTPUT = OtherOutputAgent()
 NOTES = NotesAgent()

@@ -98,6 +98,34 @@ def test_the_snapshot_is_loaded_once_and_every_replay_reads_that_load(
     assert len(loads) == 1 + 2 * len(loaded.seqs)
 
 
+def test_an_agent_spoiling_what_it_was_handed_leaves_the_next_replay_of_the_load_nothing(
+    incident: Incident,
+) -> None:
+    """A differential check of the shared load (hostile pass): each activation replayed
+    from the bundle's one load, in any order and again, gives the --json of a replay that
+    loads the snapshot itself, with an agent that spoils every object it can reach."""
+    from dataclasses import replace
+
+    from beam_agents.replay.json_report import render_json
+
+    loaded = bd.load_bundle(incident.make(all_seqs=True))
+    vandal = "replay_agents:AGENT_VANDAL"
+    fresh = {
+        seq: render_json(
+            replay(replace(bd.bundle_options(loaded, seq=seq, agent=vandal), loaded_snapshot=None))
+        )
+        for seq in loaded.seqs
+    }
+    order = [*loaded.seqs, *reversed(loaded.seqs), *loaded.seqs]
+    for seq in order:
+        shared = replay(bd.bundle_options(loaded, seq=seq, agent=vandal))
+        assert shared.verdict is Verdict.REPRODUCED, (seq, shared.error)
+        assert render_json(shared) == fresh[seq], seq
+    assert render_json(replay(bd.bundle_options(loaded, seq=1))) == render_json(
+        replay(replace(bd.bundle_options(loaded, seq=1), loaded_snapshot=None))
+    )
+
+
 def test_a_recorded_hitl_policy_is_replayed(incident: Incident) -> None:
     h = KeyHistory(ra.AGENT, ra.TOOLS, ra.make_provider(), hitl=ra.HITL_SHORT)
     refund = ask("refund please", T0, "refund")
