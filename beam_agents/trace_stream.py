@@ -592,6 +592,6 @@ def trace_stream_files(path: str | os.PathLike[str]) -> list[Path]:
         return [p]
     raise TraceStreamError(
         f"no trace stream at {os.fspath(path)}: no such file or directory "
-        f"(--traces takes a trace-stream file or a directory of *.pb files)",
+        "(a trace-stream file or a directory of *.pb files is expected)",
         source=os.fspath(path),
     )

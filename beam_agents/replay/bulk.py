@@ -50,7 +50,12 @@ from pathlib import Path
 from typing import Any
 
 from beam_agents.replay.naming import CHECK_BUNDLES, Input, Naming
-from beam_agents.replay.options import DEFAULT_TIME_LIMIT, RAN_PAST, checked_time_limit
+from beam_agents.replay.options import (
+    DEFAULT_TIME_LIMIT,
+    RAN_PAST,
+    as_sources,
+    checked_time_limit,
+)
 from beam_agents.replay.result import ReplayResult, Verdict
 
 __all__ = [
@@ -797,7 +802,7 @@ def check_bundles(
         time_limit = checked_time_limit(time_limit)
     except ValueError as exc:
         raise ValueError(f"time_limit {exc}") from None
-    paths = list(paths)
+    paths = list(as_sources(paths))  # one path is one path, not its characters
     files = bundle_paths(paths)
     started = time.perf_counter()
     rows: list[CheckRow] = _empty_directory_rows(paths)

@@ -41,7 +41,7 @@ from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
 from beam_agents.replay.events_lookup import load_envelopes, write_envelope_stream
 from beam_agents.replay.inputs import describe_source, import_object, open_regular, read_source
 from beam_agents.replay.naming import CHECK_BUNDLES, MAKE_BUNDLE, Input, Naming
-from beam_agents.replay.options import ReplayOptions, Source
+from beam_agents.replay.options import ReplayOptions, Source, as_sources
 from beam_agents.replay.refusal import CannotReproduce, InputError
 from beam_agents.replay.traced import check_complete, seq_ranges
 from beam_agents.trace_events import serialize_trace_event
@@ -185,6 +185,13 @@ def make_bundle(
     """
     from beam_agents.replay.inputs import load_snapshot_source
 
+    traces, events = as_sources(traces), as_sources(events)
+    if seq is not None and (not isinstance(seq, int) or isinstance(seq, bool)):
+        # '1' was looked up as a seq and refused as "no activation at seq 1 (traced seqs: 1-3)"
+        raise InputError(
+            f"{naming.name(Input.SEQ)} must be an int or None, got {type(seq).__name__}: "
+            f"{seq!r:.80}"
+        )
     for what, value in ((Input.AGENT, agent), (Input.REGISTRY, registry)):
         if ":" not in value:
             raise InputError(f"{naming.given(what, repr(value))} is not of the form module:ATTR")

@@ -25,7 +25,7 @@ from beam_agents.errors import TraceStreamError
 from beam_agents.key_state import KeyState
 from beam_agents.llm_cache import LookupStatus
 from beam_agents.replay.naming import LIST_ACTIVATIONS, Input, Naming
-from beam_agents.replay.options import Source
+from beam_agents.replay.options import Source, as_sources
 from beam_agents.replay.refusal import CannotReproduce, InputError
 from beam_agents.tool_cache import tool_cache_key
 from beam_agents.trace_stream import read_trace_stream
@@ -293,6 +293,7 @@ def list_activations(
         InputError: Unreadable inputs, or a key that names no traced activation.
         CannotReproduce: The snapshot has a migration gap.
     """
+    traces = as_sources(traces)  # one path is one source, not its characters
     loaded: tuple[StateSnapshot, KeyState] | None = None
     if snapshot is not None:
         from beam_agents.replay.inputs import load_snapshot_source

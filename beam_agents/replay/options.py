@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from beam_agents.errors import ConfigError
 from beam_agents.replay.naming import REPLAY_OPTIONS, Naming
@@ -17,6 +18,19 @@ if TYPE_CHECKING:
 
 Source = str | os.PathLike[str] | bytes
 """A file: its path, ``"-"`` for standard input, or its bytes."""
+
+_S = TypeVar("_S", bound=Source)
+
+
+def as_sources(value: _S | Iterable[_S]) -> tuple[_S, ...]:
+    """A parameter taking several sources, given one (a path or bytes) or a sequence of them.
+
+    One path is one source: ``traces="traces/"`` was iterated character by character (and
+    refused as ``no trace stream at t``).
+    """
+    if isinstance(value, str | bytes | os.PathLike):
+        return (value,)
+    return tuple(value)
 
 DEFAULT_TIME_LIMIT = 60.0
 """Seconds of wall time agent code may run in one replay (docs/replay.md, "Time limit")."""

@@ -21,7 +21,14 @@ from replay_harness import T0, Inputs
 from beam_agents.cli import main
 from beam_agents.cli.parsing import CLI_NAMING
 from beam_agents.errors import ConfigError
-from beam_agents.replay import Replayer, ReplayOptions, Verdict, list_activations, make_bundle
+from beam_agents.replay import (
+    Replayer,
+    ReplayOptions,
+    Verdict,
+    check_bundles,
+    list_activations,
+    make_bundle,
+)
 from beam_agents.replay.bulk import _stuck_row
 from beam_agents.replay.engine import _RerunRanPast
 from beam_agents.replay.naming import CHECK_BUNDLES, REPLAYER, Input
@@ -204,6 +211,30 @@ def test_make_bundle_and_list_activations_name_their_parameters(
     assert (
         "--key 'zz': the traces hold no activation" in err and "Run ls without --key to see" in err
     )
+
+
+def test_one_path_is_one_source_and_a_seq_is_an_int(inputs: Inputs, tmp_path: Path) -> None:
+    """``traces="dir"`` was iterated character by character ("no trace stream at t ... --traces
+    takes ..."), and ``seq="1"`` refused as "no activation at seq 1 (traced seqs: 1)"."""
+    for traces in (str(inputs.traces), inputs.traces, inputs.history.trace_bytes()):
+        assert [r.seq for r in list_activations(traces).rows] == [1]  # type: ignore[arg-type]
+    bundle_args: dict[str, object] = {
+        "snapshot": str(inputs.snapshot),
+        "event": str(inputs.event_file),
+        "agent": "replay_agents:AGENT",
+        "registry": "replay_agents:TOOLS",
+    }
+    one = make_bundle(traces=str(inputs.traces), **bundle_args)  # type: ignore[arg-type]
+    assert one == make_bundle(traces=[str(inputs.traces)], **bundle_args)  # type: ignore[arg-type]
+    (tmp_path / "one.bundle").write_bytes(one)
+    assert check_bundles(str(tmp_path / "one.bundle")).exit_code == 0
+    with pytest.raises(InputError) as caught:
+        make_bundle(traces=[str(inputs.traces)], seq="1", **bundle_args)  # type: ignore[arg-type]
+    assert caught.value.message == "seq= must be an int or None, got str: '1'"
+    with pytest.raises(InputError) as caught:
+        list_activations([str(tmp_path / "nowhere")])
+    assert "no trace stream at" in caught.value.message
+    assert not FLAG.search(caught.value.message), caught.value.message
 
 
 def test_bundle_names_a_snapshot_that_does_not_parse_by_the_path_it_was_given(
