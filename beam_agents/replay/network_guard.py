@@ -306,9 +306,17 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
         attempts.append(attempt)
     if event in _BLOCKED:
         raise NetworkBlockedError(address)
+    why = "replay runs agent code isolated"
+    if _GUARD.held and _running.ACTIVATION.get() is None:
+        # Outside any re-run: maybe the caller's own code (check_bundles(isolate=True)
+        # starting its workers after a Replayer call), which runs no agent code.
+        why = (
+            "a re-run abandoned at its time limit is still running in this process, and "
+            "replay's guard stays in force until it ends (docs/replay.md, \"Time limit\")"
+        )
     raise PermissionError(
         errno.EACCES,
-        f"{_WHAT.get(event, '')}blocked: replay runs agent code isolated ({event})",
+        f"{_WHAT.get(event, '')}blocked: {why} ({event})",
         address,
     )
 

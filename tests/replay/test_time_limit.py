@@ -94,6 +94,23 @@ def test_agent_code_that_never_ends_is_irreproducible_naming_the_limit_and_the_l
     assert still_running()  # abandoned, not stopped: the guard stays in force meanwhile
 
 
+def test_the_callers_own_code_refused_meanwhile_is_told_why(
+    recorded: tuple[KeyHistory, object],
+) -> None:
+    """check_bundles(isolate=True) right after a replay that abandoned its re-run raised
+    "process blocked: replay runs agent code isolated" at the caller, which runs no agent
+    code: the refusal now says what keeps the guard in force, and until when."""
+    import subprocess
+
+    result = _replay(recorded, "TOOLS_SLEEP", 0.3)
+    assert result.verdict is Verdict.IRREPRODUCIBLE and still_running()
+    with pytest.raises(PermissionError) as caught:
+        subprocess.run(["true"], check=False)
+    message = str(caught.value)
+    assert "a re-run abandoned at its time limit is still running in this process" in message
+    assert "until it ends" in message and "(subprocess.Popen)" in message
+
+
 def test_within_the_limit_the_verdict_is_the_comparisons(
     recorded: tuple[KeyHistory, object],
 ) -> None:
