@@ -679,9 +679,16 @@ def _check_in_workers(
                     path = worker.task[0] if worker.task else ""
                     try:
                         message = _message(worker.conn.recv_bytes(MAX_MESSAGE_BYTES), path)
-                    except (EOFError, OSError):
+                    except EOFError:
                         lost(worker, None)
                         continue
+                    except OSError:
+                        if not worker.process.is_alive():
+                            lost(worker, None)
+                            continue
+                        # Alive: it sent more than any message ("bad message length"). It
+                        # was taken for lost, then waited for 5 s, and ran on unkilled.
+                        message = None
                     if message is None:
                         worker.process.kill()
                         garbled = _garbled_row(path, worker.seq, now - worker.seq_started)

@@ -202,6 +202,14 @@ def _write_to_other_workers() -> None:
 
 
 TOOLS_PIPE_OTHERS = _variant(_write_to_other_workers)
+def _write_too_much() -> None:
+    """More than any check message, then it runs on (a re-run that ignores the failure)."""
+    with contextlib.suppress(OSError):
+        _write_to_pipes(b"[" + b" " * (17 << 20) + b"]")
+    RELEASE.wait(30)
+
+
+TOOLS_PIPE_HUGE = _variant(_write_too_much)
 TOOLS_PIPE_JUNK = _variant(lambda: _write_to_pipes(b"\x00 no message"))
 TOOLS_PIPE_PICKLE = _variant(lambda: _write_to_pipes(_planted_pickle()))
 TOOLS_PIPE_FORGED = _variant(

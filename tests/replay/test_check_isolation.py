@@ -87,7 +87,9 @@ def test_a_worker_agent_code_kills_costs_that_activation_an_error_row_and_nothin
         assert report.exit_code == 2
 
 
-@pytest.mark.parametrize("registry", ["TOOLS_PIPE_JUNK", "TOOLS_PIPE_PICKLE", "TOOLS_PIPE_FORGED"])
+@pytest.mark.parametrize(
+    "registry", ["TOOLS_PIPE_JUNK", "TOOLS_PIPE_PICKLE", "TOOLS_PIPE_FORGED", "TOOLS_PIPE_HUGE"]
+)
 def test_a_worker_writing_to_its_pipe_costs_that_activation_an_error_row_and_runs_nothing_here(
     incident: Incident, tmp_path: Path, registry: str
 ) -> None:
