@@ -18,7 +18,6 @@ import threading
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Sequence
-from itertools import pairwise
 from typing import Protocol
 
 from beam_agents._protos import TraceEvent
@@ -83,8 +82,8 @@ class SearchIndex:
     ``search_position`` matches. Texts longer than ``LONG_TEXT`` chars (a 1 MiB
     model answer), and every text once ``BUDGET`` chars of values are held, are not
     copied: their rows are read again on each search, so the index holds about
-    ``BUDGET`` chars of values at most (plus the events' names) whatever the
-    activation's size.
+    ``BUDGET`` chars of values at most, counted folded (plus the events' names),
+    whatever the activation's size or its characters.
     """
 
     LONG_TEXT = 4096
@@ -166,19 +165,30 @@ class SearchIndex:
                     name = kinds[kind] = kind_name(kind)
                 parts += (name, event.name)
             length = sum(map(len, texts)) + len(texts)
-            if size + length <= budget and (not texts or max(map(len, texts)) <= long_text):
+            if (
+                size + length <= budget
+                and (not texts or max(map(len, texts)) <= long_text)
+                and all(map(str.isascii, texts))  # folded, as long
+            ):
                 parts += texts
                 size += length
             else:
+                # Counted folded: some characters fold to several (ﬃ to ffi), so a budget
+                # of unfolded chars held up to 3 times it, and folding the whole corpus
+                # at the end held it several times over (16 M chars of such values
+                # peaked at 673 MB; hostile pass).
                 for text in texts:
-                    if len(text) > long_text or size + len(text) + 1 > budget:
+                    folded = text.casefold() if len(text) <= long_text else None
+                    if folded is None or len(folded) > long_text or size + len(folded) + 1 > budget:
                         if not reread or reread[-1] != position:
                             reread.append(position)
                     else:
-                        parts.append(text)
-                        size += len(text) + 1
+                        parts.append(folded)
+                        size += len(folded) + 1
             parts.append("")
             chunk = _SEPARATOR.join(parts)
+            if not chunk.isascii():  # ASCII is folded at the end (as many chars)
+                chunk = chunk.casefold()
             pieces.append(chunk)
             end += len(chunk)
             starts.append(end)
@@ -218,17 +228,16 @@ class SearchIndex:
                 pair = events[position]
                 row = [e for e in (pair.replayed, pair.traced) if e is not None]
                 add(position, row, texts_of(pair.index))
-        corpus = "".join(pieces)
-        pieces.clear()
-        folded = corpus.casefold()
-        if len(folded) != len(corpus):
-            # Some character folds to several (ß to ss): fold each row on its own.
-            cuts = array("q", [0])
-            rows_folded = []
-            for lo, hi in pairwise(starts):
-                rows_folded.append(corpus[lo:hi].casefold())
-                cuts.append(cuts[-1] + len(rows_folded[-1]))
-            folded, starts = "".join(rows_folded), cuts
+        # The rows that are not ASCII are folded already (add()); ASCII folds to as many
+        # chars, so the rows start where they did. Not the whole corpus folded at once
+        # when it is not ASCII: str.casefold holds 3 times its input while it folds.
+        if all(piece.isascii() for piece in pieces):
+            folded = "".join(pieces)
+            pieces.clear()
+            folded = folded.casefold()
+        else:
+            folded = "".join([p.casefold() if p.isascii() else p for p in pieces])
+            pieces.clear()
         self._corpus = folded
         self._starts = starts
         self._built = True

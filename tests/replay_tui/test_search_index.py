@@ -162,6 +162,40 @@ def test_rows_left_out_of_the_index_are_read_on_each_search(real, monkeypatch) -
     assert assert_same_answers(result) > 100
 
 
+def test_the_budget_holds_for_texts_that_fold_to_more_characters(monkeypatch) -> None:
+    """Hostile pass: the budget counted unfolded chars and the whole corpus was folded at
+    the end, so 16 M chars of 'ﬃ' (folds to 'ffi') with one emoji peaked at 673 MB."""
+    import tracemalloc
+    from types import SimpleNamespace
+
+    from beam_agents._protos import TraceEvent
+
+    budget = 1 << 20
+    monkeypatch.setattr(SearchIndex, "BUDGET", budget)
+    text = "\ufb03" * 1364 + "\U0001f600"  # 4094 chars folded: within LONG_TEXT
+    rows = 2 * budget // len(text)  # twice the budget's worth, unfolded
+    event = TraceEvent(kind=TraceEvent.TOOL_CALL, name="t", index=0)
+    result = SimpleNamespace(
+        events=[SimpleNamespace(replayed=event, traced=None, index=i) for i in range(rows)]
+    )
+    value = SimpleNamespace(path="", text=text)
+    values = SimpleNamespace(
+        search_texts=lambda i: [text], search_rows=lambda: None, get=lambda i, d=(): [value]
+    )
+    index = SearchIndex(result, values)  # type: ignore[arg-type]
+    tracemalloc.start()
+    try:
+        index.build()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    names = rows * len("\0".join(("tool_call", "t", "")))
+    assert len(index._corpus) <= budget + rows + names  # folded chars, separators, names
+    assert peak < 3 * 4 * (budget + names), peak  # UCS-4: the corpus and one copy, not 3x
+    assert index.find("FFI\U0001f600", -1) == 0
+    assert index._reread and index.find("FFI\U0001f600", rows - 2) == rows - 1
+
+
 def test_search_texts_are_the_paths_and_texts_of_the_derived_values(real) -> None:
     for name in ("reproduced", "diverged", "cache-miss", "what-if"):
         result = with_hostile_values(real(name))
