@@ -109,6 +109,9 @@ class ReplayOptions:
             checked_time_limit(self.time_limit)
         except ValueError as exc:
             raise ConfigError(f"ReplayOptions time_limit= {exc}") from None
+        # One path is one source (a str was read as a sequence of one-letter paths).
+        object.__setattr__(self, "traces", as_sources(self.traces))
+        object.__setattr__(self, "events", as_sources(self.events))
         if self.seq is not None and (not isinstance(self.seq, int) or isinstance(self.seq, bool)):
             raise ConfigError(
                 "ReplayOptions seq= must be an int or None (the key's highest traced "

@@ -15,7 +15,7 @@ exactly what this class does.
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from beam_agents._protos import AgentEnvelope, StateSnapshot, TraceEvent
 from beam_agents._version import __version__
@@ -156,6 +156,11 @@ class Replayer:
                         f"Replayer.replay {name}= must be {allowed}, got "
                         f"{type(value).__name__}: {value!r:.80}"
                     )
+            if not isinstance(what_if, bool):  # "no" was true: a what-if allowed
+                raise InputError(
+                    f"Replayer.replay what_if= must be True or False, got "
+                    f"{type(what_if).__name__}: {what_if!r:.80}"
+                )
             if seq is not None and (not isinstance(seq, int) or isinstance(seq, bool)):
                 # '1' would be looked up as a seq, found nowhere, and refused as
                 # "no activation at seq 1 (traced seqs: 1-3)"
@@ -181,7 +186,7 @@ class Replayer:
                 blob_versions=blob_versions,
                 event=envelope,
                 events=(),
-                traces=(_trace_source(traces),),
+                traces=_trace_sources(traces),
                 agent=self.agent,
                 registry=self.registry,
                 hitl=self.hitl,
@@ -194,9 +199,55 @@ class Replayer:
         return _guarded(facts, load)
 
 
-def _trace_source(traces: TraceInput) -> Source:
-    if isinstance(traces, bytes | str) or hasattr(traces, "__fspath__"):
-        return traces  # type: ignore[return-value]
+_TRACES_ALLOWED = (
+    "TraceEvents, a trace stream's bytes, a file or directory path, or a list of paths"
+)
+
+
+def _is_source(value: object) -> bool:
+    return isinstance(value, bytes | str) or hasattr(value, "__fspath__")
+
+
+def _trace_sources(traces: TraceInput) -> tuple[Source, ...]:
+    """``traces=`` as the engine's sources: one, several paths (as ``--traces`` repeated), or
+    the stream bytes of the given events. Anything else is refused naming it (an int, None or
+    a list of paths was an internal error: "'int' object is not iterable")."""
+    if _is_source(traces):
+        return (traces,)  # type: ignore[return-value]
+    try:
+        items: Iterator[object] = iter(traces)  # type: ignore[arg-type]
+    except TypeError:
+        raise InputError(
+            f"Replayer.replay traces= must be {_TRACES_ALLOWED}, got "
+            f"{type(traces).__name__}: {traces!r:.80}"
+        ) from None
+    first = next(items, None)
+    if first is not None and _is_source(first):
+        paths: list[Source] = []
+        for item in (first, *items):
+            if not _is_source(item):
+                raise InputError(
+                    f"Replayer.replay traces= is a list of paths holding a "
+                    f"{type(item).__name__}: {item!r:.80}; pass paths (or stream bytes) only"
+                )
+            paths.append(item)  # type: ignore[arg-type]
+        return tuple(paths)
+
+    def events() -> Iterator[TraceEvent]:
+        if first is not None:
+            yield _event(first)
+        for item in items:
+            yield _event(item)
+
     stream = io.BytesIO()
-    write_trace_stream(stream, traces)
-    return stream.getvalue()
+    write_trace_stream(stream, events())
+    return (stream.getvalue(),)
+
+
+def _event(item: object) -> TraceEvent:
+    if not isinstance(item, TraceEvent):
+        raise InputError(
+            f"Replayer.replay traces= holds a {type(item).__name__}: {item!r:.80}; pass "
+            f"{_TRACES_ALLOWED}"
+        )
+    return item

@@ -237,6 +237,29 @@ def test_one_path_is_one_source_and_a_seq_is_an_int(inputs: Inputs, tmp_path: Pa
     assert not FLAG.search(caught.value.message), caught.value.message
 
 
+def test_replayer_traces_and_what_if_of_the_wrong_kind_are_refused_naming_them(
+    inputs: Inputs,
+) -> None:
+    """traces=5 or None was "internal error: TypeError ... This is a bug in beam-agents", and a
+    list of paths (as list_activations takes) "internal error: AttributeError"."""
+    replayer = Replayer(agent=ra.AGENT, registry=ra.TOOLS)
+    for traces in (5, None):
+        error = _error(inputs, replayer, traces=traces)
+        assert error.startswith("Replayer.replay traces= must be TraceEvents"), error
+        assert type(traces).__name__ in error and not FLAG.search(error)
+    error = _error(inputs, replayer, traces=[str(inputs.traces), 7])
+    assert error.startswith("Replayer.replay traces= is a list of paths holding a int: 7")
+    error = _error(inputs, replayer, traces=[*inputs.history.trace, "x"])
+    assert error.startswith("Replayer.replay traces= holds a str: 'x'"), error
+    error = _error(inputs, replayer, what_if="no")
+    assert error == "Replayer.replay what_if= must be True or False, got str: 'no'"
+    for traces in ([str(inputs.traces)], [inputs.traces, inputs.history.trace_bytes()]):
+        result = replayer.replay(inputs.history.export(), traces, inputs.event)
+        assert result.exit_code == 0, result.reason
+    options = ReplayOptions(snapshot=b"", traces=str(inputs.traces), agent="a:A", registry="a:R")  # type: ignore[arg-type]
+    assert options.traces == (str(inputs.traces),)  # not one source per character
+
+
 def test_bundle_names_a_snapshot_that_does_not_parse_by_the_path_it_was_given(
     inputs: Inputs, capsys: pytest.CaptureFixture[str]
 ) -> None:
