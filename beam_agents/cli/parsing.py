@@ -38,10 +38,7 @@ CLI_NAMING = Naming(
     },
     joiner=" ",
     raise_cap="{env}=<bytes> beam-agents-replay ...",
-    raise_time_limit=(
-        "raise the limit with --time-limit SECONDS (0: no limit; Replayer(time_limit=...) "
-        "from Python)"
-    ),
+    raise_time_limit="raise the limit with --time-limit SECONDS (0: no limit)",
     import_advice=(
         "run beam-agents-replay where that module is importable (the current directory is on "
         "the import path; set PYTHONPATH for others)"

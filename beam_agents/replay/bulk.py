@@ -569,8 +569,9 @@ def _stuck_row(path: str, seq: int, limit: float, seconds: float, naming: Naming
         verdict=Verdict.IRREPRODUCIBLE,
         cause=f"{RAN_PAST} {limit:g} s",
         detail=f"{RAN_PAST} {limit:g} s and was not judged: the worker replaying it did not "
-        f"answer for {seconds:.0f} s and was killed. Agent code that loops, sleeps or waits "
-        "on something that never answers does not end; if the activation is only slow, raise "
+        f"answer for {seconds:.0f} s and was killed. Agent code held the interpreter past the "
+        "limit (native code that does not return, such as a regular expression that backtracks "
+        "without end), so the worker could not stop it; if the activation is only slow, raise "
         f"the limit with {naming.given(Input.TIME_LIMIT, 'SECONDS')} (0: no limit)",
         seconds=seconds,
     )

@@ -180,7 +180,9 @@ def test_the_time_limit_advice_names_the_api_that_set_it() -> None:
         REPLAYER
     )
     assert not FLAG.search(advice(REPLAYER))
-    assert "raise the limit with --time-limit SECONDS (0: no limit;" in advice(CLI_NAMING)
+    # The command line's advice names the flag only (it said "...; Replayer(time_limit=...)
+    # from Python)": Python words in a message to an operator at a terminal).
+    assert advice(CLI_NAMING).endswith("raise the limit with --time-limit SECONDS (0: no limit)")
     stuck = _stuck_row("a.bundle", 1, 2.0, 70.0, CHECK_BUNDLES).detail
     assert "raise the limit with check_bundles(time_limit=SECONDS) (0: no limit)" in stuck
     assert not FLAG.search(stuck)
