@@ -406,6 +406,7 @@ def _network_reason(attempt: NetworkAttempt, count: int, naming: Naming) -> str:
         "os.killpg",
         "signal.pthread_kill",
         "signal.pidfd_send_signal",
+        "signal.raise_signal",
     ):
         what = f"send {attempt.address}"
     elif attempt.operation == "resource.prlimit":

@@ -15,7 +15,7 @@ operation before it happens:
   ``os.posix_spawn``, ``os.spawn*``, ``os.fork``, ``_posixsubprocess.fork_exec``
   called directly), sending a signal
   (``os.kill``, ``os.killpg``, ``signal.pthread_kill``,
-  ``signal.pidfd_send_signal``), setting another process's resource limits
+  ``signal.pidfd_send_signal``, ``signal.raise_signal``), setting another process's resource limits
   (``resource.prlimit``) and loading native code
   or resolving a native symbol through ``ctypes`` (``ctypes.dlopen``,
   ``ctypes.dlsym``): ``PermissionError``;
@@ -144,6 +144,9 @@ _PROCESS: dict[str, Callable[[tuple[Any, ...]], str]] = {
     "signal.pidfd_send_signal": lambda args: (
         f"signal {args[1]} through process descriptor {args[0]}"
     ),
+    # No audit event of its own either: wrapped. SIGSTOP raised this way stopped the replay
+    # for good where nobody can continue it (CI), as the watchdog counts no stopped time.
+    "signal.raise_signal": lambda args: f"signal {args[0]} to this process",
     # Another process's limits (RLIMIT_CPU of 0 ends it): the replay's watchdog, say.
     "resource.prlimit": lambda args: f"resource limits of process {args[0]}",
     "_winapi.CreateProcess": lambda args: _command(args[1] or args[0]),
@@ -198,6 +201,7 @@ _WHAT = {
     "os.killpg": "",
     "signal.pthread_kill": "",
     "signal.pidfd_send_signal": "",
+    "signal.raise_signal": "",
     "resource.prlimit": "",
     "ctypes.dlopen": "native library ",
     "ctypes.dlsym": "native symbol ",
@@ -353,6 +357,15 @@ def _audited_pidfd_send_signal(pidfd: int, sig: int, siginfo: None = None, flags
 _REAL_PIDFD_SEND_SIGNAL = getattr(signal, "pidfd_send_signal", None)
 
 
+def _audited_raise_signal(signalnum: int) -> None:
+    """``signal.raise_signal`` with the audit event CPython does not raise for it."""
+    sys.audit("signal.raise_signal", signalnum)
+    _REAL_RAISE_SIGNAL(signalnum)
+
+
+_REAL_RAISE_SIGNAL = signal.raise_signal
+
+
 def _audited_fork_exec(*args: Any, **kwargs: Any) -> Any:
     """``_posixsubprocess.fork_exec`` with an audit event: called directly (not through
     ``subprocess.Popen``, which raises its own first) it started any process unseen."""
@@ -382,6 +395,9 @@ def _install() -> None:
                 for module in (signal, sys.modules.get("_signal")):
                     if module is not None:
                         module.pidfd_send_signal = _audited_pidfd_send_signal  # type: ignore[attr-defined]
+            for module in (signal, sys.modules.get("_signal")):
+                if module is not None:
+                    module.raise_signal = _audited_raise_signal  # type: ignore[attr-defined]
             if _posixsubprocess is not None:
                 _posixsubprocess.fork_exec = _audited_fork_exec
                 # subprocess binds it at import: its name too, should agent code call that.

@@ -14,6 +14,10 @@ expression: C code that holds the GIL without end, so replay's waiting thread ne
                                every child process of the replay (its watchdog)
     TOOLS_CLOSE_PIPES          closes every pipe descriptor of the process above 2
     TOOLS_NAME_WATCHDOG        only says which child processes the replay has, and returns
+    TOOLS_STOP_ITSELF          stops its own process (signal.raise_signal and
+                               signal.pthread_kill with SIGSTOP), then returns: the
+                               watchdog counts no stopped time, so where no shell can
+                               continue it (CI) a stop that went through is for ever
     TOOLS_SLEEP_THEN_HOLD      sleeps $BEAM_AGENTS_TEST_HOLD_AFTER seconds (default 1; the
                                interpreter free: replay abandons it at its limit), then holds
 """
@@ -27,6 +31,7 @@ import re
 import resource
 import signal
 import stat
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -108,6 +113,20 @@ if os.environ.get(ALARM_HANDLER_ENV):
     signal.signal = _patched_signal
 
 
+def _stop_itself() -> None:
+    attempts: dict[str, Callable[[], Any]] = {
+        "raise_signal": lambda: signal.raise_signal(signal.SIGSTOP),
+        "pthread_kill": lambda: signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGSTOP),
+    }
+    for name, attempt in attempts.items():
+        try:
+            attempt()
+            _say(f"{name} went through")
+        except OSError as exc:
+            _say(f"{name} refused ({type(exc).__name__})")
+
+
+TOOLS_STOP_ITSELF = ia._variant(_stop_itself)
 TOOLS_CANCEL_ITIMER = ia._variant(_then_hold(lambda: signal.setitimer(signal.ITIMER_REAL, 0)))
 TOOLS_CANCEL_FAULTHANDLER = ia._variant(_then_hold(faulthandler.cancel_dump_traceback_later))
 TOOLS_ALARM_HANDLER = ia._variant(_hold_the_lock)

@@ -106,6 +106,7 @@ def recorded() -> tuple[KeyHistory, object]:
         ("TOOLS_EXEC", "os.posix_spawn", "start the process true"),
         ("TOOLS_FORK_EXEC", "_posixsubprocess.fork_exec", "start the process /bin/true"),
         ("TOOLS_PIDFD", "signal.pidfd_send_signal", "send signal 0 through process descriptor"),
+        ("TOOLS_RAISE_SIGNAL", "signal.raise_signal", "send signal 23 to this process"),
         ("TOOLS_PRLIMIT", "resource.prlimit", "set the resource limits of process"),
         ("TOOLS_CTYPES", "ctypes.dlsym", "load native code"),
         ("TOOLS_CTYPES_LIB", "ctypes.dlopen", "load native code"),

@@ -119,6 +119,17 @@ def test_agent_code_cannot_signal_or_limit_the_watchdog(incident: Incident, tmp_
     assert "went through" not in out.stderr
 
 
+def test_agent_code_cannot_stop_the_replay_for_good(incident: Incident, tmp_path: Path) -> None:
+    """SIGSTOP sent to itself stopped the replay with nobody to continue it (no shell in CI),
+    and the watchdog counts no stopped time: the command hung for ever. Both routes are
+    refused, and the verdict names the attempt (the 30 s timeout of ``_replay`` is "for ever")."""
+    out = _replay(incident, tmp_path, "TOOLS_STOP_ITSELF")
+    assert out.returncode == 3, (out.returncode, out.stdout, out.stderr)
+    for name in ("raise_signal", "pthread_kill"):
+        assert f"agent: {name} refused (PermissionError)" in out.stderr, out.stderr
+    assert "(signal.raise_signal)" in out.stdout, out.stdout
+
+
 def _gone(pid: int) -> bool:
     """No such process, or one that has ended and waits to be reaped."""
     try:
