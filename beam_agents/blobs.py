@@ -16,7 +16,7 @@ to be (never a parser's own exception), ``BlobTooNewError`` and
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from google.protobuf.message import DecodeError
 
@@ -149,29 +149,26 @@ cap made of two-byte unknown fields would take about a minute, where upb takes a
 second. A snapshot or blob has a few dozen."""
 
 
-def split_fields(
-    data: Buffer, numbers: frozenset[int]
-) -> tuple[bytes, dict[int, memoryview]] | None:
-    """Take the length-delimited fields numbered ``numbers`` out of serialized message ``data``.
+class _WireField(NamedTuple):
+    """One top-level field of a serialized message, as positions in it."""
 
-    Returns:
-        ``(data without those fields, {number: the last such field's value})``, each
-        value a view of ``data`` (parsed as the message, ``data`` holds that value for a
-        ``bytes`` field: the last occurrence wins); or None when ``data`` is not
-        well-formed wire format at its top level (or uses groups, or has more than
-        ``MAX_SPLIT_FIELDS`` fields there). Then parse it whole:
-        the parser's error says what is wrong, and an occurrence of such a field with
-        another wire type is left in place, where the parser finds it as it would.
-    """
-    view = memoryview(data)
-    kept: list[memoryview] = []
-    taken: dict[int, memoryview] = {}
-    start = at = 0
+    start: int
+    """Where its tag begins."""
+    number: int
+    value_start: int | None
+    """Where a length-delimited field's value begins (None for another wire type)."""
+    end: int
+    """Where the field ends."""
+
+
+def _top_level_fields(view: memoryview) -> list[_WireField] | None:
+    """The top-level fields of ``view`` in order; None when it is not well-formed wire
+    format there (or uses groups, or has more than ``MAX_SPLIT_FIELDS`` fields)."""
+    found: list[_WireField] = []
     size = len(view)
-    fields = 0
+    at = 0
     while at < size:
-        fields += 1
-        if fields > MAX_SPLIT_FIELDS:
+        if len(found) >= MAX_SPLIT_FIELDS:
             return None
         field_start = at
         # The protobuf parser (upb) refuses a tag longer than 5 bytes or over 32 bits
@@ -184,6 +181,7 @@ def split_fields(
         number, wire_type = key >> 3, key & 7
         if number == 0:
             return None
+        value_start = None
         if wire_type == 0:
             varint = _read_varint(view, at)
             if varint is None:
@@ -199,14 +197,40 @@ def split_fields(
                 return None
             value_start = length[1]
             at = value_start + length[0]
-            if at <= size and number in numbers:
-                taken[number] = view[value_start:at]
-                kept.append(view[start:field_start])
-                start = at
         else:
             return None
         if at > size:
             return None
+        found.append(_WireField(field_start, number, value_start, at))
+    return found
+
+
+def split_fields(
+    data: Buffer, numbers: frozenset[int]
+) -> tuple[bytes, dict[int, memoryview]] | None:
+    """Take the length-delimited fields numbered ``numbers`` out of serialized message ``data``.
+
+    Returns:
+        ``(data without those fields, {number: the last such field's value})``, each
+        value a view of ``data`` (parsed as the message, ``data`` holds that value for a
+        ``bytes`` field: the last occurrence wins); or None when ``data`` is not
+        well-formed wire format at its top level (or uses groups, or has more than
+        ``MAX_SPLIT_FIELDS`` fields there). Then parse it whole:
+        the parser's error says what is wrong, and an occurrence of such a field with
+        another wire type is left in place, where the parser finds it as it would.
+    """
+    view = memoryview(data)
+    fields = _top_level_fields(view)
+    if fields is None:
+        return None
+    kept: list[memoryview] = []
+    taken: dict[int, memoryview] = {}
+    start = 0
+    for field in fields:
+        if field.value_start is not None and field.number in numbers:
+            taken[field.number] = view[field.value_start : field.end]
+            kept.append(view[start : field.start])
+            start = field.end
     kept.append(view[start:])
     return b"".join(kept), taken
 
@@ -219,43 +243,17 @@ def _piece_ends(view: memoryview) -> list[int] | None:
     """Where ``view``'s pieces of whole top-level fields end, each piece about
     ``PIECE_BYTES`` (a field is never cut: a larger one is a piece of its own); None when
     ``view`` is not well-formed wire format at its top level (as ``split_fields``)."""
+    fields = _top_level_fields(view)
+    if fields is None:
+        return None
     ends: list[int] = []
-    size = len(view)
-    at = piece_start = fields = 0
-    while at < size:
-        fields += 1
-        if fields > MAX_SPLIT_FIELDS:
-            return None
-        tag = _read_varint(view, at, limit=5)
-        if tag is None or tag[0] > _MAX_TAG:
-            return None
-        key, at = tag
-        number, wire_type = key >> 3, key & 7
-        if number == 0:
-            return None
-        if wire_type == 0:
-            varint = _read_varint(view, at)
-            if varint is None:
-                return None
-            at = varint[1]
-        elif wire_type == 1:
-            at += 8
-        elif wire_type == 5:
-            at += 4
-        elif wire_type == 2:
-            length = _read_varint(view, at)
-            if length is None or length[0] >= _MAX_LENGTH:
-                return None
-            at = length[1] + length[0]
-        else:
-            return None
-        if at > size:
-            return None
-        if at - piece_start >= PIECE_BYTES:
-            ends.append(at)
-            piece_start = at
-    if not ends or ends[-1] != size:
-        ends.append(size)
+    piece_start = 0
+    for field in fields:
+        if field.end - piece_start >= PIECE_BYTES:
+            ends.append(field.end)
+            piece_start = field.end
+    if not ends or ends[-1] != len(view):
+        ends.append(len(view))
     return ends
 
 
