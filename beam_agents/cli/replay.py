@@ -21,7 +21,7 @@ from beam_agents.cli.parsing import (
 )
 from beam_agents.cli.process import PROCESS_LIFE, cwd_importable, isolate
 from beam_agents.replay.options import ReplayOptions
-from beam_agents.replay.result import ReplayResult, Verdict
+from beam_agents.replay.result import EXIT_USAGE, ReplayResult, Verdict
 
 
 def run_replay(ns: argparse.Namespace) -> int:
@@ -144,7 +144,34 @@ def emit(result: ReplayResult, *, as_json: bool, ns: argparse.Namespace | None =
     except BrokenPipeError:
         # The reader went away (`| head`): the verdict stands, and is the exit code.
         silence_stdout()
+    except OSError as exc:
+        # Standard output cannot take the report: a full disk behind it, or agent code that
+        # closed it during the re-run (no audit event covers os.close). The verdict was
+        # decided but not delivered: exit 2 says so, never a verdict's code without its report.
+        silence_stdout()
+        return _report_not_written(result, exc)
     return result.exit_code
+
+
+def _report_not_written(result: ReplayResult, exc: OSError) -> int:
+    import errno
+
+    cause = exc.strerror or str(exc)
+    if exc.errno is not None and exc.errno in errno.errorcode:
+        cause += f" ({errno.errorcode[exc.errno]})"
+    message = (
+        f"{PROG}: error: the report could not be written to standard output: {cause}. "
+        f"The re-run's verdict was {result.verdict.value} (exit {result.exit_code}), but a "
+        "verdict without its report is not one this command delivers: exit 2. Check what "
+        "standard output goes to (a full disk, a closed descriptor); agent code that closes "
+        "standard output during the re-run (os.close(1)) does this too.\n"
+    )
+    try:
+        sys.stderr.write(message)
+        sys.stderr.flush()
+    except OSError:
+        pass  # standard error is gone too: the exit code is all that is left
+    return EXIT_USAGE
 
 
 def usage_error_json(message: str) -> None:

@@ -11,6 +11,7 @@ replay must not allow, swallowing the error as careless tool code would:
     TOOLS_FORK_EXEC   _posixsubprocess.fork_exec of /bin/true (what Popen calls, directly)
     TOOLS_PIDFD       signal.pidfd_send_signal(pidfd of its own process, 0)
     TOOLS_RAISE_SIGNAL signal.raise_signal(SIGURG) (SIGSTOP is the hostile form)
+    TOOLS_CLOSE_STDOUT os.close(1): closes the process's standard output (no audit event)
     TOOLS_PRLIMIT     resource.prlimit of the parent process (set to what it is)
     TOOLS_CTYPES      ctypes.CDLL(None).getpid()
     TOOLS_CTYPES_LIB  ctypes.CDLL("libc.so.6")
@@ -294,4 +295,5 @@ TOOLS_PIDFD = _variant(lambda: signal.pidfd_send_signal(os.pidfd_open(os.getpid(
 # SIGURG is ignored by default: harmless to this test process if it went through (the
 # hostile form, SIGSTOP, stopped a replay for good where nobody could continue it).
 TOOLS_RAISE_SIGNAL = _variant(lambda: signal.raise_signal(signal.SIGURG))
+TOOLS_CLOSE_STDOUT = _variant(lambda: os.close(1))
 TOOLS_PRLIMIT = _variant(_prlimit_parent)

@@ -95,6 +95,24 @@ def test_a_bundle_replay_that_never_ends_exits_3_at_the_time_limit(
     assert "Traceback" not in out.stderr
 
 
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_report_that_cannot_be_written_is_exit_2_naming_the_verdict_it_carried(
+    incident: Incident, tmp_path: Path, as_json: bool
+) -> None:
+    """A tool closing standard output made the report's write fail with "internal error ...
+    This is a bug" (exit 2 with a traceback's words); the verdict must not be claimed
+    without its report either."""
+    path = _bundle(incident, tmp_path, "TOOLS_CLOSE_STDOUT", seq=1)
+    out = _run([str(path), *(["--json"] if as_json else [])], _env())
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert "internal error" not in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert "the report could not be written to standard output: Bad file descriptor (EBADF)" in (
+        out.stderr
+    )
+    assert "The re-run's verdict was reproduced (exit 0)" in out.stderr, out.stderr
+    assert out.stderr.count("\n") == 1  # one paragraph
+
+
 def test_a_tiny_time_limit_exits_3_without_the_last_resorts_stack_dump(
     incident: Incident, tmp_path: Path
 ) -> None:
