@@ -71,8 +71,11 @@ def bundle_parser(prog: str, *, headless: bool) -> Parser:
     return parser
 
 
-def bundle_replay_options(ns: argparse.Namespace) -> ReplayOptions | ReplayResult:
-    """The options replaying ``ns.bundle``, or the usage-error result refusing it."""
+def bundle_replay_options(
+    ns: argparse.Namespace,
+) -> tuple[ReplayOptions, tuple[int, ...]] | ReplayResult:
+    """The options replaying ``ns.bundle`` and the seqs the bundle holds (loaded once), or
+    the usage-error result refusing it."""
     from beam_agents.replay.bundle import bundle_options, load_bundle
     from beam_agents.replay.refusal import ReplayRefused
 
@@ -81,7 +84,8 @@ def bundle_replay_options(ns: argparse.Namespace) -> ReplayOptions | ReplayResul
         options = bundle_options(
             bundle, seq=ns.seq, agent=ns.agent, registry=ns.registry, naming=CLI_NAMING
         )
-        return dataclasses.replace(options, what_if=ns.what_if, time_limit=ns.time_limit)
+        options = dataclasses.replace(options, what_if=ns.what_if, time_limit=ns.time_limit)
+        return options, tuple(bundle.seqs)
     except ReplayRefused as refused:
         from beam_agents.replay.result import ReplayHeader
 
@@ -99,12 +103,13 @@ def run_bundle(ns: argparse.Namespace) -> int:
     loaded = bundle_replay_options(ns)
     if isinstance(loaded, ReplayResult):
         return emit(loaded, as_json=ns.json, ns=ns)
+    options, _seqs = loaded
     cwd_importable()
-    start_last_resort(loaded.time_limit)
+    start_last_resort(options.time_limit)
     isolate()
     from beam_agents.replay.engine import replay
 
-    return emit(replay(loaded), as_json=ns.json, ns=ns)  # replay() writes no bytecode
+    return emit(replay(options), as_json=ns.json, ns=ns)  # replay() writes no bytecode
 
 
 def start_last_resort(time_limit: float | None, *, terminal: bool = False) -> None:

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from beam_agents.cli.parsing import (
-    CLI_NAMING,
     EXIT_CODES_HELP,
     PROG,
     Parser,
@@ -50,13 +49,8 @@ def run_bundle_tui(ns: argparse.Namespace) -> int:
     loaded = bundle_replay_options(ns)
     if isinstance(loaded, ReplayResult):
         return emit(loaded, as_json=False)
-    from beam_agents.replay.bundle import load_bundle
-
-    return open_tui(
-        loaded,
-        seqs=load_bundle(ns.bundle, naming=CLI_NAMING).seqs,
-        export_dir=getattr(ns, "export_dir", None),
-    )
+    options, seqs = loaded  # the bundle is loaded once (it was loaded again for its seqs)
+    return open_tui(options, seqs=seqs, export_dir=getattr(ns, "export_dir", None))
 
 
 def _replayable_seqs(options: ReplayOptions) -> tuple[int, ...]:

@@ -176,10 +176,25 @@ def test_tui_opens_a_bundle(
     assert run(args, capsys)[0] == 0
     import replay_tui.app
 
+    from beam_agents.replay import bundle as bundle_module
+
+    loads: list[object] = []
+    real_load = bundle_module.load_bundle
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        loads.append(args)
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(bundle_module, "load_bundle", counting)
     seen = []
-    monkeypatch.setattr(replay_tui.app, "run_tui", lambda options, **kw: seen.append(options) or 0)
+    monkeypatch.setattr(
+        replay_tui.app, "run_tui", lambda options, **kw: seen.append((options, kw)) or 0
+    )
     assert run(["tui", str(path)], capsys)[0] == 0
-    assert seen[0].seq == 2 and seen[0].agent == AGENT and seen[0].events
+    options, extra = seen[0]
+    assert options.seq == 2 and options.agent == AGENT and options.events
+    assert extra == {"seqs": (2,)}  # [ and ] switch among the bundle's activations
+    assert len(loads) == 1  # the bundle was loaded a second time for its seqs
 
 
 def test_tui_with_events_can_switch_between_the_traced_seqs(
