@@ -79,7 +79,7 @@ def test_a_worker_agent_code_kills_costs_that_activation_an_error_row_and_nothin
         ], [r.detail for r in report.rows]
         dead = report.rows[0]
         assert (
-            dead.cause == "the worker process ended during the re-run (killed by signal 9, SIGKILL)"
+            dead.cause == "the worker process ended during the re-run (killed by signal 6, SIGABRT)"
         )
         assert "replay cannot judge an activation whose code ends (or crashes) the process" in (
             dead.detail
