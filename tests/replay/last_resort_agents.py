@@ -69,6 +69,16 @@ def _then_hold(attempt: Callable[[], object]) -> Callable[[], None]:
     return run
 
 
+def _try_each(attempts: dict[str, Callable[[], Any]]) -> None:
+    """Run each attempt, saying whether it went through or was refused."""
+    for name, attempt in attempts.items():
+        try:
+            attempt()
+            _say(f"{name} went through")
+        except OSError as exc:
+            _say(f"{name} refused ({type(exc).__name__})")
+
+
 def _kill_watchdog() -> None:
     pids = _children()
     _say(f"children {pids}")
@@ -80,12 +90,7 @@ def _kill_watchdog() -> None:
             ),
             "prlimit": lambda pid=pid: resource.prlimit(pid, resource.RLIMIT_NOFILE, (0, 0)),
         }
-        for name, attempt in attempts.items():
-            try:
-                attempt()
-                _say(f"{name} went through")
-            except OSError as exc:
-                _say(f"{name} refused ({type(exc).__name__})")
+        _try_each(attempts)
 
 
 def _close_pipes() -> None:
@@ -118,12 +123,7 @@ def _stop_itself() -> None:
         "raise_signal": lambda: signal.raise_signal(signal.SIGSTOP),
         "pthread_kill": lambda: signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGSTOP),
     }
-    for name, attempt in attempts.items():
-        try:
-            attempt()
-            _say(f"{name} went through")
-        except OSError as exc:
-            _say(f"{name} refused ({type(exc).__name__})")
+    _try_each(attempts)
 
 
 TOOLS_STOP_ITSELF = ia._variant(_stop_itself)
