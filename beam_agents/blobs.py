@@ -31,6 +31,7 @@ from beam_agents._protos import (
     ToolIntent,
     VersionedBlob,
 )
+from beam_agents._wire import read_varint, varint
 from beam_agents.errors import CorruptBlobError, MemoryValueError, StateError
 from beam_agents.llm_cache import ReplayCache
 from beam_agents.migrations import (
@@ -77,20 +78,11 @@ def encode_blob(kind: str, body: bytes) -> bytes:
     # Field 3 (body) comes last in deterministic order, so these are the bytes of the
     # whole message, without copying a large body into a message and out again.
     return b"".join(
-        (head.SerializeToString(deterministic=True), _BODY_TAG, _varint(len(body)), body)
+        (head.SerializeToString(deterministic=True), _BODY_TAG, varint(len(body)), body)
     )
 
 
 _BODY_TAG = bytes([(3 << 3) | 2])  # VersionedBlob.body: field 3, length-delimited
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 # The cells an empty value is dumped to (what dump_memory({}), dump_pending([]) and
@@ -123,19 +115,6 @@ of it as ``bytes``): a 64 MB cache is then held once while it loads, not three t
 Smaller cells take the plain path, which is faster for them."""
 
 Buffer = bytes | bytearray | memoryview
-
-
-def _read_varint(data: memoryview, at: int, limit: int = 10) -> tuple[int, int] | None:
-    """``(value, position after it)`` of the varint at ``at`` of at most ``limit`` bytes."""
-    value = shift = 0
-    while at < len(data) and shift < 7 * limit:
-        byte = data[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, at
-        shift += 7
-    return None
 
 
 _MAX_TAG = 0xFFFF_FFFF
@@ -174,7 +153,7 @@ def _top_level_fields(view: memoryview) -> list[_WireField] | None:
         # The protobuf parser (upb) refuses a tag longer than 5 bytes or over 32 bits
         # (even a padded encoding of a valid tag): so does this, or a taken field's
         # malformed tag would vanish from what the parser is given (issue 14 hostile pass).
-        tag = _read_varint(view, at, limit=5)
+        tag = read_varint(view, at, limit=5)
         if tag is None or tag[0] > _MAX_TAG:
             return None
         key, at = tag
@@ -183,16 +162,16 @@ def _top_level_fields(view: memoryview) -> list[_WireField] | None:
             return None
         value_start = None
         if wire_type == 0:
-            varint = _read_varint(view, at)
-            if varint is None:
+            scalar = read_varint(view, at)
+            if scalar is None:
                 return None
-            at = varint[1]
+            at = scalar[1]
         elif wire_type == 1:
             at += 8
         elif wire_type == 5:
             at += 4
         elif wire_type == 2:
-            length = _read_varint(view, at)
+            length = read_varint(view, at)
             if length is None or length[0] >= _MAX_LENGTH:
                 return None
             value_start = length[1]

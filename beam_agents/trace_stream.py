@@ -28,6 +28,7 @@ from typing import BinaryIO, NoReturn, Protocol
 from google.protobuf.message import DecodeError
 
 from beam_agents._protos import TraceEvent
+from beam_agents._wire import BinaryWriter, varint
 from beam_agents.errors import FrameTooLargeError, TraceStreamError, TruncatedStreamError
 from beam_agents.trace_events import serialize_trace_event
 
@@ -59,29 +60,11 @@ class BinaryReader(Protocol):
     def read(self, size: int = -1, /) -> bytes | None: ...
 
 
-class BinaryWriter(Protocol):
-    """A binary file object open for writing."""
-
-    def write(self, data: bytes, /) -> object: ...
-
-
 StreamSource = str | os.PathLike[str] | BinaryReader | bytes | bytearray | memoryview
 """What the readers accept: a path, a binary file object, or the stream's bytes."""
 
 
 # --------------------------------------------------------------------------- writing
-
-
-def _varint(value: int) -> bytes:
-    """The base-128 varint encoding of a non-negative int."""
-    if value < 0x80:
-        return bytes((value,))
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def _write_frames(out: BinaryWriter, events: Iterable[TraceEvent], source: str) -> int:
@@ -101,7 +84,7 @@ def _write_frames(out: BinaryWriter, events: Iterable[TraceEvent], source: str) 
                 source=source,
                 offset=offset,
             )
-        head = _varint(size)
+        head = varint(size)
         batch.append(head)
         batch.append(data)
         frame_bytes = len(head) + size
@@ -511,7 +494,7 @@ def _probe_position(buf: bytes, prefix: bytes) -> int:
 
 
 def _key_events(chunks: _Chunks, key: bytes) -> Generator[TraceEvent, None, None]:
-    prefix = b"\x0a" + _varint(len(key)) + key
+    prefix = b"\x0a" + varint(len(key)) + key
     try:
         # The splitting loop of _frames with the key test in place of the
         # yield: a frame of another key (nearly every frame) costs a byte

@@ -31,6 +31,7 @@ from typing import Any
 
 from beam_agents import Agent, Done, ToolRegistry, tool
 from beam_agents._protos import Event
+from beam_agents._wire import frame
 from beam_agents.context import AgentContext
 from beam_agents.testing import ScriptedProvider, chat_request
 
@@ -85,19 +86,10 @@ def build_inputs(directory: Path) -> tuple[list[bytes], bytes, bytes]:
     return frames, snapshot, event.SerializeToString()
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def write_stream(path: Path, frames: list[bytes], n_events: int) -> None:
     """``n_events`` events: 50-event activations of other keys (the target's frames with the
     key swapped), the target's own activation in the middle."""
-    framed = b"".join(_varint(len(f)) + f for f in frames)
+    framed = b"".join(frame(f) for f in frames)
     n_keys = max(n_events // EVENTS_PER_ACTIVATION, 1)
     with open(path, "wb") as out:
         for k in range(n_keys):

@@ -35,6 +35,7 @@ from beam_agents._protos import (
     TraceEvent,
 )
 from beam_agents._version import __version__
+from beam_agents._wire import frame
 from beam_agents.activation import envelope_digest
 from beam_agents.errors import ConfigError, TraceStreamError
 from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
@@ -508,7 +509,7 @@ def bundle_options(
             "pick one of those",
         )
     message = bundle.message
-    traces = b"".join(_frame(data) for data in message.trace_events)
+    traces = b"".join(frame(data) for data in message.trace_events)
     envelopes = io.BytesIO()
     write_envelope_stream(envelopes, message.envelopes)
     return ReplayOptions(
@@ -524,12 +525,3 @@ def bundle_options(
         naming=naming,
     )
 
-
-def _frame(data: bytes) -> bytes:
-    out = bytearray()
-    value = len(data)
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out) + data

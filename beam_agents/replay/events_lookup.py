@@ -27,13 +27,14 @@ from pathlib import Path
 from google.protobuf.message import DecodeError
 
 from beam_agents._protos import AgentEnvelope
+from beam_agents._wire import BinaryWriter, write_frames
 from beam_agents.activation import envelope_digest
 from beam_agents.errors import TraceStreamError
 from beam_agents.replay.inputs import STDIN, describe_source
 from beam_agents.replay.naming import REPLAYER, Input, Naming
 from beam_agents.replay.options import Source
 from beam_agents.replay.refusal import InputError
-from beam_agents.trace_stream import BinaryWriter, iter_frames
+from beam_agents.trace_stream import iter_frames
 
 __all__ = [
     "EnvelopeIndex",
@@ -260,19 +261,6 @@ def load_envelopes(
     return index
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        bits = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(bits | 0x80)
-        else:
-            out.append(bits)
-            return bytes(out)
-
-
 def write_envelope_stream(out: BinaryWriter, envelopes: Iterable[bytes]) -> None:
     """Write serialized envelopes as an envelope stream (``varint(len) + bytes`` frames)."""
-    for raw in envelopes:
-        out.write(_varint(len(raw)) + raw)
+    write_frames(out, envelopes)
