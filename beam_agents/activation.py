@@ -40,8 +40,8 @@ from beam_agents._protos import (
 )
 from beam_agents.agent import Agent, Done, Suspend, Timeout
 from beam_agents.blobs import unwrap_blob
-from beam_agents.capture import ValueCapture
-from beam_agents.context import AgentContext, ProviderFailure, ToolMiss, _error_type
+from beam_agents.capture import CaptureKind, ValueCapture
+from beam_agents.context import AgentContext, ProviderFailure, ToolMiss, error_type_name
 from beam_agents.errors import AgentResultError, CorruptBlobError
 from beam_agents.event_log import EventLog
 from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
@@ -154,9 +154,9 @@ class ActivationCommit:
     """The key's state after the activation (in memory)."""
     cells: StateCells
     """The same state as the bytes the state cells hold, at the current blob versions
-    (the two cache cells empty when run with ``encode_cache_cells=False``)."""
+    (the two cache cells empty when run with ``ReplayHooks(encode_cache_cells=False)``)."""
     trace: Sequence[TraceEvent]
-    """A tuple; an ``EventLog`` (the events as bytes) when run with ``compact_trace=True``."""
+    """A tuple; an ``EventLog`` (the events as bytes) with ``ReplayHooks(compact_trace=True)``."""
     outputs: tuple[bytes, ...] = ()
     released_intents: tuple[ToolIntent, ...] = ()
     """Intents for ``.intents``: executors may perform them now."""
@@ -183,7 +183,7 @@ class ActivationFailure:
     seq: int
     kind: ActivationKind
     trace: Sequence[TraceEvent]
-    """A tuple; an ``EventLog`` (the events as bytes) when run with ``compact_trace=True``."""
+    """A tuple; an ``EventLog`` (the events as bytes) with ``ReplayHooks(compact_trace=True)``."""
     error_type: str
     error: BaseException = field(compare=False)
     provider_failures: tuple[ProviderFailure, ...] = ()
@@ -199,6 +199,34 @@ def envelope_digest(envelope: AgentEnvelope) -> str:
     return hashlib.sha256(envelope.SerializeToString(deterministic=True)).hexdigest()
 
 
+@dataclass(frozen=True, kw_only=True)
+class ReplayHooks:
+    """What replay changes in one run of ``run_activation``; each default is the pipeline's.
+
+    One object, so the pipeline's call names none of them and a new replay-only switch
+    is one field here, not one more parameter of every call.
+    """
+
+    visible_through_seq: int | None = None
+    """Cache entries minted by a later activation than this seq are not the responses
+    the replayed one consumed (nor the tool results it got): they are not served."""
+    serve_recorded_tools: bool = False
+    """``recorded=True`` tools are served from the key's tool cache and never run (the
+    pipeline runs them and records their results under ``tool_cache_policy``)."""
+    capture: ValueCapture | None = None
+    """Receives the value behind every digest the activation traces."""
+    encode_cache_cells: bool = True
+    """False: the commit's ``llm_cache`` and ``tool_cache`` cells stay empty instead of
+    holding the caches encoded (replay reads only the memory cell; encoding a large
+    cache would hold it twice more)."""
+    compact_trace: bool = False
+    """True: the trace is recorded as the events' serialized bytes (``EventLog``, a
+    quarter of the parsed messages' memory), the same events read back."""
+
+
+_PIPELINE = ReplayHooks()
+
+
 def run_activation(
     agent: Agent,
     registry: ToolRegistry,
@@ -211,13 +239,9 @@ def run_activation(
     entity_key: bytes,
     hitl: HitlPolicy = DEFAULT_HITL_POLICY,
     cache_policy: CachePolicy = DEFAULT_CACHE_POLICY,
-    cache_visible_through_seq: int | None = None,
     tool_cache_policy: ToolCachePolicy = DEFAULT_TOOL_CACHE_POLICY,
-    serve_recorded_tools: bool = False,
-    capture: ValueCapture | None = None,
     decision: TriggerDecision | None = None,
-    encode_cache_cells: bool = True,
-    compact_trace: bool = False,
+    replay: ReplayHooks | None = None,
 ) -> ActivationResult:
     """Run one activation of ``agent`` for ``entity_key`` at ``seq`` on the clock ``now_ms``.
 
@@ -225,18 +249,8 @@ def run_activation(
     ``decision`` is ``classify_trigger(state, trigger)`` when the caller has it (the
     DoFn classifies every trigger before running it); it is computed here otherwise.
     Its action must be START or RESUME, and it alone says which of the two runs.
-    ``cache_visible_through_seq`` is for replay: cache entries minted by a later
-    activation than the target are not the responses it consumed (nor the tool
-    results it got). ``serve_recorded_tools`` is for replay too: ``recorded=True``
-    tools are served from the key's tool cache and never run (the pipeline runs
-    them and records their results under ``tool_cache_policy``). ``capture`` is
-    for replay too: it receives the value behind every digest the activation traces.
-    ``encode_cache_cells=False`` is for replay too: the commit's ``llm_cache`` and
-    ``tool_cache`` cells stay empty instead of holding the caches encoded (replay
-    reads only the memory cell; encoding a large cache would hold it twice more).
-    ``compact_trace=True`` is for replay too: the trace is recorded as the events'
-    serialized bytes (``EventLog``, a quarter of the parsed messages' memory), the
-    same events read back.
+    ``replay`` is what replay changes in the run (``ReplayHooks``); the pipeline
+    passes none.
     """
     if decision is None:
         decision = classify_trigger(state, trigger)
@@ -248,6 +262,8 @@ def run_activation(
             + (f" ({decision.reason})" if decision.reason else "")
             + "; only START and RESUME decisions run an activation"
         )
+    hooks = replay if replay is not None else _PIPELINE
+    capture = hooks.capture
     # Private copies: agent code mutates these; a failure simply drops them.
     work = _copy_state(state)
     ctx = AgentContext(
@@ -260,29 +276,29 @@ def run_activation(
         registry=registry,
         hitl=hitl,
         cache_policy=cache_policy,
-        cache_visible_through_seq=cache_visible_through_seq,
+        cache_visible_through_seq=hooks.visible_through_seq,
         tool_cache=work.tool_cache,
         tool_cache_policy=tool_cache_policy,
-        serve_recorded_tools=serve_recorded_tools,
+        serve_recorded_tools=hooks.serve_recorded_tools,
         capture=capture,
-        compact_trace=compact_trace,
+        compact_trace=hooks.compact_trace,
     )
     # Agent code runs "inside an activation": side_effect=True tools refuse, and replay's
     # guard finds this context (and ctx.call's tool) through these ContextVars.
     running = _running.ACTIVATION.set(ctx)
     try:
-        return _run(agent, ctx, state, work, trigger, kind, hitl, capture, encode_cache_cells)
+        return _run(agent, ctx, state, work, trigger, kind, hitl, capture, hooks.encode_cache_cells)
     except Exception as exc:
         index = ctx.record(
-            TraceEvent.ACTIVATION_FAILED, _error_type(exc), {te.ATTR_ERROR_TYPE: _error_type(exc)}
+            TraceEvent.ACTIVATION_FAILED, error_type_name(exc), {te.ATTR_ERROR_TYPE: error_type_name(exc)}
         )
         if capture is not None:
-            capture.add(index, "error", exc)
+            capture.add(index, CaptureKind.ERROR, exc)
         return ActivationFailure(
             seq=seq,
             kind=kind,
             trace=_frozen_trace(ctx.events),
-            error_type=_error_type(exc),
+            error_type=error_type_name(exc),
             error=exc,
             provider_failures=tuple(ctx.provider_failures),
             tool_misses=tuple(ctx.tool_misses),
@@ -450,7 +466,7 @@ def _run(
             },
         )
         if capture is not None:
-            capture.add(index, "suspend_state", continuation.adapter_snapshot)
+            capture.add(index, CaptureKind.SUSPEND_STATE, continuation.adapter_snapshot)
     memory_body = unwrap_blob("memory", cells.memory)[1]
     index = ctx.record(
         TraceEvent.ACTIVATION_END,
@@ -465,8 +481,8 @@ def _run(
         },
     )
     if capture is not None:
-        capture.add(index, "outputs", outputs)
-        capture.add(index, "memory", memory_body)
+        capture.add(index, CaptureKind.OUTPUTS, outputs)
+        capture.add(index, CaptureKind.MEMORY, memory_body)
     return ActivationCommit(
         seq=ctx.seq,
         kind=kind,
@@ -538,6 +554,7 @@ __all__ = [
     "ActivationCommit",
     "ActivationFailure",
     "ActivationResult",
+    "ReplayHooks",
     "TriggerAction",
     "TriggerDecision",
     "classify_trigger",

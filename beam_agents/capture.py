@@ -3,7 +3,7 @@
 A trace carries digests, never payloads. Replay re-runs the activation and wants
 to show the values those digests are of: the requests it built, the responses
 the cache served, tool arguments and results, intent arguments, the Suspend
-state, the outputs, the committed memory. ``run_activation(..., capture=...)``
+state, the outputs, the committed memory. ``run_activation(..., replay=ReplayHooks(capture=...))``
 hands a ``ValueCapture`` to the context, which appends, at each place a digest
 is computed, the value it was computed from (no copy of anything not already
 built; the pipeline passes no capture and pays one ``is None`` test per event).
@@ -18,11 +18,35 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
-from beam_agents.context import JsonMemory
+from beam_agents.memory import JsonMemory
 
-__all__ = ["CapturedValue", "ValueCapture"]
+__all__ = ["CaptureKind", "CapturedValue", "ValueCapture"]
+
+
+class CaptureKind(StrEnum):
+    """What a captured value is: which digest of its trace event it was computed from."""
+
+    REQUEST = "request"
+    """The ``LlmRequest`` an ``LLM_CALL`` sent (its cache key and component digests)."""
+    RESPONSE = "response"
+    """The ``LlmResponse`` it was served (``response_sha256``)."""
+    ARGS = "args"
+    """A tool call's arguments (``args_sha256``)."""
+    RESULT = "result"
+    """A tool call's result (``result_sha256``)."""
+    ERROR = "error"
+    """The exception a tool call or the activation raised (``error.type``)."""
+    INTENT_ARGS = "intent_args"
+    """A staged intent's canonical arguments (``INTENT_STAGED``'s ``args_sha256``)."""
+    SUSPEND_STATE = "suspend_state"
+    """The ``Suspend(state=...)`` the activation ended with (``state_sha256``)."""
+    OUTPUTS = "outputs"
+    """The outputs of ``Done`` (``ACTIVATION_END``'s ``outputs.sha256``)."""
+    MEMORY = "memory"
+    """The committed memory's canonical JSON (``memory_sha256``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,9 +54,7 @@ class CapturedValue:
     """One value behind a digest of the trace event at ``event_index``."""
 
     event_index: int
-    what: str
-    """``request``, ``response``, ``args``, ``result``, ``error``, ``intent_args``,
-    ``suspend_state``, ``outputs``, ``memory``."""
+    what: CaptureKind
     value: Any
     """As the activation held it (an ``LlmRequest``, a JSON value, bytes, an exception...)."""
 
@@ -47,7 +69,7 @@ class ValueCapture:
     memory_writes: set[str] = field(default_factory=set)
     """Top-level memory keys agent code assigned or deleted."""
 
-    def add(self, event_index: int, what: str, value: Any) -> None:
+    def add(self, event_index: int, what: CaptureKind, value: Any) -> None:
         self.values.append(CapturedValue(event_index, what, value))
 
     def memory(self, initial: dict[str, Any]) -> JsonMemory:

@@ -11,17 +11,17 @@ from __future__ import annotations
 import hashlib
 import json
 import random as _random
-from collections.abc import Iterator, MutableMapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from beam_agents import _running, canonical_json
 from beam_agents import trace_events as te
 from beam_agents._protos import LlmRequest, LlmResponse, RequestFingerprint, ToolIntent, TraceEvent
 from beam_agents.cache_key import request_digests
+from beam_agents.capture import CaptureKind, ValueCapture
 from beam_agents.errors import (
     AgentCodeError,
-    MemoryValueError,
     RecordedResultError,
     SideEffectRefusedError,
     ToolNotRecordedError,
@@ -29,6 +29,7 @@ from beam_agents.errors import (
 from beam_agents.event_log import EventLog
 from beam_agents.hitl import HitlPolicy
 from beam_agents.llm_cache import CachePolicy, LookupStatus, ReplayCache, response_digest
+from beam_agents.memory import JsonMemory
 from beam_agents.provider import Provider
 from beam_agents.tool_cache import (
     DEFAULT_TOOL_CACHE_POLICY,
@@ -39,46 +40,6 @@ from beam_agents.tool_cache import (
     tool_cache_key,
 )
 from beam_agents.tools import Tool, ToolRegistry
-
-if TYPE_CHECKING:
-    from beam_agents.capture import ValueCapture
-
-
-class JsonMemory(MutableMapping[str, Any]):
-    """Working memory: a mutable mapping that accepts JSON values only, checked at the write.
-
-    Values nested inside a stored container can still be mutated in place; the
-    whole memory is checked again when the activation commits.
-    """
-
-    def __init__(self, initial: dict[str, Any]) -> None:
-        self._data = initial
-
-    def __getitem__(self, key: str) -> Any:
-        return self._data[key]
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        if not isinstance(key, str):
-            raise MemoryValueError(f"[{key!r}]", f"key is a {type(key).__name__}, not a string")
-        why = canonical_json.check_json_value(value, f"[{key!r}]")
-        if why is not None:
-            raise MemoryValueError(f"[{key!r}]", why)
-        self._data[key] = value
-
-    def __delitem__(self, key: str) -> None:
-        del self._data[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._data)
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-    def to_dict(self) -> dict[str, Any]:
-        return self._data
-
-    def __repr__(self) -> str:
-        return f"JsonMemory({self._data!r})"
 
 
 @dataclass(frozen=True)
@@ -253,11 +214,11 @@ class AgentContext:
                 TraceEvent.LLM_CALL, request.model, {**base, **_response_attrs(response, hit=True)}
             )
             if self._capture is not None:
-                self._capture.add(index, "request", _frozen_copy(request))
+                self._capture.add(index, CaptureKind.REQUEST, _frozen_copy(request))
                 # The cache's own response, which agent code never gets (it gets the copy
                 # above) and nothing changes: copying it again would hold every response
                 # served twice (issue 14: a 64 x 1 MiB cache).
-                self._capture.add(index, "response", found.response)
+                self._capture.add(index, CaptureKind.RESPONSE, found.response)
             return response
         try:
             response = self._provider.complete(request)
@@ -274,14 +235,14 @@ class AgentContext:
                     **base,
                     te.ATTR_CACHE_HIT: False,
                     te.ATTR_BILLED: False,
-                    te.ATTR_ERROR_TYPE: _error_type(exc),
+                    te.ATTR_ERROR_TYPE: error_type_name(exc),
                 },
             )
             self.provider_failures.append(
                 ProviderFailure(index, key, request.model, found.status, digests.fingerprint(), exc)
             )
             if self._capture is not None:
-                self._capture.add(index, "request", _frozen_copy(request))
+                self._capture.add(index, CaptureKind.REQUEST, _frozen_copy(request))
             raise
         # A staged insert: it reaches the key's state only if the activation commits.
         self._cache.insert(
@@ -298,8 +259,8 @@ class AgentContext:
             TraceEvent.LLM_CALL, request.model, {**base, **_response_attrs(response, hit=False)}
         )
         if self._capture is not None:
-            self._capture.add(index, "request", _frozen_copy(request))
-            self._capture.add(index, "response", _frozen_copy(response))
+            self._capture.add(index, CaptureKind.REQUEST, _frozen_copy(request))
+            self._capture.add(index, CaptureKind.RESPONSE, _frozen_copy(response))
         return response
 
     # -- tools --------------------------------------------------------------------------------
@@ -321,17 +282,17 @@ class AgentContext:
                 _running.TOOL.reset(token)
             attrs[te.ATTR_RESULT_SHA256] = digest_value(result, f"result of tool {tool!r}")
         except Exception as exc:
-            attrs[te.ATTR_ERROR_TYPE] = _error_type(exc)
+            attrs[te.ATTR_ERROR_TYPE] = error_type_name(exc)
             index = self.record(TraceEvent.TOOL_CALL, tool, attrs)
             if self._capture is not None:
                 if te.ATTR_ARGS_SHA256 in attrs:
-                    self._capture.add(index, "args", _frozen_json(args))
-                self._capture.add(index, "error", exc)
+                    self._capture.add(index, CaptureKind.ARGS, _frozen_json(args))
+                self._capture.add(index, CaptureKind.ERROR, exc)
             raise
         index = self.record(TraceEvent.TOOL_CALL, tool, attrs)
         if self._capture is not None:
-            self._capture.add(index, "args", _frozen_json(args))
-            self._capture.add(index, "result", _frozen_json(result))
+            self._capture.add(index, CaptureKind.ARGS, _frozen_json(args))
+            self._capture.add(index, CaptureKind.RESULT, _frozen_json(result))
         return result
 
     def _call_recorded(self, declared: Tool, args: dict[str, Any]) -> Any:
@@ -395,17 +356,17 @@ class AgentContext:
                 attrs[te.ATTR_TOOL_RESULT_IS_BYTES] = True
             result = bytes(data) if is_bytes else canonical_json.loads(data)
         except Exception as exc:
-            attrs[te.ATTR_ERROR_TYPE] = _error_type(exc)
+            attrs[te.ATTR_ERROR_TYPE] = error_type_name(exc)
             index = self.record(TraceEvent.TOOL_CALL, tool, attrs)
             if self._capture is not None:
                 if te.ATTR_ARGS_SHA256 in attrs:
-                    self._capture.add(index, "args", _frozen_json(args))
-                self._capture.add(index, "error", exc)
+                    self._capture.add(index, CaptureKind.ARGS, _frozen_json(args))
+                self._capture.add(index, CaptureKind.ERROR, exc)
             raise
         index = self.record(TraceEvent.TOOL_CALL, tool, attrs)
         if self._capture is not None:
-            self._capture.add(index, "args", _frozen_json(args))
-            self._capture.add(index, "result", _frozen_json(result))
+            self._capture.add(index, CaptureKind.ARGS, _frozen_json(args))
+            self._capture.add(index, CaptureKind.RESULT, _frozen_json(result))
         return result
 
     def act(self, tool: str, /, **args: Any) -> str:
@@ -446,7 +407,7 @@ class AgentContext:
             },
         )
         if self._capture is not None:
-            self._capture.add(index, "intent_args", args_json)
+            self._capture.add(index, CaptureKind.INTENT_ARGS, args_json)
         return intent.intent_id
 
 
@@ -484,7 +445,9 @@ def _response_attrs(response: LlmResponse, *, hit: bool) -> dict[str, te.AttrVal
     }
 
 
-def _error_type(exc: BaseException) -> str:
+def error_type_name(exc: BaseException) -> str:
+    """What ``error.type`` holds for ``exc``: its class's qualified name, with its module
+    unless it is a builtin (``ValueError``, ``myapp.errors.OrderNotFound``)."""
     cls = type(exc)
     return (
         cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"

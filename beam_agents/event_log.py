@@ -8,7 +8,7 @@ holds a whole activation on each side (traced and replayed), so a
 microsecond): a ``Sequence[TraceEvent]`` whose elements are equal, not
 identical, from one read to the next. Nothing reads an event to change it, so
 nothing can tell the difference except ``is``. ``append`` adds an event (its
-bytes): ``run_activation(..., compact_trace=True)`` records the re-run's trace
+bytes): ``run_activation(..., replay=ReplayHooks(compact_trace=True))`` records the re-run's trace
 into one, and replay's trace scan keeps the traced activation in one.
 
 The bytes are ``serialize_trace_event``'s (deterministic), so comparing two

@@ -19,6 +19,7 @@ from beam_agents._protos import Event, ToolResult
 from beam_agents.activation import (
     ActivationCommit,
     ActivationFailure,
+    ReplayHooks,
     TriggerAction,
     classify_trigger,
     run_activation,
@@ -80,7 +81,8 @@ def test_start_commits_memory_cache_outputs_and_a_full_trace() -> None:
 
 @pytest.mark.parametrize("where", [None, "tool"])
 def test_a_compact_trace_holds_the_same_events_as_bytes(where: str | None) -> None:
-    """Replay's ``compact_trace=True``: the trace is an ``EventLog`` of the very same events."""
+    """Replay's ``ReplayHooks(compact_trace=True)``: the trace is an ``EventLog`` of the very
+    same events."""
     from beam_agents.event_log import EventLog
 
     agent = AGENT if where is None else Exploding(where)
@@ -94,7 +96,7 @@ def test_a_compact_trace_holds_the_same_events_as_bytes(where: str | None) -> No
             now_ms=T0,
             seq=1,
             entity_key=KEY,
-            compact_trace=compact,
+            replay=ReplayHooks(compact_trace=compact),
         )
         for compact in (False, True)
     ]
@@ -373,7 +375,7 @@ def test_a_state_that_shares_its_cache_with_a_result_stays_apart_from_it() -> No
     assert cache_bytes(later.state) != pre_bytes
 
 
-# --- encode_cache_cells=False (replay): the cache cells stay empty, nothing else changes ------
+# --- ReplayHooks(encode_cache_cells=False): the cache cells stay empty, nothing else changes ------
 
 
 @tool(recorded=True)
@@ -410,7 +412,7 @@ def test_encode_cache_cells_false_leaves_the_cache_cells_empty_and_the_rest_iden
         return result
 
     warm = load_key_state(go(empty_state(), 1).cells)
-    full, skipped = go(warm, 2), go(warm, 2, encode_cache_cells=False)
+    full, skipped = go(warm, 2), go(warm, 2, replay=ReplayHooks(encode_cache_cells=False))
 
     assert full.cells.llm_cache and full.cells.tool_cache  # a hit, a recorded result
     assert skipped.cells == replace(full.cells, llm_cache=b"", tool_cache=b"")
@@ -433,7 +435,7 @@ class ScribblesOnTheAnswer(Agent):
 
 
 def test_a_captured_hit_is_the_cached_response_whatever_agent_code_does_to_its_copy() -> None:
-    from beam_agents.capture import ValueCapture
+    from beam_agents.capture import CaptureKind, ValueCapture
 
     warm = run(AsksOnce(), empty_state(), event_envelope(KEY, "m", time_ms=T0))
     before = load_key_state(warm.cells)
@@ -449,10 +451,10 @@ def test_a_captured_hit_is_the_cached_response_whatever_agent_code_does_to_its_c
         now_ms=T0 + 1,
         seq=2,
         entity_key=KEY,
-        capture=capture,
+        replay=ReplayHooks(capture=capture),
     )
 
     assert isinstance(result, ActivationCommit) and result.outputs == (b"scribbled",)
-    (response,) = [v.value for v in capture.values if v.what == "response"]
+    (response,) = [v.value for v in capture.values if v.what is CaptureKind.RESPONSE]
     assert response.SerializeToString(deterministic=True) == cached
     assert cache_bytes(before) == cache_bytes(load_key_state(warm.cells))

@@ -55,6 +55,7 @@ from beam_agents.activation import (
     ActivationCommit,
     ActivationFailure,
     ActivationResult,
+    ReplayHooks,
     TriggerAction,
     classify_trigger,
     hitl_timeout,
@@ -385,7 +386,7 @@ class Chain:
             entity_key=KEY,
             hitl=self.hitl,
             cache_policy=self.policy,
-            cache_visible_through_seq=visible_through,
+            replay=ReplayHooks(visible_through_seq=visible_through),
         )
         # Invariant 1: the state passed in is untouched, whatever the outcome.
         assert state_fingerprint(state) == before

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 from beam_agents import _running
 from beam_agents._protos import AgentEnvelope, StateSnapshot, TraceEvent
 from beam_agents._version import __version__
-from beam_agents.activation import ActivationCommit, run_activation
+from beam_agents.activation import ActivationCommit, ReplayHooks, run_activation
 from beam_agents.agent import Agent
 from beam_agents.blobs import unwrap_blob
 from beam_agents.capture import ValueCapture
@@ -268,11 +268,13 @@ def _replay(inputs: _Inputs, facts: HeaderSoFar, attempts: list[NetworkAttempt])
             seq=plan.seq,
             entity_key=snapshot.entity_key,
             hitl=hitl,
-            cache_visible_through_seq=plan.seq,
-            serve_recorded_tools=True,
-            capture=capture,
-            encode_cache_cells=False,  # only the memory cell is read (issue 14: memory)
-            compact_trace=True,  # the trace as bytes (issue 14: memory)
+            replay=ReplayHooks(
+                visible_through_seq=plan.seq,
+                serve_recorded_tools=True,
+                capture=capture,
+                encode_cache_cells=False,  # only the memory cell is read (issue 14: memory)
+                compact_trace=True,  # the trace as bytes (issue 14: memory)
+            ),
         )
         ended.append(ran.trace)
         # Exceptions' text (their __str__ is agent code) taken here: within the time limit.

@@ -48,7 +48,7 @@ from beam_agents._protos import (
 from beam_agents.activation import envelope_digest
 from beam_agents.agent import Timeout
 from beam_agents.cache_key import request_digests
-from beam_agents.capture import CapturedValue, ValueCapture
+from beam_agents.capture import CapturedValue, CaptureKind, ValueCapture
 from beam_agents.llm_cache import ReplayCache, response_digest
 from beam_agents.replay.result import BlobDigest, Mark, Value, ValueList
 from beam_agents.trace_events import (
@@ -344,14 +344,14 @@ def freeze_errors(capture: ValueCapture) -> None:
     limit and the guard, and values derived later (each time they are read) are the same
     on every read. A ``__str__`` that raises shows as a message saying so.
     """
-    from beam_agents.context import _error_type
+    from beam_agents.context import error_type_name
 
     values = capture.values
     # Where it was raised is shown for the activation's own failure only: its last event.
     last = max((item.event_index for item in values), default=-1)
     for i, item in enumerate(values):
         error = item.value
-        if item.what != "error" or not isinstance(error, BaseException):
+        if item.what != CaptureKind.ERROR or not isinstance(error, BaseException):
             continue
         try:
             message = str(error)
@@ -359,15 +359,15 @@ def freeze_errors(capture: ValueCapture) -> None:
             message = f"(str() of this exception raised {type(exc).__name__})"
         where = agent_frame(error) if item.event_index == last else ""
         values[i] = CapturedValue(
-            item.event_index, "error", CapturedError(_error_type(error), message, where)
+            item.event_index, CaptureKind.ERROR, CapturedError(error_type_name(error), message, where)
         )
 
 
 def _error_values(b: _Builder, error: BaseException | CapturedError, *, frame: bool) -> None:
-    from beam_agents.context import _error_type
+    from beam_agents.context import error_type_name
 
     if not isinstance(error, CapturedError):
-        error = CapturedError(_error_type(error), str(error), agent_frame(error))
+        error = CapturedError(error_type_name(error), str(error), agent_frame(error))
     kind = error.type
     traced = b.traced_attr(ATTR_ERROR_TYPE)
     b.add(
@@ -713,14 +713,14 @@ def _event_values(
             attribute=ATTR_ENVELOPE_SHA256 if digest is not None else None,
         )
     for item in captured:
-        if item.what == "request":
+        if item.what == CaptureKind.REQUEST:
             _request_values(b, item.value, provider, fingerprint_of)
-        elif item.what == "response":
+        elif item.what == CaptureKind.RESPONSE:
             _response_values(b, item.value)
-        elif item.what == "args":
+        elif item.what == CaptureKind.ARGS:
             digest = _tool_digest(item.value) if b.wants_digests else None
             b.add("args", item.value, digest=digest, attribute=ATTR_ARGS_SHA256)
-        elif item.what == "result":
+        elif item.what == CaptureKind.RESULT:
             b.add(
                 "result",
                 item.value,
@@ -728,9 +728,9 @@ def _event_values(
                 attribute=ATTR_RESULT_SHA256,
                 mark=Mark.DIFFERS if _recorded_kind_differs(b.traced, item.value) else None,
             )
-        elif item.what == "error":
+        elif item.what == CaptureKind.ERROR:
             _error_values(b, item.value, frame=kind == TraceEvent.ACTIVATION_FAILED)
-        elif item.what == "intent_args":
+        elif item.what == CaptureKind.INTENT_ARGS:
             staged = IntentStaged.of(event)
             tool = staged.tool_name if staged.tool_name is not None else event.name
             b.add("intent.tool", tool, digest=tool, attribute=ATTR_TOOL_NAME)
@@ -740,7 +740,7 @@ def _event_values(
                 digest=_sha(item.value),
                 attribute=ATTR_ARGS_SHA256,
             )
-        elif item.what == "suspend_state":
+        elif item.what == CaptureKind.SUSPEND_STATE:
             b.add(
                 "suspend.state",
                 _json_or_text(item.value.decode("utf-8", errors="backslashreplace")),

@@ -18,6 +18,7 @@ from beam_agents.activation import (
     ActivationCommit,
     ActivationFailure,
     ActivationResult,
+    ReplayHooks,
     run_activation,
 )
 from beam_agents.agent import Agent
@@ -181,7 +182,7 @@ def _replay(
         now_ms=envelope.event_time_ms,
         seq=seq,
         entity_key=key,
-        cache_visible_through_seq=seq,
+        replay=ReplayHooks(visible_through_seq=seq),
     )
 
 

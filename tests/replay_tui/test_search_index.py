@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 import pytest
 import tui_results
 
-from beam_agents.capture import CapturedValue, ValueCapture
+from beam_agents.capture import CapturedValue, CaptureKind, ValueCapture
 from beam_agents.replay.result import EventPair, ReplayResult, Value
 from beam_agents.replay.values import ReplayValues
 from beam_agents.trace_events import kind_name
@@ -59,7 +59,7 @@ def with_hostile_values(result: ReplayResult) -> ReplayResult:
     capture = ValueCapture(
         values=[
             CapturedValue(c.event_index, c.what, _hostile(c.value))
-            if c.what in ("args", "result")
+            if c.what in (CaptureKind.ARGS, CaptureKind.RESULT)
             else c
             for c in values._captured
         ]
