@@ -31,7 +31,6 @@ from typing import Any
 
 from beam_agents._protos import TraceEvent
 from beam_agents.event_log import EventLog
-from beam_agents.replay.event_data import attribute_text, event_to_dict
 from beam_agents.replay.result import (
     Divergence,
     DivergenceKind,
@@ -39,6 +38,7 @@ from beam_agents.replay.result import (
     EventPairs,
     FieldDiff,
 )
+from beam_agents.trace_data import attribute_value_text, event_to_dict
 from beam_agents.trace_events import (
     ATTR_BILLED,
     ATTR_CACHE_HIT,
@@ -178,8 +178,8 @@ def field_differences(traced: TraceEvent, replayed: TraceEvent) -> list[FieldDif
             rows.append(
                 FieldDiff(
                     path=attribute_path(name),
-                    traced=attribute_text(lv),
-                    replayed=attribute_text(rv),
+                    traced=attribute_value_text(lv),
+                    replayed=attribute_value_text(rv),
                 )
             )
     for field in _ID_FIELDS:

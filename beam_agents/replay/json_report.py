@@ -3,7 +3,7 @@
 The schema is documented in docs/replay.md ("JSON output") and versioned by
 ``JSON_SCHEMA``: fields may be added in a minor release; renaming or removing
 one, or changing its meaning, bumps it. Bytes are lowercase hex. Trace events
-use the layout of ``beam_agents.replay.event_data.event_to_dict``.
+use the layout of ``beam_agents.trace_data.event_to_dict``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TextIO
 
-from beam_agents.replay.event_data import event_to_dict
 from beam_agents.replay.result import (
     BlobDigest,
     CacheMiss,
@@ -24,6 +23,7 @@ from beam_agents.replay.result import (
     StateView,
     Value,
 )
+from beam_agents.trace_data import event_to_dict
 
 __all__ = ["JSON_SCHEMA", "render_json", "result_to_dict", "write_json"]
 

@@ -15,10 +15,10 @@ from typing import Any
 
 from beam_agents import trace_events as te
 from beam_agents._protos import TraceEvent
-from beam_agents.replay.event_data import event_to_dict
 from beam_agents.replay.json_report import render_json
 from beam_agents.replay.report import digest_note
 from beam_agents.replay.result import EventPair, ReplayResult
+from beam_agents.trace_data import event_to_dict
 from replay_tui.render.header import VERDICT_TITLES
 from replay_tui.render.literal import key_hex, key_printable, literal, utc_time
 

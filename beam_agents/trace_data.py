@@ -1,4 +1,4 @@
-"""Trace events as plain data: for ``--json``, for diff display, and for one-line values.
+"""Trace events as plain data: for ``--json``, for the field-by-field diff, and one-line values.
 
 Bytes are lowercase hex; the kind is its name; each attribute keeps its type
 (``{"type": "int", "value": 7}``) so that ``"7"`` and ``7`` stay different
@@ -14,6 +14,8 @@ from typing import Any
 
 from beam_agents._protos import AttributeValue, TraceEvent
 from beam_agents.trace_events import kind_name
+
+__all__ = ["ABSENT", "attribute_to_dict", "attribute_value_text", "event_to_dict"]
 
 ABSENT = "(absent)"
 """How a field or attribute one side does not have is shown."""
@@ -69,7 +71,7 @@ def event_to_dict(event: TraceEvent) -> dict[str, Any]:
     }
 
 
-def attribute_text(value: AttributeValue | None) -> str:
+def attribute_value_text(value: AttributeValue | None) -> str:
     """One attribute as text: strings quoted, bytes as ``hex:…``, ABSENT for None."""
     if value is None:
         return ABSENT
