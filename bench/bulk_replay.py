@@ -72,8 +72,8 @@ def in_process_loop(bundle: Path, rounds: int) -> tuple[tuple[float, float], tup
     import dataclasses
 
     sys.path.insert(0, str(ROOT))
-    from beam_agents.replay.bundle import bundle_options, load_bundle
     from beam_agents.replay.engine import replay
+    from beam_agents.replay.incidents.bundle import bundle_options, load_bundle
 
     def once(time_limit: float | None) -> None:
         options = bundle_options(load_bundle(bundle))

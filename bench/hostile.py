@@ -128,7 +128,7 @@ from pathlib import Path
 
 import hostile
 from beam_agents.replay import Replayer
-from beam_agents.replay.json_report import write_json
+from beam_agents.replay.reporting.json_doc import write_json
 
 snapshot = Path(sys.argv[1]).read_bytes()  # the caller's bytes, held for the whole replay
 result = Replayer(agent=hostile.BIG_ANSWERS, registry=hostile.TOOLS).replay(

@@ -38,8 +38,8 @@ def _child(target: str, argv: list[str]) -> None:
         import beam_agents.bigquery_rows
         import beam_agents.cli
         import beam_agents.replay.engine
-        import beam_agents.replay.inputs
-        import beam_agents.replay.traced  # noqa: F401
+        import beam_agents.replay.inputs.sources
+        import beam_agents.replay.inputs.traces  # noqa: F401
     test_one = targets.TARGETS[target]
     atheris.Setup([sys.argv[0], *argv], test_one)
     atheris.Fuzz()

@@ -47,7 +47,7 @@ def snapshot(data: bytes) -> None:
     same snapshot, state, migrations and versions, or the same error): bytes the hand
     reading takes out are never seen by upb.
     """
-    from beam_agents.replay.inputs import load_snapshot_source
+    from beam_agents.replay.inputs.snapshot import load_snapshot_source
     from beam_agents.replay.refusal import ReplayRefused
 
     try:
@@ -120,7 +120,7 @@ def _snapshot_outcome(data: bytes, in_place_from: int) -> object:
 
 def event(data: bytes) -> None:
     """``--event``: one serialized AgentEnvelope."""
-    from beam_agents.replay.inputs import load_event_source
+    from beam_agents.replay.inputs.envelopes import load_event_source
     from beam_agents.replay.refusal import ReplayRefused
 
     try:
@@ -131,8 +131,8 @@ def event(data: bytes) -> None:
 
 def trace(data: bytes) -> None:
     """``--traces``: scan a stream for the key, and check the kept activation is whole."""
+    from beam_agents.replay.inputs.traces import check_complete, scan_traces
     from beam_agents.replay.refusal import ReplayRefused
-    from beam_agents.replay.traced import check_complete, scan_traces
 
     try:
         found = scan_traces([data], KEY, seq=None)

@@ -24,8 +24,8 @@ from textual.screen import Screen
 
 from beam_agents.replay.options import ReplayOptions
 from beam_agents.replay.result import ReplayResult, Verdict
+from replay_tui.export import export_report
 from replay_tui.messages import ReplayCrashed, ReplayLoaded
-from replay_tui.render.report import export_report
 from replay_tui.screens.error import USAGE_EXIT_CODE, ErrorScreen
 from replay_tui.screens.help import HelpScreen
 from replay_tui.screens.intents import IntentsScreen

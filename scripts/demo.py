@@ -139,7 +139,7 @@ def write_events(out: Path) -> Path:
 
 def write_topic_dump(out: Path) -> Path:
     """Write the whole stream as one envelope stream: what a consumer dump of the topic becomes."""
-    from beam_agents.replay.events_lookup import write_envelope_stream
+    from beam_agents.replay.inputs.envelopes import write_envelope_stream
 
     dump = out / "topic-dump.pb"
     with open(dump, "wb") as f:
@@ -182,7 +182,7 @@ def run_cli(args: list[str]) -> subprocess.CompletedProcess[str]:
 
 def expected_check_code(incidents: tuple[Incident, ...]) -> int:
     """The exit code ``check`` must give over the incidents' bundles: the worst verdict's."""
-    from beam_agents.replay.bulk import worst_of
+    from beam_agents.replay.incidents.check import worst_of
     from beam_agents.replay.result import Verdict
 
     return worst_of([Verdict(incident.verdict) for incident in incidents]).exit_code

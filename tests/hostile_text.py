@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import unicodedata
 
-from beam_agents.replay.escape import UNSAFE_CATEGORIES
+from beam_agents.replay.reporting.escape import UNSAFE_CATEGORIES
 
 CLASSES: dict[str, tuple[str, ...]] = {
     "C0 controls": tuple(chr(c) for c in range(0x00, 0x20)),

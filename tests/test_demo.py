@@ -151,7 +151,7 @@ def test_the_demo_bundles_each_incident_and_checks_them(
     assert "exit code 1 (the worst verdict's)   ok" in step
     assert (out / "check-junit.xml").read_bytes().count(b"<testcase ") == len(EXPECTED)
     # The same inputs give the same bytes: bundle refund-v1 again and compare.
-    from beam_agents.replay.bundle import make_bundle
+    from beam_agents.replay.incidents.bundle import make_bundle
 
     snapshot = next((out / "snapshots").glob(f"{b'customer-bob'.hex()}-*.pb"))
     again = make_bundle(

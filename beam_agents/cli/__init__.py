@@ -43,7 +43,7 @@ from beam_agents.cli.parsing import (
 )
 from beam_agents.cli.process import PROCESS_LIFE, finish
 from beam_agents.cli.replay import bundle_parser, run_bundle, run_replay, usage_error_json
-from beam_agents.replay.escape import escape
+from beam_agents.replay.reporting.escape import escape
 from beam_agents.replay.result import EXIT_USAGE
 
 __all__ = ["PROG", "SUBCOMMANDS", "build_parser", "main"]

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING
 from beam_agents.cli.output import report_refusal, write_output
 from beam_agents.cli.parsing import CLI_NAMING, PROG, ExitCodesFormatter, Parser, UsageError
 from beam_agents.cli.process import cwd_importable, isolate
-from beam_agents.replay.escape import escape
+from beam_agents.replay.reporting.escape import escape
 from beam_agents.replay.result import EXIT_OK
 
 if TYPE_CHECKING:
-    from beam_agents.replay.bundle import Bundle
+    from beam_agents.replay.incidents.bundle import Bundle
 
 _BUNDLE_EXIT_CODES_HELP = """\
 exit codes:
@@ -66,10 +66,10 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
 
 
 def _run_bundle_write(ns: argparse.Namespace) -> int:
-    from beam_agents.replay.bundle import load_bundle, make_bundle
-    from beam_agents.replay.inputs import no_bytecode
+    from beam_agents.replay.incidents.bundle import load_bundle, make_bundle
+    from beam_agents.replay.inputs.agent_code import no_bytecode
+    from beam_agents.replay.inputs.traces import seq_ranges
     from beam_agents.replay.refusal import ReplayRefused
-    from beam_agents.replay.traced import seq_ranges
 
     if ns.seq is not None and ns.seq < 0:
         raise UsageError(f"--seq must be a seq number (0 or more), got {ns.seq}", f"{PROG} bundle")

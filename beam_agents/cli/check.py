@@ -9,7 +9,7 @@ import sys
 from beam_agents.cli.output import check_output_path, json_text, print_out, write_output
 from beam_agents.cli.parsing import CLI_NAMING, PROG, Parser, UsageError, add_time_limit_flag
 from beam_agents.cli.process import PROCESS_LIFE, cwd_importable
-from beam_agents.replay.escape import escape
+from beam_agents.replay.reporting.escape import escape
 from beam_agents.replay.result import EXIT_USAGE
 
 
@@ -49,7 +49,12 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
 
 
 def _run_check(ns: argparse.Namespace) -> int:
-    from beam_agents.replay.bulk import check_bundles, check_json, render_check, render_junit
+    from beam_agents.replay.incidents.check import (
+        check_bundles,
+        check_json,
+        render_check,
+        render_junit,
+    )
 
     prog = f"{PROG} check"
     if ns.jobs < 1:

@@ -7,7 +7,7 @@ import sys
 
 from beam_agents.cli.parsing import CLI_NAMING, PROG, ExitCodesFormatter, Parser, UsageError
 from beam_agents.cli.process import isolate
-from beam_agents.replay.escape import escape
+from beam_agents.replay.reporting.escape import escape
 from beam_agents.replay.result import EXIT_OK
 
 _CONVERT_BQ = f"{PROG} convert-bq"
@@ -42,7 +42,7 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
 def _run_convert_bq(ns: argparse.Namespace) -> int:
     from beam_agents.bigquery_rows import read_bigquery_rows, rows_to_trace_events
     from beam_agents.errors import FrameTooLargeError, TraceStreamError
-    from beam_agents.replay.inputs import open_regular
+    from beam_agents.replay.inputs.sources import open_regular
     from beam_agents.replay.naming import Input
     from beam_agents.replay.refusal import InputError
     from beam_agents.trace_stream import write_trace_stream

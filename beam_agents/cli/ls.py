@@ -52,7 +52,7 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
 
 
 def _run_ls(ns: argparse.Namespace) -> int:
-    from beam_agents.replay.listing import list_activations, listing_json, render_listing
+    from beam_agents.replay.incidents.listing import list_activations, listing_json, render_listing
     from beam_agents.replay.refusal import ReplayRefused
 
     isolate()  # it runs no agent code; isolated all the same (docs/replay.md, the re-run)

@@ -1,5 +1,5 @@
 """The process a replay runs agent code in: the current directory importable, and, as the
-console script, isolated for the rest of its life (``beam_agents.replay.network_guard``)."""
+console script, isolated for the rest of its life (``beam_agents.replay.isolation.guard``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 import sys
 
 from beam_agents.cli.parsing import PROG
-from beam_agents.replay.escape import escape
+from beam_agents.replay.reporting.escape import escape
 
 
 def cwd_importable() -> None:
@@ -32,14 +32,14 @@ def isolate() -> None:
         return
     import atexit
 
-    from beam_agents.replay.network_guard import isolate_process
+    from beam_agents.replay.isolation.guard import isolate_process
 
     isolate_process()
     atexit.register(_report_late)
 
 
 def _report_late() -> None:
-    from beam_agents.replay.network_guard import late_attempts
+    from beam_agents.replay.isolation.guard import late_attempts
 
     late = late_attempts()
     if late:
@@ -61,7 +61,7 @@ def finish(code: int) -> int:
     """
     if not PROCESS_LIFE["isolate"]:
         return code
-    from beam_agents.replay.network_guard import end_process, still_running
+    from beam_agents.replay.isolation.guard import end_process, still_running
 
     if still_running():
         _report_late()

@@ -76,7 +76,7 @@ def bundle_replay_options(
 ) -> tuple[ReplayOptions, tuple[int, ...]] | ReplayResult:
     """The options replaying ``ns.bundle`` and the seqs the bundle holds (loaded once), or
     the usage-error result refusing it."""
-    from beam_agents.replay.bundle import bundle_options, load_bundle
+    from beam_agents.replay.incidents.bundle import bundle_options, load_bundle
     from beam_agents.replay.refusal import ReplayRefused
 
     try:
@@ -115,9 +115,9 @@ def run_bundle(ns: argparse.Namespace) -> int:
 def start_last_resort(time_limit: float | None, *, terminal: bool = False) -> None:
     """As the console script, before any agent code is imported: the watchdog that ends the
     process if agent code holds the interpreter lock past twice the time limit
-    (``beam_agents.replay.last_resort``; docs/replay.md, "Time limit")."""
+    (``beam_agents.replay.isolation.watchdog``; docs/replay.md, "Time limit")."""
     if PROCESS_LIFE["isolate"] and time_limit:
-        from beam_agents.replay.last_resort import start
+        from beam_agents.replay.isolation.watchdog import start
 
         start(prog=PROG, terminal=terminal)
 
@@ -128,21 +128,21 @@ def emit(result: ReplayResult, *, as_json: bool, ns: argparse.Namespace | None =
     ``ns`` carries ``--redact`` and ``--full-values`` where the command has them.
     """
     if ns is not None and getattr(ns, "redact", False):
-        from beam_agents.replay.redact import redact
+        from beam_agents.replay.reporting.redact import redact
 
         result = redact(result)
     full_values = ns is not None and bool(getattr(ns, "full_values", False))
     try:
         if as_json:
-            from beam_agents.replay.json_report import write_json
+            from beam_agents.replay.reporting.json_doc import write_json
 
             write_json(result, sys.stdout)  # streamed: never the whole document in memory
         if result.verdict is Verdict.USAGE_ERROR:
-            from beam_agents.replay.report import render_error
+            from beam_agents.replay.reporting.text import render_error
 
             sys.stderr.write(render_error(result))
         elif not as_json:
-            from beam_agents.replay.report import render_report
+            from beam_agents.replay.reporting.text import render_report
 
             sys.stdout.write(render_report(result, full_values=full_values))
         sys.stdout.flush()
@@ -181,7 +181,7 @@ def _report_not_written(result: ReplayResult, exc: OSError) -> int:
 
 def usage_error_json(message: str) -> None:
     """With --json, a refused command line still prints one document (verdict "error", exit 2)."""
-    from beam_agents.replay.json_report import write_json
+    from beam_agents.replay.reporting.json_doc import write_json
     from beam_agents.replay.result import ReplayHeader
 
     result = ReplayResult(

@@ -61,7 +61,7 @@ def _replayable_seqs(options: ReplayOptions) -> tuple[int, ...]:
     """
     if not options.events:
         return ()
-    from beam_agents.replay.listing import AFTER_SNAPSHOT, INCOMPLETE, list_activations
+    from beam_agents.replay.incidents.listing import AFTER_SNAPSHOT, INCOMPLETE, list_activations
     from beam_agents.replay.refusal import ReplayRefused
 
     try:
@@ -123,7 +123,7 @@ def open_tui(
         return EXIT_USAGE
     start_last_resort(options.time_limit, terminal=True)  # before the agent is imported
     isolate()  # after Textual is imported, before the agent is
-    from beam_agents.replay.inputs import no_bytecode
+    from beam_agents.replay.inputs.agent_code import no_bytecode
 
     with no_bytecode():  # as headless: replay writes nothing
         extra: dict[str, Any] = {}

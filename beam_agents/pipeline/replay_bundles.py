@@ -11,7 +11,7 @@ verdict and cause as a second output::
     rows.results   # dicts, one per activation (the fields of `check --json` rows)
     rows.counts    # ((verdict, cause), count)
 
-Each activation is replayed by the same ``beam_agents.replay.bulk.check_one``
+Each activation is replayed by the same ``beam_agents.replay.incidents.check.check_one``
 path as ``check``: ``engine.replay`` over ``bundle_options``, under the replay
 network guard, in the worker's process. The bundles are split into their
 activations and reshuffled first, so one bundle with many activations spreads
@@ -55,8 +55,8 @@ class _SplitBundles(beam.DoFn):  # type: ignore[misc]
     """``(name, bytes)`` -> ``(name, bytes, seq)`` per activation; unreadable ones -> a row."""
 
     def process(self, element: Any) -> Iterator[Any]:
-        from beam_agents.replay.bulk import _refused_row
-        from beam_agents.replay.bundle import load_bundle
+        from beam_agents.replay.incidents.bundle import load_bundle
+        from beam_agents.replay.incidents.check import _refused_row
         from beam_agents.replay.refusal import ReplayRefused
 
         name, data = _named(element)
@@ -82,9 +82,9 @@ class _ReplayActivation(beam.DoFn):  # type: ignore[misc]
     def process(self, element: tuple[str, bytes, int]) -> Iterator[dict[str, Any]]:
         from dataclasses import replace as with_changes
 
-        from beam_agents.replay.bulk import CheckRow, result_cause
-        from beam_agents.replay.bundle import bundle_options, load_bundle
         from beam_agents.replay.engine import replay
+        from beam_agents.replay.incidents.bundle import bundle_options, load_bundle
+        from beam_agents.replay.incidents.check import CheckRow, result_cause
 
         name, data, seq = element
         started = time.perf_counter()

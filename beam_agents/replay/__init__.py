@@ -43,21 +43,21 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from beam_agents.replay.bulk import CheckReport, CheckRow, check_bundles
-    from beam_agents.replay.bundle import load_bundle, make_bundle
     from beam_agents.replay.engine import replay
-    from beam_agents.replay.listing import list_activations
+    from beam_agents.replay.incidents.bundle import load_bundle, make_bundle
+    from beam_agents.replay.incidents.check import CheckReport, CheckRow, check_bundles
+    from beam_agents.replay.incidents.listing import list_activations
     from beam_agents.replay.options import ReplayOptions
     from beam_agents.replay.replayer import Replayer
     from beam_agents.replay.result import ReplayResult, Verdict
 
 _LAZY = {
-    "CheckReport": "beam_agents.replay.bulk",
-    "CheckRow": "beam_agents.replay.bulk",
-    "check_bundles": "beam_agents.replay.bulk",
-    "load_bundle": "beam_agents.replay.bundle",
-    "make_bundle": "beam_agents.replay.bundle",
-    "list_activations": "beam_agents.replay.listing",
+    "CheckReport": "beam_agents.replay.incidents.check",
+    "CheckRow": "beam_agents.replay.incidents.check",
+    "check_bundles": "beam_agents.replay.incidents.check",
+    "load_bundle": "beam_agents.replay.incidents.bundle",
+    "make_bundle": "beam_agents.replay.incidents.bundle",
+    "list_activations": "beam_agents.replay.incidents.listing",
     "replay": "beam_agents.replay.engine",
     "ReplayOptions": "beam_agents.replay.options",
     "Replayer": "beam_agents.replay.replayer",

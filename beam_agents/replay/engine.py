@@ -33,20 +33,20 @@ from beam_agents.capture import ValueCapture
 from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
 from beam_agents.key_state import KeyState
 from beam_agents.provider import UnservableProvider
-from beam_agents.replay.compare import EventComparison, compare_events
-from beam_agents.replay.end_check import EndCheck, check_end, end_divergence_detail
-from beam_agents.replay.inputs import (
-    import_object,
-    load_event_source,
-    load_snapshot_source,
-    no_bytecode,
-)
-from beam_agents.replay.judge import Judgement, judge
-from beam_agents.replay.last_resort import Armed
+from beam_agents.replay.inputs.agent_code import import_object, no_bytecode
+from beam_agents.replay.inputs.envelopes import load_event_source
+from beam_agents.replay.inputs.snapshot import load_snapshot_source
+from beam_agents.replay.inputs.traces import TracedKey, scan_traces
+from beam_agents.replay.isolation.guard import NetworkAttempt, block_network, keep_blocked
+from beam_agents.replay.isolation.watchdog import Armed
+from beam_agents.replay.judging.compare import EventComparison, compare_events
+from beam_agents.replay.judging.end_check import EndCheck, check_end, end_divergence_detail
+from beam_agents.replay.judging.judge import Judgement, judge
+from beam_agents.replay.judging.state_view import intent_ledger, state_view
+from beam_agents.replay.judging.values import collect_values, freeze_errors
 from beam_agents.replay.naming import Input, Naming
-from beam_agents.replay.network_guard import NetworkAttempt, block_network, keep_blocked
 from beam_agents.replay.options import RAN_PAST, ReplayOptions, Source
-from beam_agents.replay.reconstruct import plan_replay
+from beam_agents.replay.reconstruct.plan import plan_replay
 from beam_agents.replay.refusal import CannotReproduce, InputError, ReplayRefused, internal_error
 from beam_agents.replay.result import (
     Divergence,
@@ -56,9 +56,6 @@ from beam_agents.replay.result import (
     Value,
     Verdict,
 )
-from beam_agents.replay.traced import TracedKey, scan_traces
-from beam_agents.replay.values import collect_values, freeze_errors
-from beam_agents.replay.views import intent_ledger, state_view
 from beam_agents.tools import ToolRegistry
 from beam_agents.trace_events import ATTR_OUTPUTS_SHA256, kind_name
 from beam_agents.trace_view import ActivationKind, ActivationStart
@@ -386,7 +383,7 @@ def _event_from_dump(
 ) -> AgentEnvelope | None:
     """The traced triggering envelope of the target, picked out of the events dump by id
     and sha256."""
-    from beam_agents.replay.events_lookup import load_envelopes
+    from beam_agents.replay.inputs.envelopes import load_envelopes
 
     seq = wanted_seq if wanted_seq is not None else traced.highest_seq
     start_event = traced.starts.get(seq) if seq is not None else None
@@ -514,7 +511,7 @@ def _arm_hard_stop(limit: float) -> Armed | None:
     what disarms it, or None where no watchdog runs (the Python API: it must never end its
     caller's process).
     """
-    from beam_agents.replay.last_resort import arm
+    from beam_agents.replay.isolation.watchdog import arm
 
     return arm(limit)
 

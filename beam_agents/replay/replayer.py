@@ -23,7 +23,8 @@ from beam_agents.agent import Agent
 from beam_agents.errors import ConfigError
 from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
 from beam_agents.replay.engine import HeaderSoFar, _guarded, _Inputs, _snapshot_facts
-from beam_agents.replay.inputs import load_event_source, load_snapshot_source
+from beam_agents.replay.inputs.envelopes import load_event_source
+from beam_agents.replay.inputs.snapshot import load_snapshot_source
 from beam_agents.replay.naming import REPLAYER
 from beam_agents.replay.options import DEFAULT_TIME_LIMIT, Source, checked_time_limit
 from beam_agents.replay.refusal import InputError

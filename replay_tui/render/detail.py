@@ -18,7 +18,7 @@ from rich.text import Text
 
 from beam_agents import trace_events as te
 from beam_agents._protos import TraceEvent
-from beam_agents.replay.report import miss_request_values, request_components_differing
+from beam_agents.replay.reporting.text import miss_request_values, request_components_differing
 from beam_agents.replay.result import (
     CacheMiss,
     Divergence,

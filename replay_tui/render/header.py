@@ -8,16 +8,9 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from beam_agents.replay.reporting.labels import VERDICT_TITLES, key_text, utc_time
 from beam_agents.replay.result import ReplayHeader, ReplayResult, Verdict
-from replay_tui.render.literal import key_hex, key_printable, literal, literal_text, utc_time
-
-VERDICT_TITLES: dict[Verdict, str] = {
-    Verdict.REPRODUCED: "REPRODUCED",
-    Verdict.WHAT_IF: "WHAT-IF",
-    Verdict.DIVERGED: "DIVERGED",
-    Verdict.IRREPRODUCIBLE: "IRREPRODUCIBLE",
-    Verdict.USAGE_ERROR: "ERROR",
-}
+from replay_tui.render.literal import literal, literal_text
 
 VERDICT_STYLES: dict[Verdict, str] = {
     Verdict.REPRODUCED: "bold black on green",
@@ -35,8 +28,8 @@ def key_label(entity_key: bytes | None) -> Text:
     """The key as hex and, when it is printable, as quoted text: ``6375…3432 "customer-42"``."""
     if entity_key is None:
         return Text("?", style=DIM)
-    label = Text(key_hex(entity_key) or '""')
-    printable = key_printable(entity_key)
+    label = Text(entity_key.hex() or '""')
+    printable = key_text(entity_key)
     if printable is not None:
         label.append("  ")
         label.append(f'"{printable}"', style="italic")

@@ -6,17 +6,15 @@ presentation. Two things could turn data into presentation: Rich markup
 (``\\x1b[2J`` clears the screen, ``\\u202e`` reverses the text around it). The TUI
 therefore builds ``rich.text.Text`` objects (never markup strings) from strings
 passed through :func:`literal`, which is the one escaper of every surface
-(:func:`beam_agents.replay.escape.escape`): every control, format, bidi, tag or
+(:func:`beam_agents.replay.reporting.escape.escape`): every control, format, bidi, tag or
 invisible character and every lone surrogate becomes a visible escape such as ``\\x1b``.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from rich.text import Text
 
-from beam_agents.replay.escape import escape, escape_bytes, is_safe
+from beam_agents.replay.reporting.escape import escape, escape_bytes
 
 ELLIPSIS = "…"
 
@@ -52,31 +50,6 @@ def clip(value: str, width: int) -> str:
     if len(value) <= width:
         return value
     return value[: width - 1] + ELLIPSIS
-
-
-def key_hex(entity_key: bytes) -> str:
-    """The entity key as lowercase hex (how the CLI and the snapshot file names show it)."""
-    return entity_key.hex()
-
-
-def key_printable(entity_key: bytes) -> str | None:
-    """The entity key as text when it is valid UTF-8 made of printable characters, else None."""
-    try:
-        text = entity_key.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    if not text or not text.isprintable() or not is_safe(text):
-        return None
-    return text
-
-
-def utc_time(ms: int) -> str:
-    """Epoch milliseconds as ``2024-12-12 10:40:00.000 UTC`` (or a note when out of range)."""
-    try:
-        moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
-    except (OverflowError, OSError, ValueError):
-        return "out of range"
-    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d} UTC"
 
 
 def duration(ms: int) -> str:

@@ -14,7 +14,8 @@ from typing import Any
 from rich.text import Text
 
 from beam_agents.canonical_json import MAX_JSON_DEPTH
-from beam_agents.replay.report import digest_note
+from beam_agents.replay.reporting.labels import utc_time
+from beam_agents.replay.reporting.text import digest_note
 from beam_agents.replay.result import (
     BlobDigest,
     CacheEntryView,
@@ -27,7 +28,7 @@ from beam_agents.replay.result import (
     StateView,
     ToolCacheEntryView,
 )
-from replay_tui.render.literal import clip, duration, literal, literal_bytes, utc_time
+from replay_tui.render.literal import clip, duration, literal, literal_bytes
 
 JSON_PREVIEW_CHARS = 60
 PAYLOAD_VIEW_BYTES = 64 * 1024

@@ -13,10 +13,10 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 from textual.worker import get_current_worker
 
+from beam_agents.replay.reporting.markdown import pair_data
 from beam_agents.replay.result import ReplayResult
 from replay_tui.messages import EventHighlighted, FilterFinished, SearchFinished
 from replay_tui.render.literal import literal_text
-from replay_tui.render.report import pair_data
 from replay_tui.render.search import SearchIndex
 from replay_tui.render.timeline import TimelineModel, filter_positions
 from replay_tui.screens.values import ValuesScreen

@@ -9,8 +9,8 @@ from replay_harness import KEY, T0, KeyHistory
 
 from beam_agents._protos import AgentEnvelope
 from beam_agents.activation import ActivationCommit
-from beam_agents.replay import bundle as bd
-from beam_agents.replay.events_lookup import write_envelope_stream
+from beam_agents.replay.incidents import bundle as bd
+from beam_agents.replay.inputs.envelopes import write_envelope_stream
 from beam_agents.testing import approval_envelope, event_envelope, tool_result_envelope
 
 OTHER = b"customer-other"

@@ -10,8 +10,8 @@ from incident_history import AGENT, OTHER, TOOLS, Incident, ask, dump
 from replay_harness import KEY, T0, KeyHistory, options
 
 from beam_agents._protos import AgentEnvelope, IncidentBundle, StateSnapshot
-from beam_agents.replay import bundle as bd
 from beam_agents.replay.engine import replay
+from beam_agents.replay.incidents import bundle as bd
 from beam_agents.replay.refusal import InputError
 from beam_agents.replay.result import Verdict
 
@@ -73,8 +73,9 @@ def test_the_snapshot_is_loaded_once_and_every_replay_reads_that_load(
 ) -> None:
     from dataclasses import replace
 
-    from beam_agents.replay import engine, inputs
-    from beam_agents.replay.json_report import render_json
+    from beam_agents.replay import engine
+    from beam_agents.replay.inputs import snapshot as inputs
+    from beam_agents.replay.reporting.json_doc import render_json
 
     data = incident.make(all_seqs=True)
     loads: list[int] = []
@@ -106,7 +107,7 @@ def test_an_agent_spoiling_what_it_was_handed_leaves_the_next_replay_of_the_load
     loads the snapshot itself, with an agent that spoils every object it can reach."""
     from dataclasses import replace
 
-    from beam_agents.replay.json_report import render_json
+    from beam_agents.replay.reporting.json_doc import render_json
 
     loaded = bd.load_bundle(incident.make(all_seqs=True))
     vandal = "replay_agents:AGENT_VANDAL"
@@ -285,7 +286,7 @@ def test_mutated_bundles_are_refused_or_judged_never_a_crash(incident: Incident)
     """Random byte flips, cuts and splices: every outcome is a refusal or a verdict, no bug."""
     import random
 
-    from beam_agents.replay.bulk import check_one
+    from beam_agents.replay.incidents.check import check_one
 
     data = incident.make(all_seqs=True)
     rng = random.Random(13)

@@ -10,7 +10,7 @@ import pytest
 from incident_history import Incident
 
 from beam_agents.cli import main
-from beam_agents.replay.bulk import check_bundles, render_junit
+from beam_agents.replay.incidents.check import check_bundles, render_junit
 from beam_agents.replay.result import Verdict
 
 
@@ -168,7 +168,7 @@ def test_junit_output_never_blocks_on_a_fifo_nor_writes_through_a_link(
     # a folder that is not there was found only after every replay had run
     missing = tmp_path / "no-such-folder" / "junit.xml"
     ran: list[object] = []
-    monkeypatch.setattr("beam_agents.replay.bulk.check_bundles", lambda *a, **k: ran.append(a))
+    monkeypatch.setattr("beam_agents.replay.incidents.check.check_bundles", lambda *a, **k: ran.append(a))
     assert main(["check", str(folder / "all.bundle"), "--jobs", "1", "--junit", str(missing)]) == 2
     assert ran == []  # refused before any replay
     err = capsys.readouterr().err

@@ -20,8 +20,8 @@ import pytest
 import replay_agents as ra
 from incident_history import Incident
 
-from beam_agents.replay import bulk
-from beam_agents.replay.bulk import check_bundles
+from beam_agents.replay.incidents import check as bulk
+from beam_agents.replay.incidents.check import check_bundles
 from beam_agents.replay.result import Verdict
 
 
@@ -315,7 +315,7 @@ def test_a_worker_reads_its_tasks_as_json_and_never_loads_a_pickle() -> None:
     """Hostile pass: workers unpickled their tasks (another worker could write there)."""
     import pickle
 
-    from beam_agents.replay import bulk
+    from beam_agents.replay.incidents import check as bulk
 
     assert bulk._task(bulk._task_message(("a.bundle", 3))) == ("a.bundle", 3)
     assert bulk._task(bulk._task_message(("a.bundle", None))) == ("a.bundle", None)

@@ -145,7 +145,7 @@ def test_each_command_has_its_own_help(
 def test_ls_help_names_every_replay_word_of_the_listing(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from beam_agents.replay import listing
+    from beam_agents.replay.incidents import listing
 
     monkeypatch.setenv("COLUMNS", "1000")  # one line per paragraph: no word cut at a hyphen
     code, out, err = run(["ls", "--help"], capsys)
@@ -466,7 +466,7 @@ def test_tui_parses_the_same_flags_and_returns_the_apps_code(
 def test_an_internal_error_is_a_short_report_and_exit_2(
     inputs: Inputs, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import beam_agents.replay.report as report
+    import beam_agents.replay.reporting.text as report
 
     def broken(result: object, **_: object) -> str:
         raise ZeroDivisionError("bug")

@@ -175,7 +175,7 @@ def test_tui_opens_a_bundle(
     ]
     assert run(args, capsys)[0] == 0
     import replay_tui.app
-    from beam_agents.replay import bundle as bundle_module
+    from beam_agents.replay.incidents import bundle as bundle_module
 
     loads: list[object] = []
     real_load = bundle_module.load_bundle

@@ -9,7 +9,7 @@ import pytest
 
 from beam_agents import trace_events as te
 from beam_agents._protos import TraceEvent
-from beam_agents.replay.compare import (
+from beam_agents.replay.judging.compare import (
     NORMALIZED_ATTRIBUTES,
     compare_events,
     describe_divergence,
@@ -178,7 +178,7 @@ def test_the_first_divergence_names_the_event_and_renders_both_values() -> None:
 def test_comparing_equal_events_does_not_import_deepdiff() -> None:
     code = (
         "import sys\n"
-        "from beam_agents.replay.compare import compare_events\n"
+        "from beam_agents.replay.judging.compare import compare_events\n"
         "from beam_agents.trace_events import make_event\n"
         "e = make_event(entity_key=b'k', seq=1, index=0, kind=1, name='start', now_ms=1)\n"
         "assert compare_events([e], [e]).first_difference is None\n"

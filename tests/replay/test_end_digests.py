@@ -17,8 +17,8 @@ from beam_agents._protos import AgentEnvelope, TraceEvent
 from beam_agents.activation import ActivationCommit
 from beam_agents.cli import main
 from beam_agents.replay.engine import replay
-from beam_agents.replay.json_report import result_to_dict
-from beam_agents.replay.report import render_report
+from beam_agents.replay.reporting.json_doc import result_to_dict
+from beam_agents.replay.reporting.text import render_report
 from beam_agents.replay.result import Mark, Verdict
 from beam_agents.testing import event_envelope
 from beam_agents.trace_events import (

@@ -474,7 +474,7 @@ def test_the_incident_workflow_on_the_pipelines_files(
     batch: Run, streaming: Run, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """ls, --events, bundle --all per exported key, and check, on a real RunAgent run."""
-    from beam_agents.replay.events_lookup import write_envelope_stream
+    from beam_agents.replay.inputs.envelopes import write_envelope_stream
 
     dump = tmp_path / "topic-dump.pb"
     timeout_refund = ask(K_TIMEOUT, "refund please", T0, "refund")

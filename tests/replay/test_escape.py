@@ -8,7 +8,7 @@ import unicodedata
 import pytest
 from hostile_text import CLASSES, EVERY_HOSTILE, SAFE, assert_no_hostile, visible_escape
 
-from beam_agents.replay.escape import UNSAFE_CATEGORIES, escape, escape_bytes, is_safe
+from beam_agents.replay.reporting.escape import UNSAFE_CATEGORIES, escape, escape_bytes, is_safe
 
 
 @pytest.mark.parametrize("name", sorted(CLASSES))

@@ -11,7 +11,7 @@ from replay_harness import KEY, T0, KeyHistory, options
 
 from beam_agents._protos import AgentEnvelope
 from beam_agents.replay.engine import replay
-from beam_agents.replay.events_lookup import load_envelopes, write_envelope_stream
+from beam_agents.replay.inputs.envelopes import load_envelopes, write_envelope_stream
 from beam_agents.replay.refusal import InputError
 from beam_agents.replay.result import Verdict
 from beam_agents.testing import approval_envelope, event_envelope

@@ -55,7 +55,7 @@ def test_the_production_registry_is_blocked_by_the_network_guard(production: Key
     # The message says what to do about it, not only what went wrong.
     assert "Declare 'read_order' @tool(recorded=True)" in result.reason
     assert "fixture registry (registry=;" in result.reason
-    from beam_agents.replay.report import render_report
+    from beam_agents.replay.reporting.text import render_report
 
     # The original activation did not fail: the re-run did, and the report says which.
     assert "memory blob: none — the re-run failed or stopped" in render_report(result)
@@ -103,9 +103,9 @@ def test_fixture_registry_refuses_what_could_never_run() -> None:
 
 def test_the_network_reason_says_what_to_do_for_a_tool_and_for_agent_code() -> None:
     from beam_agents.cli.parsing import CLI_NAMING
-    from beam_agents.replay.judge import _network_reason
+    from beam_agents.replay.isolation.guard import NetworkAttempt
+    from beam_agents.replay.judging.judge import _network_reason
     from beam_agents.replay.naming import REPLAYER
-    from beam_agents.replay.network_guard import NetworkAttempt
 
     attempt = NetworkAttempt("socket.connect", "10.0.0.7:443", "read_order", 2)
     in_tool = _network_reason(attempt, 1, CLI_NAMING)

@@ -20,10 +20,11 @@ from replay_harness import KEY, T0, KeyHistory, options
 
 from beam_agents.cli import main
 from beam_agents.replay.engine import replay
-from beam_agents.replay.inputs import load_event_source, load_snapshot_source
+from beam_agents.replay.inputs.envelopes import load_event_source
+from beam_agents.replay.inputs.snapshot import load_snapshot_source
+from beam_agents.replay.inputs.traces import scan_traces
 from beam_agents.replay.refusal import ReplayRefused
 from beam_agents.replay.result import Verdict
-from beam_agents.replay.traced import scan_traces
 from beam_agents.testing import event_envelope
 
 SCRIPT = str(Path(sys.executable).parent / "beam-agents-replay")

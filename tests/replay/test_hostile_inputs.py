@@ -290,7 +290,7 @@ def test_json_is_streamed_and_identical_to_the_document(inputs: Inputs) -> None:
     import io
     import json
 
-    from beam_agents.replay.json_report import render_json, result_to_dict, write_json
+    from beam_agents.replay.reporting.json_doc import render_json, result_to_dict, write_json
 
     result = replay(options(inputs.snapshot.read_bytes(), inputs.history.trace_bytes(), event=inputs.event))
     out = io.StringIO()

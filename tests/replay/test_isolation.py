@@ -21,7 +21,7 @@ from replay_harness import KEY, T0, KeyHistory, options
 
 from beam_agents.errors import SideEffectRefusedError
 from beam_agents.replay.engine import replay
-from beam_agents.replay.network_guard import block_network
+from beam_agents.replay.isolation.guard import block_network
 from beam_agents.replay.result import Verdict
 from beam_agents.testing import event_envelope
 

@@ -2,7 +2,7 @@
 that holds the interpreter lock after trying to switch that last resort off.
 
 The watchdog is a process forked before agent code is imported
-(``beam_agents.replay.last_resort``): at twice the limit it writes one paragraph to
+(``beam_agents.replay.isolation.watchdog``): at twice the limit it writes one paragraph to
 standard error and ends the replay with SIGKILL (status 137, never a verdict's code).
 """
 
@@ -21,7 +21,7 @@ import last_resort_agents as lra
 import pytest
 from incident_history import Incident
 
-from beam_agents.replay.last_resort import KILLED_STATUS
+from beam_agents.replay.isolation.watchdog import KILLED_STATUS
 
 SCRIPT = str(Path(sys.executable).parent / "beam-agents-replay")
 HERE = Path(__file__).parent

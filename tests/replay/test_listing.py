@@ -11,8 +11,8 @@ from replay_harness import KEY, T0, KeyHistory, options
 from beam_agents._protos import AgentEnvelope
 from beam_agents.activation import ActivationCommit
 from beam_agents.llm_cache import CachePolicy
-from beam_agents.replay import listing as ls
 from beam_agents.replay.engine import replay
+from beam_agents.replay.incidents import listing as ls
 from beam_agents.replay.refusal import InputError
 from beam_agents.replay.result import Verdict
 from beam_agents.testing import approval_envelope, event_envelope, tool_result_envelope

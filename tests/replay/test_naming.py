@@ -29,8 +29,8 @@ from beam_agents.replay import (
     list_activations,
     make_bundle,
 )
-from beam_agents.replay.bulk import _stuck_row
 from beam_agents.replay.engine import _RerunRanPast
+from beam_agents.replay.incidents.check import _stuck_row
 from beam_agents.replay.naming import CHECK_BUNDLES, REPLAYER, Input
 from beam_agents.replay.refusal import InputError
 from beam_agents.testing import event_envelope
@@ -294,11 +294,11 @@ def test_a_bundle_names_the_snapshot_it_holds_without_patching_text() -> None:
 REPLAY = Path(__file__).resolve().parents[2] / "beam_agents" / "replay"
 
 CLI_RENDERERS = {
-    ("bulk.py", "render_check"): "the check table's '(--json lists all)'",
-    ("redact.py", "_divergence"): "the report's 'run without --redact'",
-    ("report.py", "value_text"): "the report's '--full-values prints all'",
-    ("report.py", "render_report"): "the report's '--hitl PATH' header line",
-    ("last_resort.py", "_fire"): "the console script's watchdog (only the CLI starts one)",
+    ("incidents/check.py", "render_check"): "the check table's '(--json lists all)'",
+    ("reporting/redact.py", "_divergence"): "the report's 'run without --redact'",
+    ("reporting/text.py", "value_text"): "the report's '--full-values prints all'",
+    ("reporting/text.py", "render_report"): "the report's '--hitl PATH' header line",
+    ("isolation/watchdog.py", "_fire"): "the console script's watchdog (only the CLI starts one)",
 }
 """Functions that write the command line's own output (the headless report, the check
 table, the console script's watchdog), and so may use its words: what they write is what
@@ -352,10 +352,13 @@ def _is_statement(tree: ast.Module, line: int, text: str) -> bool:
 def test_the_replay_package_spells_no_flag_outside_the_cli_renderers() -> None:
     """The rule of docs/index.md: words for inputs come from the caller's ``Naming``."""
     found = []
-    for path in sorted(REPLAY.glob("*.py")):
+    paths = sorted(REPLAY.rglob("*.py"))
+    assert len(paths) > 30  # every folder's modules, not only the top ones
+    for path in paths:
+        name = path.relative_to(REPLAY).as_posix()
         for function, line, text in _flag_literals(path):
-            if (path.name, function) not in CLI_RENDERERS:
-                found.append(f"{path.name}:{line} ({function or 'module'}): {text!r}")
+            if (name, function) not in CLI_RENDERERS:
+                found.append(f"{name}:{line} ({function or 'module'}): {text!r}")
     assert found == [], "\n".join(found)
     # Each exemption is still needed (a stale one would hide nothing, but says a wrong thing).
     for (name, function), why in CLI_RENDERERS.items():

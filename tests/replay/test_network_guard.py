@@ -16,7 +16,7 @@ from beam_agents.context import AgentContext
 from beam_agents.errors import NetworkBlockedError
 from beam_agents.key_state import KeyState
 from beam_agents.provider import UnservableProvider
-from beam_agents.replay.network_guard import block_network
+from beam_agents.replay.isolation.guard import block_network
 from beam_agents.testing import event_envelope
 
 

@@ -27,7 +27,8 @@ def test_the_public_names_are_the_engines() -> None:
     ]
     assert (package.replay, package.ReplayOptions) == (replay, ReplayOptions)
     assert (package.ReplayResult, package.Verdict) == (ReplayResult, Verdict)
-    from beam_agents.replay import bulk, bundle, listing
+    from beam_agents.replay.incidents import bundle, listing
+    from beam_agents.replay.incidents import check as bulk
 
     assert (package.check_bundles, package.CheckReport) == (bulk.check_bundles, bulk.CheckReport)
     assert (package.make_bundle, package.load_bundle) == (bundle.make_bundle, bundle.load_bundle)

@@ -21,8 +21,8 @@ from beam_agents.activation import ActivationCommit, ActivationFailure
 from beam_agents.context import derive_intent_id
 from beam_agents.key_state import StateCells
 from beam_agents.replay.engine import replay
-from beam_agents.replay.json_report import render_json
-from beam_agents.replay.report import render_report
+from beam_agents.replay.reporting.json_doc import render_json
+from beam_agents.replay.reporting.text import render_report
 from beam_agents.replay.result import Mark, ReplayResult, Verdict
 from beam_agents.testing import approval_envelope, event_envelope
 from beam_agents.tool_cache import (

@@ -16,7 +16,7 @@ from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from incident_history import Incident
 
 from beam_agents.pipeline import ReadBundleFiles, ReplayBundles
-from beam_agents.replay.bulk import CheckRow, check_bundles
+from beam_agents.replay.incidents.check import CheckRow, check_bundles
 
 pytestmark = pytest.mark.slow
 
@@ -96,7 +96,7 @@ def test_an_activation_past_the_time_limit_is_the_row_check_gives_it(tmp_path: P
     import isolation_agents as ia
     from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
 
-    from beam_agents.replay.network_guard import still_running
+    from beam_agents.replay.isolation.guard import still_running
 
     path = tmp_path / "sleeps.bundle"
     path.write_bytes(Incident().make(seq=1, registry="isolation_agents:TOOLS_SLEEP"))

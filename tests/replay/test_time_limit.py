@@ -20,13 +20,13 @@ from replay_harness import KEY, T0, KeyHistory, options
 from beam_agents._protos import TraceEvent
 from beam_agents.errors import ConfigError
 from beam_agents.replay import Replayer
-from beam_agents.replay.bulk import check_bundles
 from beam_agents.replay.engine import replay
-from beam_agents.replay.json_report import result_to_dict
+from beam_agents.replay.incidents.check import check_bundles
+from beam_agents.replay.isolation.guard import late_attempts, still_running
 from beam_agents.replay.naming import REPLAYER
-from beam_agents.replay.network_guard import late_attempts, still_running
 from beam_agents.replay.options import ReplayOptions
-from beam_agents.replay.report import render_report
+from beam_agents.replay.reporting.json_doc import result_to_dict
+from beam_agents.replay.reporting.text import render_report
 from beam_agents.replay.result import Verdict
 from beam_agents.testing import event_envelope
 

@@ -18,9 +18,9 @@ from beam_agents import canonical_json
 from beam_agents._protos import AgentEnvelope
 from beam_agents.activation import ActivationCommit
 from beam_agents.replay.engine import replay
-from beam_agents.replay.json_report import render_json, result_to_dict
-from beam_agents.replay.redact import redact
-from beam_agents.replay.report import VALUE_WIDTH, render_report
+from beam_agents.replay.reporting.json_doc import render_json, result_to_dict
+from beam_agents.replay.reporting.redact import redact
+from beam_agents.replay.reporting.text import VALUE_WIDTH, render_report
 from beam_agents.replay.result import Mark, ReplayResult, Value, Verdict
 from beam_agents.testing import approval_envelope, event_envelope
 
@@ -223,7 +223,7 @@ def test_long_values_are_cut_and_printed_whole_on_request() -> None:
     assert result.first_divergence is not None and result.first_divergence.index == 1
     long_value = next(v for v in result.values if v.path == "request.messages[0]")
     assert len(long_value.text) > VALUE_WIDTH
-    from beam_agents.replay.report import value_text
+    from beam_agents.replay.reporting.text import value_text
 
     assert "more characters; --full-values prints all" in value_text(long_value)
     assert value_text(long_value, width=None) == long_value.text
@@ -242,7 +242,7 @@ def test_a_hostile_value_is_printed_escaped() -> None:
             registry="replay_agents:TOOLS_CHANGED_LOOKUP",
         )
     )
-    from beam_agents.replay.report import value_lines
+    from beam_agents.replay.reporting.text import value_lines
 
     shown = "\n".join(
         line for i in range(len(result.events)) for line in value_lines(result, i, width=None)
@@ -308,8 +308,8 @@ def test_a_value_that_cannot_be_decoded_never_changes_the_verdict(
 
 def test_values_are_derived_when_read_and_read_the_same_every_time() -> None:
     """The engine keeps no ``Value`` (issue 14): each read derives them again, identically."""
+    from beam_agents.replay.judging.values import ReplayValues
     from beam_agents.replay.result import ValueList, event_values
-    from beam_agents.replay.values import ReplayValues
 
     history = KeyHistory(ra.NOTES, ra.TOOLS, ra.make_provider())
     event = ask()

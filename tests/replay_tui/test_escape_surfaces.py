@@ -18,10 +18,10 @@ import tui_results
 from hostile_text import CLASSES, EVERY_HOSTILE, assert_no_hostile, visible_escape
 from rich.text import Text
 
-from beam_agents.replay.report import render_error, render_report
+from beam_agents.replay.reporting.markdown import report_markdown
+from beam_agents.replay.reporting.text import render_error, render_report
 from beam_agents.replay.result import CacheMiss, FieldDiff, NearestEntry, ReplayResult
 from replay_tui.render import detail, header, state, timeline
-from replay_tui.render.report import report_markdown
 
 HOSTILE = f"[bold]x[/] {EVERY_HOSTILE} end"
 # A protobuf string cannot hold a lone surrogate: trace events carry the rest.

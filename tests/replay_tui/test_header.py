@@ -7,8 +7,9 @@ from collections.abc import Callable
 import pytest
 import tui_results
 
+from beam_agents.replay.reporting.labels import VERDICT_TITLES
 from beam_agents.replay.result import ReplayResult
-from replay_tui.render.header import VERDICT_TITLES, header_lines, verdict_banner
+from replay_tui.render.header import header_lines, verdict_banner
 
 
 def test_header_shows_version_paths_key_seq_clock_and_kind(real: Callable[[str], ReplayResult]) -> None:

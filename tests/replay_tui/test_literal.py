@@ -4,16 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from replay_tui.render.literal import (
-    clip,
-    duration,
-    key_hex,
-    key_printable,
-    literal,
-    literal_bytes,
-    literal_text,
-    utc_time,
-)
+from replay_tui.render.literal import clip, duration, literal, literal_bytes, literal_text
 
 
 def test_escape_and_controls_become_visible_escapes() -> None:
@@ -42,26 +33,6 @@ def test_literal_text_is_never_parsed_as_markup() -> None:
 
 def test_invalid_utf8_bytes_show_as_hex_escapes() -> None:
     assert literal_bytes(b"ok\xff\x1b") == "ok\\xff\\x1b"
-
-
-@pytest.mark.parametrize(
-    ("key", "printable"),
-    [
-        (b"customer-42", "customer-42"),
-        (b"\x00\x01binary", None),
-        (b"\xff\xfe", None),
-        (b"esc\x1b[2J", None),
-        (b"", None),
-    ],
-)
-def test_key_is_shown_as_text_only_when_printable(key: bytes, printable: str | None) -> None:
-    assert key_printable(key) == printable
-    assert key_hex(key) == key.hex()
-
-
-def test_utc_time_of_the_seed_clock() -> None:
-    assert utc_time(1_734_000_000_000) == "2024-12-12 10:40:00.000 UTC"
-    assert utc_time(10**20) == "out of range"
 
 
 @pytest.mark.parametrize(

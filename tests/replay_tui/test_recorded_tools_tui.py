@@ -13,10 +13,10 @@ from textual.widgets import DataTable, Static, TabbedContent
 
 from beam_agents._protos import TraceEvent
 from beam_agents.replay.engine import replay
+from beam_agents.replay.reporting.markdown import report_markdown
 from beam_agents.replay.result import ReplayResult, Verdict
 from beam_agents.testing import event_envelope
 from replay_tui.app import ReplayApp
-from replay_tui.render.report import report_markdown
 from replay_tui.render.state import TOOL_CACHE_COLUMNS, tool_cache_rows
 from replay_tui.render.timeline import RowMark, TimelineModel
 

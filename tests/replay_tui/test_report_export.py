@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from beam_agents.replay.json_report import render_json
+from beam_agents.replay.reporting.json_doc import render_json
+from beam_agents.replay.reporting.markdown import pair_data, report_markdown
 from beam_agents.replay.result import ReplayResult
-from replay_tui.render.report import export_report, pair_data, report_basename, report_markdown
+from replay_tui.export import export_report, report_basename
 
 
 def test_export_writes_markdown_and_the_headless_json(

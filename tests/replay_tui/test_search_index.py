@@ -16,8 +16,8 @@ import pytest
 import tui_results
 
 from beam_agents.capture import CapturedValue, CaptureKind, ValueCapture
+from beam_agents.replay.judging.values import ReplayValues
 from beam_agents.replay.result import EventPair, ReplayResult, Value
-from beam_agents.replay.values import ReplayValues
 from beam_agents.trace_events import kind_name
 from replay_tui.render.detail import ValuesIndex, values_by_event
 from replay_tui.render.search import SearchIndex, search_position

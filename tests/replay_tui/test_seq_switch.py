@@ -10,7 +10,7 @@ import real_results  # noqa: F401  (puts tests/replay on sys.path)
 from incident_history import Incident
 from textual.pilot import Pilot
 
-from beam_agents.replay.bundle import bundle_options, load_bundle
+from beam_agents.replay.incidents.bundle import bundle_options, load_bundle
 from replay_tui.app import ReplayApp
 from replay_tui.screens.main import MainScreen
 

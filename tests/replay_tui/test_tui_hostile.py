@@ -17,7 +17,7 @@ import pytest
 
 from beam_agents.replay.result import ReplayResult
 from replay_tui.app import INTERRUPTED_EXIT_CODE, ReplayApp
-from replay_tui.render.report import export_report, report_basename
+from replay_tui.export import export_report, report_basename
 
 Real = Callable[[str], ReplayResult]
 WIDE = (160, 48)

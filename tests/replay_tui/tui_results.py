@@ -16,7 +16,7 @@ from typing import Any
 from beam_agents import trace_events as te
 from beam_agents._protos import TraceEvent
 from beam_agents.context import derive_intent_id
-from beam_agents.replay.compare import normalized_paths
+from beam_agents.replay.judging.compare import normalized_paths
 from beam_agents.replay.result import (
     BlobDigest,
     CacheEntryView,

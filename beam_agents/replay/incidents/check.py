@@ -337,8 +337,8 @@ def check_one(
     A file that cannot be read is one row. ``on_start(seq)`` is called before each
     re-run. Never raises for bad input (a bug of ours becomes an ``error`` row too).
     """
-    from beam_agents.replay.bundle import bundle_options, load_bundle
     from beam_agents.replay.engine import replay
+    from beam_agents.replay.incidents.bundle import bundle_options, load_bundle
     from beam_agents.replay.refusal import ReplayRefused
 
     started = time.perf_counter()
@@ -418,7 +418,7 @@ def _worker_main(
     ``environ`` is the caller's environment when ``check_bundles`` ran: a ``forkserver``
     worker would otherwise have the server's, from whenever that process started.
     """
-    from beam_agents.replay.network_guard import end_process, isolate_process, still_running
+    from beam_agents.replay.isolation.guard import end_process, isolate_process, still_running
 
     for other in others:  # other workers' pipes (the parent's ends, copied by fork)
         with contextlib.suppress(OSError):
@@ -754,7 +754,7 @@ def _context() -> BaseContext:
         main_file = getattr(sys.modules.get("__main__"), "__file__", None)
         if main_file is None or os.path.exists(main_file):  # `python -` cannot be re-imported
             ctx = multiprocessing.get_context("forkserver")
-            ctx.set_forkserver_preload(["beam_agents.replay.bulk", "beam_agents.replay.engine"])
+            ctx.set_forkserver_preload(["beam_agents.replay.incidents.check", "beam_agents.replay.engine"])
             return ctx
     return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
 
@@ -766,8 +766,8 @@ def _warm() -> None:
     Each forked worker then starts with them imported instead of importing them again
     (with DeepDiff, which renders divergences: bulk runs usually meet one).
     """
-    from beam_agents.replay.bundle import load_bundle  # noqa: F401
     from beam_agents.replay.engine import replay  # noqa: F401
+    from beam_agents.replay.incidents.bundle import load_bundle  # noqa: F401
 
     # The divergence detail's differ (it pulls in numpy): every worker that meets a
     # divergence would import it on its own, ~0.3 s of CPU each.
@@ -831,7 +831,7 @@ def check_bundles(
 
 
 def _safe(text: str) -> str:
-    from beam_agents.replay.escape import escape as safe_text
+    from beam_agents.replay.reporting.escape import escape as safe_text
 
     return safe_text(text)
 

@@ -42,8 +42,8 @@ from beam_agents._protos import (
 )
 from beam_agents.activation import MAX_RESUME_HISTORY
 from beam_agents.context import derive_intent_id
+from beam_agents.replay.inputs.traces import TracedKey, TracedSeq, seq_ranges
 from beam_agents.replay.refusal import CannotReproduce, InputError
-from beam_agents.replay.traced import TracedKey, TracedSeq, seq_ranges
 from beam_agents.trace_view import (
     ActivationStart,
     InboundStatus,

@@ -32,16 +32,12 @@ from beam_agents._protos import TraceEvent
 from beam_agents.activation import ActivationFailure, ActivationResult
 from beam_agents.context import ProviderFailure, ToolMiss
 from beam_agents.llm_cache import LookupStatus, ReplayCache
-from beam_agents.replay.compare import EventComparison, compare_events, describe_divergence
+from beam_agents.replay.isolation.guard import NETWORK_OPERATIONS as _NETWORK_OPERATIONS
+from beam_agents.replay.isolation.guard import PROCESS_OPERATIONS as _PROCESS_OPERATIONS
+from beam_agents.replay.isolation.guard import NetworkAttempt
+from beam_agents.replay.judging.compare import EventComparison, compare_events, describe_divergence
 from beam_agents.replay.naming import REPLAYER, Input, Naming
-from beam_agents.replay.network_guard import (
-    NETWORK_OPERATIONS as _NETWORK_OPERATIONS,
-)
-from beam_agents.replay.network_guard import (
-    PROCESS_OPERATIONS as _PROCESS_OPERATIONS,
-)
-from beam_agents.replay.network_guard import NetworkAttempt
-from beam_agents.replay.reconstruct import Plan
+from beam_agents.replay.reconstruct.plan import Plan
 from beam_agents.replay.result import CacheMiss, Divergence, NearestEntry, ToolCacheMiss, Verdict
 from beam_agents.tool_cache import ToolCache, tool_cache_key
 from beam_agents.trace_events import kind_name

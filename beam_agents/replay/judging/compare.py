@@ -11,7 +11,7 @@ The digests of outputs and memory on ``ACTIVATION_END``
 (``beam_agents.outputs.sha256``, ``beam_agents.memory_sha256``) are not part of
 this byte comparison: replay starts from a snapshot's post-image, so whether
 they can be compared at all depends on the pre-state and on what the re-run
-read; ``beam_agents.replay.end_check`` judges them and the engine adds its
+read; ``beam_agents.replay.judging.end_check`` judges them and the engine adds its
 finding. A trace written before they existed has neither (``untraced_end``).
 
 Finding the first difference is a byte comparison of the two events'

@@ -1,26 +1,21 @@
-"""The exported report: the result as Markdown (for the incident ticket) and as JSON.
+"""The incident report: a ``ReplayResult`` as Markdown, for the ticket.
 
-``e`` in the TUI writes both next to each other and says where. The JSON is the
-headless ``--json`` document (``beam_agents.replay.json_report``), so the two
-can never disagree.
+The TUI's ``e`` writes it beside the ``--json`` document
+(``beam_agents.replay.reporting.json_doc``); both render the same result and
+decide nothing. Text from the inputs is escaped, then made safe in Markdown.
 """
 
 from __future__ import annotations
 
-import errno
-import os
-import re
-from pathlib import Path
 from typing import Any
 
 from beam_agents import trace_events as te
 from beam_agents._protos import TraceEvent
-from beam_agents.replay.json_report import render_json
-from beam_agents.replay.report import digest_note
+from beam_agents.replay.reporting.escape import escape
+from beam_agents.replay.reporting.labels import VERDICT_TITLES, key_text, utc_time
+from beam_agents.replay.reporting.text import digest_note
 from beam_agents.replay.result import EventPair, ReplayResult
 from beam_agents.trace_data import event_to_dict
-from replay_tui.render.header import VERDICT_TITLES
-from replay_tui.render.literal import key_hex, key_printable, literal, utc_time
 
 MARKDOWN_EVENT_ROWS = 200
 """Timeline rows in the Markdown report around the notable ones (the JSON has all of them)."""
@@ -37,14 +32,9 @@ def pair_data(pair: EventPair) -> dict[str, Any]:
     }
 
 
-def report_json_text(result: ReplayResult) -> str:
-    """The JSON report: exactly what ``beam-agents-replay --json`` prints for this result."""
-    return render_json(result)
-
-
 def _md(value: str) -> str:
     """Inline Markdown-safe literal text (code spans cannot hold backticks safely)."""
-    return literal(value).replace("`", "'").replace("|", "\\|")
+    return escape(value).replace("`", "'").replace("|", "\\|")
 
 
 def _event_cell(event: TraceEvent | None) -> str:
@@ -64,8 +54,8 @@ def report_markdown(result: ReplayResult) -> str:
     lines.append("")
     key = "?"
     if h.entity_key is not None:
-        key = f"`{key_hex(h.entity_key)}`"
-        printable = key_printable(h.entity_key)
+        key = f"`{h.entity_key.hex()}`"
+        printable = key_text(h.entity_key)
         if printable is not None:
             key += f" (`{_md(printable)}`)"
     now = "?" if h.now_ms is None else f"{h.now_ms} ({utc_time(h.now_ms)})"
@@ -86,7 +76,7 @@ def report_markdown(result: ReplayResult) -> str:
         "",
     ]
     if result.error:
-        lines += ["## Error", "", "```", literal(result.error, multiline=True), "```", ""]
+        lines += ["## Error", "", "```", escape(result.error, multiline=True), "```", ""]
     div = result.first_divergence
     if div is not None:
         lines += [f"## First divergence: event {div.index} {_md(div.kind)} `{_md(div.name)}`", ""]
@@ -100,7 +90,7 @@ def report_markdown(result: ReplayResult) -> str:
                 f"| `{_md(f.path)}` | `{_md(f.traced)}` | `{_md(f.replayed)}` |" for f in div.fields
             ]
         if div.detail:
-            lines += ["", "```", literal(div.detail, multiline=True), "```"]
+            lines += ["", "```", escape(div.detail, multiline=True), "```"]
         lines.append("")
     miss = result.cache_miss
     if miss is not None:
@@ -189,68 +179,3 @@ def report_markdown(result: ReplayResult) -> str:
             )
         lines.append("")
     return "\n".join(lines)
-
-
-_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
-_MAX_EXPORTS_OF_ONE_NAME = 1000
-
-
-def report_basename(result: ReplayResult) -> str:
-    """``replay-<agent>-<key hex, first 32 digits>-seq<seq>``: the exported files' common name.
-
-    The agent is its ``module:ATTR`` path with anything but letters, digits, ``.``,
-    ``_`` and ``-`` replaced by ``_`` (at most 60 characters): never a path separator.
-    """
-    h = result.header
-    agent = _UNSAFE_NAME.sub("_", h.agent_path)[:60].strip("._") or "agent"
-    key = key_hex(h.entity_key)[:32] if h.entity_key else "nokey"
-    seq = "unknown" if h.seq is None else str(h.seq)
-    return f"replay-{agent}-{key or 'empty'}-seq{seq}"
-
-
-def _create(path: Path, text: str) -> bool:
-    """Write ``text`` to a new file at ``path``; False if anything is already there.
-
-    ``O_CREAT | O_EXCL`` never opens an existing file nor follows a symbolic link
-    (a planted link, even a dangling one, counts as existing): nothing is ever
-    overwritten or written through a link.
-    """
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-    try:
-        fd = os.open(path, flags, 0o644)
-    except FileExistsError:
-        return False
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        out.write(text)
-    return True
-
-
-def export_report(result: ReplayResult, directory: Path) -> tuple[Path, Path]:
-    """Write the Markdown and JSON reports as new files in ``directory``; returns both paths.
-
-    The names are ``report_basename(result)`` plus ``.md`` / ``.json``; if either
-    exists (a file, a directory or a symbolic link), ``-2``, ``-3``, ... is added
-    until both are new. Existing files are never overwritten and links never followed.
-
-    Raises:
-        OSError: The directory cannot be created or written (the app shows the message).
-    """
-    directory.mkdir(parents=True, exist_ok=True)
-    if not directory.is_dir():
-        raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(directory))
-    base = report_basename(result)
-    markdown, document = report_markdown(result), report_json_text(result)
-    for n in range(1, _MAX_EXPORTS_OF_ONE_NAME + 1):
-        stem = base if n == 1 else f"{base}-{n}"
-        md_path, json_path = directory / f"{stem}.md", directory / f"{stem}.json"
-        if os.path.lexists(json_path) or not _create(md_path, markdown):
-            continue
-        if not _create(json_path, document):
-            md_path.unlink()  # ours, just written: the pair moves on to the next number
-            continue
-        return md_path.resolve(), json_path.resolve()
-    raise FileExistsError(
-        errno.EEXIST,
-        f"{_MAX_EXPORTS_OF_ONE_NAME} reports of this activation already exist there",
-        str(directory / base),
-    )

@@ -52,11 +52,11 @@ from beam_agents.activation import (
 )
 from beam_agents.agent import Timeout
 from beam_agents.key_state import KeyState
+from beam_agents.replay.inputs.traces import TracedKey, check_complete, seq_ranges
 from beam_agents.replay.naming import REPLAYER, Input, Naming
-from beam_agents.replay.pending import pending_before, verify_intents
+from beam_agents.replay.reconstruct.pending import pending_before, verify_intents
 from beam_agents.replay.refusal import CannotReproduce, InputError
 from beam_agents.replay.result import TargetFacts
-from beam_agents.replay.traced import TracedKey, check_complete, seq_ranges
 from beam_agents.trace_view import ActivationKind, ActivationStart, Trigger
 
 __all__ = ["Plan", "plan_replay"]

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from beam_agents._protos import TraceEvent
 from beam_agents.errors import TraceStreamError
 from beam_agents.event_log import EventLog
-from beam_agents.replay.inputs import STDIN, CappedReader, describe_source, open_regular
+from beam_agents.replay.inputs.sources import STDIN, CappedReader, describe_source, open_regular
 from beam_agents.replay.naming import REPLAYER, Input, Naming
 from beam_agents.replay.options import Source
 from beam_agents.replay.refusal import InputError

@@ -11,7 +11,7 @@ characters escaped, so no byte of a trace or snapshot can drive the terminal.
 from __future__ import annotations
 
 from beam_agents._protos import TraceEvent
-from beam_agents.replay.escape import escape
+from beam_agents.replay.reporting.escape import escape
 from beam_agents.replay.result import (
     BlobDigest,
     CacheMiss,
@@ -47,7 +47,7 @@ NOT_TRACED = "(not traced: the trace predates output and memory digests — repo
 
 
 def safe_text(text: str) -> str:
-    """``text`` shown safely: :func:`beam_agents.replay.escape.escape` (the one escaper)."""
+    """``text`` shown safely: :func:`beam_agents.replay.reporting.escape.escape` (the one escaper)."""
     return escape(text)
 
 

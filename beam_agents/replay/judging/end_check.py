@@ -35,8 +35,8 @@ from typing import Any
 from beam_agents import canonical_json
 from beam_agents._protos import TraceEvent
 from beam_agents.capture import ValueCapture
+from beam_agents.replay.judging.state_view import blob_digest, end_digests
 from beam_agents.replay.result import BlobDigest, FieldDiff, Mark
-from beam_agents.replay.views import blob_digest, end_digests
 from beam_agents.trace_events import (
     ATTR_MEMORY_SHA256,
     ATTR_OUTPUTS_SHA256,

@@ -1,6 +1,7 @@
-"""``--events``: find the envelope that triggered an activation in a dump of the topics.
+"""The triggering envelope: one file (``--event``), or picked out of topic dumps (``--events``).
 
-A consumer dump of the events, results and approvals topics becomes a
+``load_event_source`` reads one serialized ``AgentEnvelope`` (refusing one with no
+body). ``--events`` finds it in a dump instead. A consumer dump of the events, results and approvals topics becomes a
 *envelope stream*: frames of ``varint(len) + AgentEnvelope bytes``, the framing
 trace streams use. ``--events`` takes such a stream, or a directory whose
 ``*.pb`` files are each either a stream or one serialized envelope (what
@@ -30,7 +31,7 @@ from beam_agents._protos import AgentEnvelope
 from beam_agents._wire import BinaryWriter, write_frames
 from beam_agents.activation import envelope_digest
 from beam_agents.errors import TraceStreamError
-from beam_agents.replay.inputs import STDIN, describe_source
+from beam_agents.replay.inputs.sources import STDIN, describe_source, read_source
 from beam_agents.replay.naming import REPLAYER, Input, Naming
 from beam_agents.replay.options import Source
 from beam_agents.replay.refusal import InputError
@@ -39,6 +40,7 @@ from beam_agents.trace_stream import iter_frames
 __all__ = [
     "EnvelopeIndex",
     "load_envelopes",
+    "load_event_source",
     "read_envelope_file",
     "write_envelope_stream",
 ]
@@ -264,3 +266,26 @@ def load_envelopes(
 def write_envelope_stream(out: BinaryWriter, envelopes: Iterable[bytes]) -> None:
     """Write serialized envelopes as an envelope stream (``varint(len) + bytes`` frames)."""
     write_frames(out, envelopes)
+
+
+def load_event_source(source: Source, naming: Naming = REPLAYER) -> AgentEnvelope:
+    """Read and parse the event file (one serialized ``AgentEnvelope``, or its bytes).
+
+    Raises:
+        InputError: Unreadable, not an envelope, or an envelope with no body.
+    """
+    given = naming.given(Input.EVENT, describe_source(source))
+    data = read_source(source, Input.EVENT, naming)
+    try:
+        envelope = AgentEnvelope.FromString(data)
+    except DecodeError as exc:
+        raise InputError(
+            f"{given} is not a serialized AgentEnvelope ({len(data)} bytes: {exc})",
+            "pass the envelope's bytes exactly as they were on the events topic",
+        ) from None
+    if envelope.WhichOneof("body") is None:
+        raise InputError(
+            f"{given} holds an AgentEnvelope with no body ({len(data)} bytes)",
+            "it must carry the event, tool_result or approval that triggered the activation",
+        )
+    return envelope

@@ -1,36 +1,33 @@
-"""Loading replay's inputs: files, the snapshot, the event, and the operator's agent code.
+"""Reading replay's inputs as bytes: paths, ``-`` for standard input, bytes given, size caps.
 
 Every failure becomes an ``InputError`` (exit 2) naming the input (as the caller's
-``Naming`` names it: ``--snapshot FILE`` or ``snapshot=``) and the file,
-or a ``CannotReproduce`` (exit 3) for a migration gap; no parser's or
-importer's own exception gets out, so bad input never shows a traceback.
+``Naming`` names it: ``--snapshot FILE`` or ``snapshot=``) and the file; no
+reader's own exception gets out, so bad input never shows a traceback.
 """
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import os
 import stat
 import sys
-from collections.abc import Callable, Iterator
-from typing import Any, BinaryIO, TypeVar
+from collections.abc import Callable
+from typing import BinaryIO, TypeVar
 
-from google.protobuf.message import DecodeError
-
-from beam_agents._protos import AgentEnvelope, StateSnapshot
-from beam_agents.errors import (
-    BlobTooNewError,
-    CorruptBlobError,
-    MigrationGapError,
-    StateError,
-)
-from beam_agents.key_state import KeyState, load_snapshot_for_replay
-from beam_agents.replay.naming import REPLAYER, Input, Naming
+from beam_agents.replay.naming import Input, Naming
 from beam_agents.replay.options import Source
-from beam_agents.replay.refusal import CannotReproduce, InputError
+from beam_agents.replay.refusal import InputError
 
-T = TypeVar("T")
+__all__ = [
+    "SIZE_CAPS",
+    "STDIN",
+    "CappedReader",
+    "describe_source",
+    "open_regular",
+    "read_capped",
+    "read_source",
+    "read_source_mutable",
+    "size_cap",
+]
 
 STDIN = "-"
 
@@ -206,7 +203,7 @@ def read_source(source: Source, what: Input, naming: Naming) -> bytes:
     return _read_file(source, what, naming, read_capped)
 
 
-def _read_source_mutable(source: Source, what: Input, naming: Naming) -> bytes | bytearray:
+def read_source_mutable(source: Source, what: Input, naming: Naming) -> bytes | bytearray:
     """``read_source``, a file read into a ``bytearray`` (bytes given are returned as they are)."""
     if isinstance(source, bytes):
         return source
@@ -235,133 +232,3 @@ def _read_file(
         ) from None
 
 
-def load_snapshot_source(
-    source: Source, naming: Naming = REPLAYER
-) -> tuple[StateSnapshot, KeyState, dict[str, int]]:
-    """Read, parse, version-check and migrate (in memory) the snapshot file (or bytes).
-
-    Returns:
-        ``(snapshot, key state at the current layouts, stored version of each blob)``.
-
-    Raises:
-        InputError: Unreadable, not a snapshot, a corrupt blob, or newer than this package.
-        CannotReproduce: A blob has no migration path to the current version.
-    """
-    given = naming.given(Input.SNAPSHOT, describe_source(source))
-    # A bytearray, which the loader empties once it has copied the cache bodies out:
-    # the file's bytes are not held alongside the parsed cache (issue 14: memory).
-    data = _read_source_mutable(source, Input.SNAPSHOT, naming)
-    try:
-        # The snapshot comes without its two cache blobs: the state holds them parsed, and
-        # nothing reads the stored bytes again (issue 14: memory ~ the snapshot's size).
-        snapshot, state, versions = load_snapshot_for_replay(data)
-        state.tool_cache.check_keys()
-    except BlobTooNewError as exc:
-        raise InputError(f"{given}: {exc}") from None
-    except MigrationGapError as exc:
-        raise CannotReproduce(
-            f"{given}: migration gap: {exc}",
-            "replay migrates old blobs with the same migrations the pipeline uses, and this "
-            "version has none for that step",
-        ) from None
-    except CorruptBlobError as exc:
-        what = (
-            "is not a serialized StateSnapshot"
-            if exc.kind == "snapshot"
-            else f"holds a corrupt {exc.kind} blob"
-        )
-        raise InputError(
-            f"{given} {what}: {exc.detail}",
-            "pass the snapshot sink's message value (one StateSnapshot), byte for byte",
-        ) from None
-    except StateError as exc:
-        raise InputError(f"{given} cannot be used: {exc}") from None
-    return snapshot, state, versions
-
-
-def load_event_source(source: Source, naming: Naming = REPLAYER) -> AgentEnvelope:
-    """Read and parse the event file (one serialized ``AgentEnvelope``, or its bytes).
-
-    Raises:
-        InputError: Unreadable, not an envelope, or an envelope with no body.
-    """
-    given = naming.given(Input.EVENT, describe_source(source))
-    data = read_source(source, Input.EVENT, naming)
-    try:
-        envelope = AgentEnvelope.FromString(data)
-    except DecodeError as exc:
-        raise InputError(
-            f"{given} is not a serialized AgentEnvelope ({len(data)} bytes: {exc})",
-            "pass the envelope's bytes exactly as they were on the events topic",
-        ) from None
-    if envelope.WhichOneof("body") is None:
-        raise InputError(
-            f"{given} holds an AgentEnvelope with no body ({len(data)} bytes)",
-            "it must carry the event, tool_result or approval that triggered the activation",
-        )
-    return envelope
-
-
-@contextlib.contextmanager
-def no_bytecode() -> Iterator[None]:
-    """No ``.pyc`` written while inside: replay writes nothing, not even the agent's bytecode.
-
-    The one place replay turns bytecode writing off (imports of agent code, the whole
-    guarded replay); the previous setting is restored on the way out.
-    """
-    saved = sys.dont_write_bytecode
-    sys.dont_write_bytecode = True
-    try:
-        yield
-    finally:
-        sys.dont_write_bytecode = saved
-
-
-def import_object(path: str, what: Input, expected: type[T], naming: Naming) -> T:
-    """Import ``module:ATTR`` (ATTR may be dotted) and check it is an ``expected``.
-
-    Bytecode caches are not written while importing: replay writes nothing.
-
-    Raises:
-        InputError: A malformed path, a module that fails to import (for any reason,
-            its own exception named), a missing attribute, or a value of another type.
-    """
-    module_name, sep, attr = path.partition(":")
-    if not sep or not module_name or not attr:
-        example = f"myapp.agent:{'AGENT' if what is Input.AGENT else 'TOOLS'}"
-        raise InputError(
-            f"{naming.given(what, repr(path))} is not of the form module:ATTR",
-            f"e.g. {naming.given(what, example)}",
-        )
-    try:
-        with no_bytecode():
-            module = importlib.import_module(module_name)
-    except BaseException as exc:  # the operator's module may raise anything at import
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        raise InputError(
-            f"{naming.given(what, path)}: importing module {module_name!r} failed with "
-            f"{type(exc).__name__}: {exc}",
-            naming.import_advice,
-        ) from None
-    value: Any = module
-    for part in attr.split("."):
-        try:
-            value = getattr(value, part)
-        except AttributeError:
-            raise InputError(
-                f"{naming.given(what, path)}: module {module_name!r} has no attribute {attr!r}"
-            ) from None
-    if not isinstance(value, expected):
-        article = "an" if expected.__name__[:1] in "AEIOU" else "a"
-        found = (
-            f"the class {value.__name__}"
-            if isinstance(value, type)
-            else (f"a {type(value).__name__}")
-        )
-        raise InputError(
-            f"{naming.given(what, path)} is {found}, not {article} {expected.__name__} instance",
-            f"point {naming.name(what)} at the {expected.__name__} instance the pipeline was "
-            "built with",
-        )
-    return value

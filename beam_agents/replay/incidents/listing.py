@@ -140,7 +140,7 @@ def parse_key(text: str, known: Sequence[bytes], naming: Naming = LIST_ACTIVATIO
 def _scan(
     sources: Sequence[Source], key: bytes | None, naming: Naming
 ) -> dict[bytes, dict[int, _Summary]]:
-    from beam_agents.replay.traced import _stream_inputs
+    from beam_agents.replay.inputs.traces import _stream_inputs
 
     found: dict[bytes, dict[int, _Summary]] = {}
     if not sources:
@@ -206,7 +206,7 @@ def _complete(summary: _Summary) -> bool:
 def _replayability(
     snapshot: StateSnapshot, state: KeyState, seq: int, summary: _Summary, outcome: str
 ) -> tuple[str, str]:
-    from beam_agents.replay.reconstruct import _resumed_continuation
+    from beam_agents.replay.reconstruct.plan import _resumed_continuation
 
     if seq > snapshot.seq:
         return AFTER_SNAPSHOT, f"the snapshot was exported at seq {snapshot.seq}, before it"
@@ -296,7 +296,7 @@ def list_activations(
     traces = as_sources(traces)  # one path is one source, not its characters
     loaded: tuple[StateSnapshot, KeyState] | None = None
     if snapshot is not None:
-        from beam_agents.replay.inputs import load_snapshot_source
+        from beam_agents.replay.inputs.snapshot import load_snapshot_source
 
         snap, state, _ = load_snapshot_source(snapshot, naming)
         loaded = (snap, state)
@@ -390,7 +390,7 @@ def _pending_resume(
 
 def literal(text: str) -> str:
     """``text`` with every control character escaped (inputs never drive the terminal)."""
-    from beam_agents.replay.escape import escape as safe_text
+    from beam_agents.replay.reporting.escape import escape as safe_text
 
     return safe_text(text)
 

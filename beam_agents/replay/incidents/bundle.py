@@ -39,12 +39,13 @@ from beam_agents._wire import frame
 from beam_agents.activation import envelope_digest
 from beam_agents.errors import ConfigError, TraceStreamError
 from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
-from beam_agents.replay.events_lookup import load_envelopes, write_envelope_stream
-from beam_agents.replay.inputs import describe_source, import_object, open_regular, read_source
+from beam_agents.replay.inputs.agent_code import import_object
+from beam_agents.replay.inputs.envelopes import load_envelopes, write_envelope_stream
+from beam_agents.replay.inputs.sources import describe_source, open_regular, read_source
+from beam_agents.replay.inputs.traces import check_complete, seq_ranges
 from beam_agents.replay.naming import CHECK_BUNDLES, MAKE_BUNDLE, Input, Naming
 from beam_agents.replay.options import ReplayOptions, Source, as_sources
 from beam_agents.replay.refusal import CannotReproduce, InputError
-from beam_agents.replay.traced import check_complete, seq_ranges
 from beam_agents.trace_events import serialize_trace_event
 from beam_agents.trace_stream import read_trace_stream
 from beam_agents.trace_view import ActivationStart
@@ -121,7 +122,7 @@ def is_bundle_file(path: str | os.PathLike[str]) -> bool:
 def _key_events(
     traces: Sequence[Source], key: bytes, naming: Naming
 ) -> dict[int, dict[int, bytes]]:
-    from beam_agents.replay.traced import _stream_inputs
+    from beam_agents.replay.inputs.traces import _stream_inputs
 
     found: dict[int, dict[int, bytes]] = {}
     try:
@@ -184,7 +185,7 @@ def make_bundle(
             cannot hold, or a triggering envelope missing from the dumps.
         CannotReproduce: The snapshot has a migration gap.
     """
-    from beam_agents.replay.inputs import load_snapshot_source
+    from beam_agents.replay.inputs.snapshot import load_snapshot_source
 
     traces, events = as_sources(traces), as_sources(events)
     if seq is not None and (not isinstance(seq, int) or isinstance(seq, bool)):
@@ -371,7 +372,7 @@ def _check_parts(
     seqs = list(message.seqs)
     if not seqs or seqs != sorted(set(seqs)) or seqs[0] < 0:
         raise _refuse(name, f"names no activation, or its seqs are not ascending ({seqs})")
-    from beam_agents.replay.inputs import load_snapshot_source
+    from beam_agents.replay.inputs.snapshot import load_snapshot_source
 
     # Parsed once, here: every blob is checked, so a corrupt one is named by the bundle,
     # not "<N bytes>", and each replay of the bundle gets what was loaded (bundle_options).

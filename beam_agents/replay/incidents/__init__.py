@@ -1,0 +1,1 @@
+"""Floor 6: commands over many activations (ls, bundles, check)."""

@@ -1,0 +1,1 @@
+"""Floor 1: a ``ReplayResult`` rendered (headless text, JSON, Markdown, redacted); nothing decided."""
