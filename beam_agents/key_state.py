@@ -283,6 +283,23 @@ def load_snapshot_for_replay(
     return snapshot, state, _stored_versions(snapshot, versions)
 
 
+def load_snapshot_message(snapshot: StateSnapshot) -> tuple[KeyState, dict[str, int]]:
+    """``load_snapshot`` of an already parsed ``StateSnapshot``: its state and the version
+    each blob was stored at, nothing serialized to be parsed again (``snapshot`` is only
+    read).
+
+    Raises:
+        As ``load_snapshot``.
+    """
+    state = _state_of(snapshot, snapshot.ByteSize())
+    versions = {
+        kind: blob_version(kind, raw)
+        for kind in _CACHE_FIELD_NUMBERS
+        if (raw := getattr(snapshot, kind))
+    }
+    return state, _stored_versions(snapshot, versions)
+
+
 def _cache_parts(
     data: bytes | bytearray,
 ) -> tuple[StateSnapshot, dict[str, tuple[int, Buffer]]] | None:

@@ -182,7 +182,7 @@ def run_cli(args: list[str]) -> subprocess.CompletedProcess[str]:
 
 def expected_check_code(incidents: tuple[Incident, ...]) -> int:
     """The exit code ``check`` must give over the incidents' bundles: the worst verdict's."""
-    from beam_agents.replay.incidents.check import worst_of
+    from beam_agents.replay.incidents.check_rows import worst_of
     from beam_agents.replay.result import Verdict
 
     return worst_of([Verdict(incident.verdict) for incident in incidents]).exit_code

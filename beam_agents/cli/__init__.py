@@ -169,7 +169,7 @@ def _main(args: list[str]) -> int:
         silence_stdout()
         return EXIT_USAGE
     except Exception as exc:  # a bug of ours: a short report, exit 2 (never 0, no traceback)
-        from beam_agents.replay.refusal import internal_error
+        from beam_agents.replay.refusal import InternalError
 
-        sys.stderr.write(f"{PROG}: {escape(internal_error(exc)[1])}\n")
+        sys.stderr.write(f"{PROG}: {escape(InternalError(exc).message)}\n")
         return EXIT_USAGE

@@ -49,12 +49,8 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
 
 
 def _run_check(ns: argparse.Namespace) -> int:
-    from beam_agents.replay.incidents.check import (
-        check_bundles,
-        check_json,
-        render_check,
-        render_junit,
-    )
+    from beam_agents.replay.incidents.check import check_bundles
+    from beam_agents.replay.incidents.check_render import check_json, render_check, render_junit
 
     prog = f"{PROG} check"
     if ns.jobs < 1:

@@ -34,10 +34,10 @@ def json_text(document: Any) -> str:
 
 def report_refusal(command: str, refused: Exception) -> int:
     from beam_agents.replay.refusal import ReplayRefused
-    from beam_agents.replay.reporting.escape import escape as safe_text
+    from beam_agents.replay.reporting.escape import escape
 
     assert isinstance(refused, ReplayRefused)
-    sys.stderr.write(f"{PROG} {command}: error: {safe_text(refused.message)}\n")
+    sys.stderr.write(f"{PROG} {command}: error: {escape(refused.message)}\n")
     return refused.verdict.exit_code
 
 

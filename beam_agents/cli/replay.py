@@ -87,16 +87,13 @@ def bundle_replay_options(
         options = dataclasses.replace(options, what_if=ns.what_if, time_limit=ns.time_limit)
         return options, tuple(bundle.seqs)
     except ReplayRefused as refused:
+        from beam_agents.replay.engine import refused_result
         from beam_agents.replay.result import ReplayHeader
 
-        return ReplayResult(
-            verdict=refused.verdict,
-            reason=refused.reason,
-            header=ReplayHeader(
-                version=__version__, agent_path=ns.agent or "", registry_path=ns.registry or ""
-            ),
-            error=refused.message,
+        header = ReplayHeader(
+            version=__version__, agent_path=ns.agent or "", registry_path=ns.registry or ""
         )
+        return refused_result(refused, header)
 
 
 def run_bundle(ns: argparse.Namespace) -> int:

@@ -56,7 +56,7 @@ class _SplitBundles(beam.DoFn):  # type: ignore[misc]
 
     def process(self, element: Any) -> Iterator[Any]:
         from beam_agents.replay.incidents.bundle import load_bundle
-        from beam_agents.replay.incidents.check import _refused_row
+        from beam_agents.replay.incidents.check_rows import refused_row
         from beam_agents.replay.refusal import ReplayRefused
 
         name, data = _named(element)
@@ -64,7 +64,7 @@ class _SplitBundles(beam.DoFn):  # type: ignore[misc]
         try:
             bundle = load_bundle(data, name=name, naming=REPLAY_BUNDLES)
         except ReplayRefused as refused:
-            row = _refused_row(name, refused, time.perf_counter() - started)
+            row = refused_row(name, refused, time.perf_counter() - started)
             yield beam.pvalue.TaggedOutput(_TAG_ROWS, row.document())
             return
         for seq in bundle.seqs:
@@ -84,7 +84,7 @@ class _ReplayActivation(beam.DoFn):  # type: ignore[misc]
 
         from beam_agents.replay.engine import replay
         from beam_agents.replay.incidents.bundle import bundle_options, load_bundle
-        from beam_agents.replay.incidents.check import CheckRow, result_cause
+        from beam_agents.replay.incidents.check_rows import result_row
 
         name, data, seq = element
         started = time.perf_counter()
@@ -94,14 +94,9 @@ class _ReplayActivation(beam.DoFn):  # type: ignore[misc]
             bundle, seq=seq, agent=self._agent, registry=self._registry, naming=REPLAY_BUNDLES
         )
         result = replay(with_changes(options, time_limit=self._time_limit))
-        yield CheckRow(
-            path=name,
-            seq=seq,
-            entity_key=bundle.entity_key,
-            verdict=result.verdict,
-            cause=result_cause(result),
-            detail=result.error or result.reason,
-            seconds=time.perf_counter() - started,
+        seconds = time.perf_counter() - started
+        yield result_row(
+            name, seq, bundle.entity_key, result, seconds, time_limit=self._time_limit
         ).document()
 
 

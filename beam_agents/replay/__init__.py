@@ -12,26 +12,27 @@ or, as the command line does, from files and ``module:ATTR`` paths:
     result = replay(ReplayOptions(snapshot="snap.pb", traces=("traces/",), event="event.pb",
                                   agent="myapp.agent:AGENT", registry="myapp.agent:TOOLS"))
 
-Modules, in the order a replay uses them:
+The package is laid out by stage, as floors (docs/index.md, "How the code is
+laid out"; ``tests/test_layers.py`` keeps it so): imports only go down, and two
+folders of one floor never import each other.
 
-    options       ReplayOptions: the inputs, as the CLI gives them
-    naming        how the caller names the inputs in refusals (parameters; the CLI: flags)
-    inputs        reading files; the snapshot (migrated in memory), the event, agent imports
-    traced        the key's traced activations, filtered out of the trace streams
-    reconstruct   target, clock, trigger and pre-state; do the inputs belong together?
-    network_guard the audit hook that blocks the network during the re-run
-    engine        replay(options) -> ReplayResult: the one function every renderer calls
-    replayer      Replayer: the same replay for Python callers, agent and inputs as objects
-    compare       the closed normalization and the event-by-event comparison
-    judge         the verdict from the comparison, the cache misses and network attempts
-    views         the reported-not-judged parts: state, intents ledger, digests
-    result        ReplayResult and its parts (frozen data; the TUI renders it)
-    report        the headless report;  json_report: --json
-    events_lookup --events: the triggering envelope picked out of topic dumps
-    listing       ls: a key's traced activations, and which a snapshot replays
-    bundle        incident bundles: make, load (every part checked), replay options
-    bulk          check: many bundles replayed in worker processes, grouped by cause
-    cli           the command line (beam-agents-replay)
+    6  incidents/    commands over many activations: listing (ls), bundle, check
+                     (check_rows, check_workers, check_render)
+    5  replayer      Replayer: the same replay for Python callers, agent and inputs as objects
+    4  engine        replay(options) -> ReplayResult: load, plan, re-run isolated, judge,
+                     assemble (a few named steps)
+    3  judging/      compare, end_check, judge (the only place a verdict is decided),
+                     values, state_view
+    2  reconstruct/  plan (target, clock, trigger, pre-state), pending (older intents)
+       isolation/    guard, time_limit, watchdog
+    1  inputs/       sources, snapshot, envelopes, traces (the one trace scanner),
+                     agent_code, replay_inputs
+       reporting/    escape (the one escaper), labels, text (headless), json_doc (--json),
+                     markdown, redact: renderers, deciding nothing
+    0  vocabulary    result (ReplayResult and its parts), options (ReplayOptions), naming
+                     (how the caller names the inputs), refusal (why a replay stopped)
+
+Each folder's docstring lists what it gives the floors above.
 
 Names are loaded on first access, so ``import beam_agents.replay.result`` (the
 TUI's import) does not load the engine.
@@ -45,15 +46,16 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from beam_agents.replay.engine import replay
     from beam_agents.replay.incidents.bundle import load_bundle, make_bundle
-    from beam_agents.replay.incidents.check import CheckReport, CheckRow, check_bundles
+    from beam_agents.replay.incidents.check import check_bundles
+    from beam_agents.replay.incidents.check_rows import CheckReport, CheckRow
     from beam_agents.replay.incidents.listing import list_activations
     from beam_agents.replay.options import ReplayOptions
     from beam_agents.replay.replayer import Replayer
     from beam_agents.replay.result import ReplayResult, Verdict
 
 _LAZY = {
-    "CheckReport": "beam_agents.replay.incidents.check",
-    "CheckRow": "beam_agents.replay.incidents.check",
+    "CheckReport": "beam_agents.replay.incidents.check_rows",
+    "CheckRow": "beam_agents.replay.incidents.check_rows",
     "check_bundles": "beam_agents.replay.incidents.check",
     "load_bundle": "beam_agents.replay.incidents.bundle",
     "make_bundle": "beam_agents.replay.incidents.bundle",

@@ -1,66 +1,62 @@
-"""``replay(options) -> ReplayResult``: the one function every replay renderer calls.
+"""``replay(options) -> ReplayResult``: one replay, as a few named steps.
 
-Steps (docs/replay.md §3): load and migrate the snapshot; load the event; import the
-agent, its registry and the HITL policy; scan the traces for the key; plan the
-re-run (target, clock, trigger, pre-state — ``reconstruct``); re-run it through
-the pipeline's own ``run_activation`` with a provider that serves nothing,
-under the network guard; judge it (``judge``) and gather what is reported.
+    load_options     the command line's inputs: files read, agent code imported (limited)
+    plan_rerun       the traces scanned, the activation and its pre-state reconstructed
+    rerun_isolated   the pipeline's own ``run_activation`` re-run under the guard and the
+                     time limit, with a provider that serves nothing
+    judge_rerun      outputs and memory checked, the verdict decided (``judging``)
+    assemble         the ``ReplayResult``: the verdict, and what explains it
 
-``replay`` never raises for bad input: every failure is a ``ReplayResult``
-with ``USAGE_ERROR`` (exit 2) or ``IRREPRODUCIBLE`` (exit 3) and a one-paragraph
-message. A bug of ours is a ``USAGE_ERROR`` result too, marked as internal
-(exit 2, never 0). Nothing is written: replay reads.
+``run`` performs them (``Replayer`` hands it its own loading) and maps every refusal
+to a result: ``replay`` never raises for bad input; every failure is a
+``ReplayResult`` with ``USAGE_ERROR`` (exit 2) or ``IRREPRODUCIBLE`` (exit 3) and a
+one-paragraph message. A bug of ours is a ``USAGE_ERROR`` result too, marked as
+internal (exit 2, never 0). Nothing is written: replay reads.
 """
 
 from __future__ import annotations
 
-import contextvars
-import os
-import queue
-import sys
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import Any
 
-from beam_agents import _running
 from beam_agents._protos import AgentEnvelope, StateSnapshot, TraceEvent
 from beam_agents._version import __version__
-from beam_agents.activation import ActivationCommit, ReplayHooks, run_activation
+from beam_agents.activation import ActivationCommit, ActivationResult, ReplayHooks, run_activation
 from beam_agents.agent import Agent
 from beam_agents.blobs import unwrap_blob
 from beam_agents.capture import ValueCapture
 from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
 from beam_agents.key_state import KeyState
 from beam_agents.provider import UnservableProvider
-from beam_agents.replay.inputs.agent_code import import_object, no_bytecode
-from beam_agents.replay.inputs.envelopes import load_event_source
+from beam_agents.replay.inputs.agent_code import import_object, imported_already, no_bytecode
+from beam_agents.replay.inputs.envelopes import load_envelopes, load_event_source
+from beam_agents.replay.inputs.replay_inputs import ReplayInputs
 from beam_agents.replay.inputs.snapshot import load_snapshot_source
 from beam_agents.replay.inputs.traces import TracedKey, scan_traces
-from beam_agents.replay.isolation.guard import NetworkAttempt, block_network, keep_blocked
-from beam_agents.replay.isolation.watchdog import Armed
-from beam_agents.replay.judging.compare import EventComparison, compare_events
-from beam_agents.replay.judging.end_check import EndCheck, check_end, end_divergence_detail
+from beam_agents.replay.isolation.guard import NetworkAttempt, block_network
+from beam_agents.replay.isolation.time_limit import ImportRanPast, RerunRanPast, within_limit
+from beam_agents.replay.judging.compare import compare_events
+from beam_agents.replay.judging.end_check import EndCheck, check_end
 from beam_agents.replay.judging.judge import Judgement, judge
 from beam_agents.replay.judging.state_view import intent_ledger, state_view
 from beam_agents.replay.judging.values import collect_values, freeze_errors
 from beam_agents.replay.naming import Input, Naming
-from beam_agents.replay.options import RAN_PAST, ReplayOptions, Source
-from beam_agents.replay.reconstruct.plan import plan_replay
-from beam_agents.replay.refusal import CannotReproduce, InputError, ReplayRefused, internal_error
-from beam_agents.replay.result import (
-    Divergence,
-    ReplayHeader,
-    ReplayResult,
-    TargetFacts,
-    Value,
-    Verdict,
-)
+from beam_agents.replay.options import ReplayOptions, Source
+from beam_agents.replay.reconstruct.plan import Plan, plan_replay
+from beam_agents.replay.refusal import InputError, InternalError, ReplayRefused
+from beam_agents.replay.result import ReplayHeader, ReplayResult, StopCause, TargetFacts, Value
 from beam_agents.tools import ToolRegistry
-from beam_agents.trace_events import ATTR_OUTPUTS_SHA256, kind_name
 from beam_agents.trace_view import ActivationKind, ActivationStart
 
-__all__ = ["UNKNOWN_PROVIDER", "replay"]
+__all__ = [
+    "UNKNOWN_PROVIDER",
+    "AgentExited",
+    "HeaderSoFar",
+    "refused_result",
+    "replay",
+    "run",
+]
 
 UNKNOWN_PROVIDER = "unknown"
 """The provider name used when neither the trace nor the cache names one (no model call traced)."""
@@ -79,7 +75,7 @@ def replay(options: ReplayOptions) -> ReplayResult:
         The result; ``result.exit_code`` is the CLI's exit code. Never raises for
         bad input, and never for a bug of ours either (see the module docstring).
     """
-    facts = HeaderSoFar(
+    header = HeaderSoFar(
         ReplayHeader(
             version=__version__,
             agent_path=options.agent,
@@ -87,7 +83,7 @@ def replay(options: ReplayOptions) -> ReplayResult:
             hitl_source=options.hitl or "default",
         )
     )
-    return _guarded(facts, lambda: _load_options(options, facts))
+    return run(header, lambda: load_options(options, header))
 
 
 class HeaderSoFar:
@@ -97,97 +93,93 @@ class HeaderSoFar:
     def __init__(self, header: ReplayHeader) -> None:
         self.header = header
 
+    def note(self, **facts: Any) -> None:
+        """These fields of the header are known now."""
+        self.header = replace(self.header, **facts)
 
-def _guarded(facts: HeaderSoFar, load: Callable[[], _Inputs]) -> ReplayResult:
-    """Load (``load``) and replay under the network guard; every failure becomes a result."""
-    # Importing agent code must not write bytecode: the guard reports file writes in
-    # the activation's context, and replay writes nothing.
+    def note_snapshot(self, snapshot: StateSnapshot, state: KeyState) -> None:
+        """What the loaded snapshot says (before anything else can be refused)."""
+        self.note(
+            entity_key=snapshot.entity_key,
+            snapshot_seq=snapshot.seq,
+            snapshot_at_ms=snapshot.snapshot_at_ms,
+            snapshot_request_id=snapshot.request_id,
+            state_schema_version=snapshot.state_schema_version,
+            migrations_applied=tuple(state.migrations_applied),
+        )
+
+
+def run(header: HeaderSoFar, load: Callable[[], ReplayInputs]) -> ReplayResult:
+    """``load()`` the inputs and replay them under the guard; every failure is a result.
+
+    Importing agent code (in ``load``) is guarded as the re-run is, and writes no
+    bytecode: the guard reports file writes in the activation's context, and replay
+    writes nothing.
+    """
     try:
         with no_bytecode(), block_network() as attempts:
-            return _replay(load(), facts, attempts)
+            inputs = load()
+            plan = plan_rerun(inputs, header)
+            rerun = rerun_isolated(inputs, plan, header.header.provider)
+            # Every attempt counts, also one the agent's module made (and caught) at
+            # import: module state built from the network is not the state the pipeline had.
+            blocked = list(attempts)
+            judged = judge_rerun(inputs, plan, rerun, blocked)
+            replayed = rerun.replayed()
+            # Only the trace and what replayed() keeps are read below: the committed cells
+            # and post-state (a large cache's parsed copy) go before the values are
+            # collected (issue 14: peak memory ~ the snapshot's size).
+            del rerun
+            return assemble(inputs, plan, replayed, judged, header, blocked)
+    except RerunRanPast as ran_past:
+        return _ran_past_result(ran_past, header.header)
     except ReplayRefused as refused:
-        return ReplayResult(
-            verdict=refused.verdict,
-            reason=refused.reason,
-            header=facts.header.with_target(refused.target),
-            error=refused.message,
-        )
+        return refused_result(refused, header.header)
     except Exception as exc:  # a bug of ours: say so, exit 2, never 0, never a traceback
-        return _internal_error(exc, facts)
+        return refused_result(InternalError(exc), header.header)
 
 
-def _internal_error(exc: Exception, facts: HeaderSoFar) -> ReplayResult:
-    reason, message = internal_error(exc)
+def refused_result(refused: ReplayRefused, header: ReplayHeader) -> ReplayResult:
+    """The result of a replay that stopped at ``refused``: its verdict, its one paragraph,
+    and what was known of the target (the one mapping of a refusal to a result)."""
     return ReplayResult(
-        verdict=Verdict.USAGE_ERROR,
-        reason=reason,
-        header=facts.header,
-        error=message,
+        verdict=refused.verdict,
+        reason=refused.reason,
+        header=header.with_target(refused.target),
+        error=refused.message,
+        stop=refused.stop,
     )
 
 
-@dataclass(frozen=True, kw_only=True)
-class _Inputs:
-    """One replay's inputs as objects: what both the CLI adapter and ``Replayer`` hand over."""
-
-    snapshot: StateSnapshot
-    state: KeyState
-    blob_versions: dict[str, int]
-    event: AgentEnvelope | None
-    events: tuple[Source, ...]
-    traces: tuple[Source, ...]
-    agent: Agent
-    registry: ToolRegistry
-    hitl: HitlPolicy
-    seq: int | None
-    what_if: bool
-    time_limit: float | None
-    naming: Naming
-    """How the caller named the inputs: the words refusals use for them."""
-
-
-def _snapshot_facts(facts: HeaderSoFar, snapshot: StateSnapshot, state: KeyState) -> None:
-    facts.header = replace(
-        facts.header,
-        entity_key=snapshot.entity_key,
-        snapshot_seq=snapshot.seq,
-        snapshot_at_ms=snapshot.snapshot_at_ms,
-        snapshot_request_id=snapshot.request_id,
-        state_schema_version=snapshot.state_schema_version,
-        migrations_applied=tuple(state.migrations_applied),
-    )
-
-
-def _load_options(options: ReplayOptions, facts: HeaderSoFar) -> _Inputs:
-    """The CLI's inputs: files read, ``module:ATTR`` paths imported (under the guard)."""
+def load_options(options: ReplayOptions, header: HeaderSoFar) -> ReplayInputs:
+    """The command line's inputs: files read, ``module:ATTR`` paths imported (under the
+    guard ``run`` holds, and within the time limit unless every module is imported)."""
     naming = options.naming
     loaded = options.loaded_snapshot
     snapshot, state, blob_versions = (
         loaded if loaded is not None else load_snapshot_source(options.snapshot, naming)
     )
-    _snapshot_facts(facts, snapshot, state)
+    header.note_snapshot(snapshot, state)
     event = load_event_source(options.event, naming) if options.event is not None else None
+    hitl_path = options.hitl if options.hitl_policy is None else None
 
     def import_code() -> tuple[Agent, ToolRegistry, HitlPolicy | None]:
         agent = import_object(options.agent, Input.AGENT, Agent, naming)
         registry = import_object(options.registry, Input.REGISTRY, ToolRegistry, naming)
-        hitl = None
-        if options.hitl_policy is None and options.hitl is not None:
-            hitl = import_object(options.hitl, Input.HITL, HitlPolicy, naming)
+        hitl = import_object(hitl_path, Input.HITL, HitlPolicy, naming) if hitl_path else None
         return agent, registry, hitl
 
     # Importing agent code runs it (module bodies): limited like the re-run, unless every
     # module is imported already (check replays many bundles of one agent: no thread then).
-    paths = (options.agent, options.registry, options.hitl if options.hitl_policy is None else None)
-    imported = all(p is None or p.partition(":")[0] in sys.modules for p in paths)
-    agent, registry, imported_hitl = _within_limit(
+    imported = all(imported_already(p) for p in (options.agent, options.registry, hitl_path))
+    agent, registry, imported_hitl = within_limit(
         import_code,
         None if imported else options.time_limit,
-        lambda _: _ImportRanPast(options.time_limit or 0, naming),
+        lambda _: ImportRanPast(options.time_limit or 0, naming),
     )
     if options.hitl_policy is not None:
         hitl = options.hitl_policy
-        facts.header = replace(facts.header, hitl_source=options.hitl_label or "given")
+        header.note(hitl_source=options.hitl_label or "given")
     else:
         hitl = imported_hitl or DEFAULT_HITL_POLICY
     if options.event is not None and options.events:
@@ -197,7 +189,7 @@ def _load_options(options: ReplayOptions, facts: HeaderSoFar) -> _Inputs:
             f"pass the triggering envelope with {event_name}, or a dump to pick it from with "
             f"{events_name}",
         )
-    return _Inputs(
+    return ReplayInputs(
         snapshot=snapshot,
         state=state,
         blob_versions=blob_versions,
@@ -214,16 +206,16 @@ def _load_options(options: ReplayOptions, facts: HeaderSoFar) -> _Inputs:
     )
 
 
-def _replay(inputs: _Inputs, facts: HeaderSoFar, attempts: list[NetworkAttempt]) -> ReplayResult:
-    snapshot, state, blob_versions = inputs.snapshot, inputs.state, inputs.blob_versions
-    event, agent, registry, hitl = inputs.event, inputs.agent, inputs.registry, inputs.hitl
-    facts.header = replace(facts.header, hitl_policy=hitl.describe())
-
-    naming = inputs.naming
+def plan_rerun(inputs: ReplayInputs, header: HeaderSoFar) -> Plan:
+    """The traces scanned for the key, the triggering envelope found, the activation and
+    its pre-state reconstructed (``reconstruct``); the header learns each as it is known."""
+    snapshot, naming = inputs.snapshot, inputs.naming
+    header.note(hitl_policy=inputs.hitl.describe())
     traced = scan_traces(inputs.traces, snapshot.entity_key, seq=inputs.seq, naming=naming)
+    event = inputs.event
     if inputs.events:
         event = _event_from_dump(inputs.events, inputs.seq, traced, snapshot.entity_key, naming)
-    plan = plan_replay(snapshot, state, traced, event, inputs.seq, naming)
+    plan = plan_replay(snapshot, inputs.state, traced, event, inputs.seq, naming)
     if plan.what_if and not inputs.what_if:
         refused = InputError(
             f"seq {plan.seq} (a pending {plan.trigger_name}) was never traced: replaying it is a "
@@ -234,8 +226,7 @@ def _replay(inputs: _Inputs, facts: HeaderSoFar, attempts: list[NetworkAttempt])
         )
         refused.target = TargetFacts(seq=plan.seq, kind=plan.kind, trigger=plan.trigger_name)
         raise refused
-    facts.header = replace(
-        facts.header,
+    header.note(
         seq=plan.seq,
         now_ms=plan.now_ms,
         kind=plan.kind,
@@ -243,28 +234,106 @@ def _replay(inputs: _Inputs, facts: HeaderSoFar, attempts: list[NetworkAttempt])
         continuation_source=plan.continuation_source,
         envelope_id=plan.envelope_id,
     )
-    provider_name = traced.provider_of_kept() if plan.traced is not None else traced.provider
-    if not provider_name:
-        newest = state.cache.entries_by_recency()
-        provider_name = newest[0].provider if newest else UNKNOWN_PROVIDER
-    facts.header = replace(facts.header, provider=provider_name)
+    provider = traced.provider_of_kept() if plan.traced is not None else traced.provider
+    if not provider:
+        newest = inputs.state.cache.entries_by_recency()
+        provider = newest[0].provider if newest else UNKNOWN_PROVIDER
+    header.note(provider=provider)
+    return plan
 
+
+def _event_from_dump(
+    events: tuple[Source, ...],
+    wanted_seq: int | None,
+    traced: TracedKey,
+    entity_key: bytes,
+    naming: Naming,
+) -> AgentEnvelope | None:
+    """The traced triggering envelope of the target, picked out of the events dump by id
+    and sha256."""
+    seq = wanted_seq if wanted_seq is not None else traced.highest_seq
+    start_event = traced.starts.get(seq) if seq is not None else None
+    if seq is None or start_event is None:
+        return None  # nothing traced to pick by (plan_replay says why)
+    start = ActivationStart.of(start_event)
+    if start.is_timeout:
+        return None  # a HITL timeout has no envelope
+    index = load_envelopes(events, entity_key, naming)
+    raw = index.find(*start.envelope, seq=seq)
+    return load_event_source(raw, naming)
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """What the result shows of the re-run, once it is judged."""
+
+    trace: Sequence[TraceEvent]
+    served_tool_events: tuple[int, ...]
+    """Indices of its TOOL_CALLs served from the tool cache."""
+    memory: Any
+    """The memory it committed (None: it committed nothing)."""
+    capture: ValueCapture
+    """The values behind its digests, and the memory keys it read and wrote."""
+    provider_calls: int
+    """How many times it reached the provider (each one a miss)."""
+
+
+@dataclass(frozen=True)
+class Rerun:
+    """What the re-run did."""
+
+    result: ActivationResult
+    capture: ValueCapture
+    provider_calls: int
+
+    def replayed(self) -> Replayed:
+        """What is read of it after the judgement."""
+        result = self.result
+        return Replayed(
+            trace=result.trace,
+            served_tool_events=result.served_tool_events,
+            memory=result.state.memory if isinstance(result, ActivationCommit) else None,
+            capture=self.capture,
+            provider_calls=self.provider_calls,
+        )
+
+
+class AgentExited(ReplayRefused):
+    """Agent code raised SystemExit (or similar) during the re-run: nothing to judge (exit 2)."""
+
+    stop = StopCause.AGENT_EXITED
+
+    def __init__(self, what: str) -> None:
+        super().__init__(
+            f"the agent code raised {what} during the re-run",
+            "replay cannot judge an activation whose code exits the process; the pipeline "
+            "would have lost its worker there",
+        )
+
+
+def rerun_isolated(inputs: ReplayInputs, plan: Plan, provider_name: str) -> Rerun:
+    """The activation re-run by the pipeline's own ``run_activation``, in a thread of its
+    own within the time limit, with a provider that serves nothing (``run`` holds the guard).
+
+    Raises:
+        RerunRanPast: It did not end within the time limit.
+        AgentExited: Agent code raised ``SystemExit`` or ``GeneratorExit``.
+    """
     provider = UnservableProvider(provider_name)
     capture = ValueCapture()
-
     ended: list[Sequence[Any]] = []  # the re-run's trace, once run_activation returned
 
-    def rerun() -> Any:
+    def rerun() -> ActivationResult:
         ran = run_activation(
-            agent,
-            registry,
+            inputs.agent,
+            inputs.registry,
             provider,
             plan.state,
             plan.trigger,
             now_ms=plan.now_ms,
             seq=plan.seq,
-            entity_key=snapshot.entity_key,
-            hitl=hitl,
+            entity_key=inputs.snapshot.entity_key,
+            hitl=inputs.hitl,
             replay=ReplayHooks(
                 visible_through_seq=plan.seq,
                 serve_recorded_tools=True,
@@ -279,53 +348,65 @@ def _replay(inputs: _Inputs, facts: HeaderSoFar, attempts: list[NetworkAttempt])
         return ran
 
     try:
-        result = _within_limit(
+        result = within_limit(
             rerun,
             inputs.time_limit,
-            lambda ctx: _RerunRanPast(
+            lambda ctx: RerunRanPast(
                 inputs.time_limit or 0,
                 ctx,
                 plan.traced,
-                naming,
+                inputs.naming,
                 ended=ended[0] if ended else None,
             ),
         )
-    except _RerunRanPast as ran_past:
-        return _ran_past_result(ran_past, plan.traced, facts)
     except (SystemExit, GeneratorExit) as exc:
         # run_activation turns every Exception into a failure; these are not Exceptions.
         detail = str(exc) if isinstance(exc, SystemExit) and exc.code is not None else ""
-        raise _AgentExited(type(exc).__name__ + (f" ({detail})" if detail else "")) from None
-    # Every attempt counts, also one the agent's module made (and caught) at import:
-    # module state built from the network is not the state the pipeline had.
-    run_attempts = list(attempts)
+        raise AgentExited(type(exc).__name__ + (f" ({detail})" if detail else "")) from None
+    return Rerun(result=result, capture=capture, provider_calls=provider.calls)
 
+
+def judge_rerun(
+    inputs: ReplayInputs, plan: Plan, rerun: Rerun, attempts: Sequence[NetworkAttempt]
+) -> tuple[Judgement, EndCheck]:
+    """The outputs and memory against the traced ACTIVATION_END, and the verdict."""
+    result = rerun.result
+    committed = result.state.memory if isinstance(result, ActivationCommit) else None
+    cells = result.cells if isinstance(result, ActivationCommit) else None
+    end = check_end(
+        plan.traced,
+        outputs=result.outputs if isinstance(result, ActivationCommit) else (),
+        memory_body=unwrap_blob("memory", cells.memory)[1] if cells is not None else None,
+        before=plan.state.memory,
+        after=committed if committed is not None else {},
+        snapshot_seq=inputs.snapshot.seq,
+        capture=rerun.capture,
+    )
     judgement = judge(
         plan,
         result,
-        provider_calls=provider.calls,
-        attempts=run_attempts,
+        provider_calls=rerun.provider_calls,
+        attempts=attempts,
         cache=plan.state.cache,
         tool_cache=plan.state.tool_cache,
-        naming=naming,
+        end=end,
+        naming=inputs.naming,
     )
-    commit_cells = getattr(result, "cells", None)
-    committed = result.state.memory if isinstance(result, ActivationCommit) else None
-    end = check_end(
-        plan.traced,
-        outputs=getattr(result, "outputs", ()),
-        memory_body=unwrap_blob("memory", commit_cells.memory)[1] if commit_cells else None,
-        before=plan.state.memory,
-        after=committed if committed is not None else {},
-        snapshot_seq=snapshot.seq,
-        capture=capture,
-    )
-    judgement = _with_end_check(judgement, end, plan.state.memory, committed, snapshot.seq)
-    # Only the trace and the served tool events are read below: drop the committed
-    # cells and post-state (a large cache's encoded blob and parsed body) before the
-    # values are collected (issue 14: peak memory ~ the snapshot's size).
-    trace, served_tool_events = result.trace, result.served_tool_events
-    del result, commit_cells
+    return judgement, end
+
+
+def assemble(
+    inputs: ReplayInputs,
+    plan: Plan,
+    replayed: Replayed,
+    judged: tuple[Judgement, EndCheck],
+    header: HeaderSoFar,
+    attempts: Sequence[NetworkAttempt],
+) -> ReplayResult:
+    """The result: the judgement, and what explains it (values, ledger, state), never
+    deciding anything."""
+    judgement, end = judged
+    trace, served_tool_events = replayed.trace, replayed.served_tool_events
     # Values explain the verdict and never decide it: a value that cannot be decoded
     # must not turn a verdict into an internal error (exit 2).
     values_error = ""
@@ -334,9 +415,9 @@ def _replay(inputs: _Inputs, facts: HeaderSoFar, attempts: list[NetworkAttempt])
         values = collect_values(
             plan.traced,
             trace,
-            capture=capture,
+            capture=replayed.capture,
             trigger=plan.trigger,
-            provider=provider_name,
+            provider=header.header.provider,
             cache=plan.state.cache,
             outputs=end.outputs,
             memory=end.memory,
@@ -346,7 +427,7 @@ def _replay(inputs: _Inputs, facts: HeaderSoFar, attempts: list[NetworkAttempt])
     return ReplayResult(
         verdict=judgement.verdict,
         reason=judgement.reason,
-        header=facts.header,
+        header=header.header,
         events=judgement.comparison.pairs,
         first_divergence=judgement.first_divergence,
         cache_miss=judgement.cache_miss,
@@ -359,309 +440,32 @@ def _replay(inputs: _Inputs, facts: HeaderSoFar, attempts: list[NetworkAttempt])
         memory_not_judged=end.not_comparable,
         values=values,
         values_error=values_error,
-        replayed_memory=committed,
+        replayed_memory=replayed.memory,
         state=state_view(
-            state,
+            inputs.state,
             now_ms=plan.now_ms,
-            blob_versions=blob_versions,
+            blob_versions=inputs.blob_versions,
             resumed=plan.state.continuation if plan.kind is ActivationKind.RESUME else None,
             replayed=trace,
             served_tool_events=served_tool_events,
             visible_through_seq=plan.seq,
         ),
-        provider_calls=provider.calls,
-        network_attempts=tuple(a.describe() for a in run_attempts),
+        provider_calls=replayed.provider_calls,
+        network_attempts=tuple(a.describe() for a in attempts),
+        stop=judgement.stop,
     )
 
 
-def _event_from_dump(
-    events: tuple[Source, ...],
-    wanted_seq: int | None,
-    traced: TracedKey,
-    entity_key: bytes,
-    naming: Naming,
-) -> AgentEnvelope | None:
-    """The traced triggering envelope of the target, picked out of the events dump by id
-    and sha256."""
-    from beam_agents.replay.inputs.envelopes import load_envelopes
-
-    seq = wanted_seq if wanted_seq is not None else traced.highest_seq
-    start_event = traced.starts.get(seq) if seq is not None else None
-    if seq is None or start_event is None:
-        return None  # nothing traced to pick by (plan_replay says why)
-    start = ActivationStart.of(start_event)
-    if start.is_timeout:
-        return None  # a HITL timeout has no envelope
-    index = load_envelopes(events, entity_key, naming)
-    raw = index.find(*start.envelope, seq=seq)
-    return load_event_source(raw, naming)
-
-
-def _with_end_check(
-    judgement: Judgement, end: EndCheck, before: Any, after: Any, snapshot_seq: int
-) -> Judgement:
-    """The judgement, with the outputs and memory at ACTIVATION_END judged too (``end_check``).
-
-    Only a run the events call reproduced can diverge here: an earlier divergence or
-    a cache miss stays the first thing that went wrong.
-    """
-    pairs = judgement.comparison.pairs
-    if judgement.verdict is not Verdict.REPRODUCED or not pairs:
-        return judgement
-    if end.fields:
-        last = pairs[-1]
-        comparison = EventComparison(
-            pairs=pairs.marked(last.index, [f.path for f in end.fields]),
-            first_difference=last.index,
-        )
-        assert last.traced is not None
-        detail = end_divergence_detail(
-            [f.path for f in end.fields],
-            before=before,
-            before_label=f"snapshot memory (post-image at seq {snapshot_seq})",
-            after=after,
-            traced_memory_sha256=end.memory.traced_sha256 if end.memory else None,
-            outputs=end.outputs,
-        )
-        if end.self_read and any(ATTR_OUTPUTS_SHA256 in f.path for f in end.fields):
-            detail.append(f"note: {end.self_read}; an output built from it differs for that reason")
-        divergence = Divergence(
-            index=last.index,
-            kind=kind_name(last.traced.kind),
-            name=last.traced.name,
-            fields=end.fields,
-            detail="\n".join(detail),
-        )
-        what = " and ".join(
-            "outputs" if ATTR_OUTPUTS_SHA256 in f.path else "memory" for f in end.fields
-        )
-        return Judgement(
-            verdict=Verdict.DIVERGED,
-            reason=(
-                f"event {last.index} (ACTIVATION_END {last.traced.name!r}) differs: every earlier "
-                f"event matches, but the re-run's {what} differ from the traced digest"
-            ),
-            comparison=comparison,
-            first_divergence=divergence,
-        )
-    if end.not_comparable:
-        return replace(
-            judgement,
-            reason=f"{judgement.reason}; memory not judged: {end.not_comparable} (docs/replay.md §4)",
-        )
-    return judgement
-
-
-_T = TypeVar("_T")
-
-
-class _AgentThread:
-    """A daemon thread that runs agent code handed to it, one call at a time.
-
-    Kept for the next replay once a call ends (starting a thread per replay cost more than
-    the replay of a small activation); abandoned when a call runs past its limit.
-    """
-
-    def __init__(self) -> None:
-        self.pid = os.getpid()
-        self.tasks: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        self.thread = threading.Thread(
-            target=self._loop, name="beam-agents-replay agent code", daemon=True
-        )
-        self.thread.start()
-
-    def _loop(self) -> None:
-        while True:
-            self.tasks.get()()
-
-
-_IDLE: list[_AgentThread] = []
-_IDLE_LOCK = threading.Lock()
-
-
-def _forget_idle_threads() -> None:
-    _IDLE.clear()  # a forked child has none of its parent's threads
-
-
-os.register_at_fork(after_in_child=_forget_idle_threads)
-
-
-def idle_agent_threads() -> frozenset[threading.Thread]:
-    """The threads kept for the next replay, waiting (they hold no lock: safe to fork)."""
-    with _IDLE_LOCK:
-        return frozenset(r.thread for r in _IDLE)
-
-
-def _agent_thread() -> _AgentThread:
-    with _IDLE_LOCK:
-        while _IDLE:
-            runner = _IDLE.pop()
-            if runner.pid == os.getpid() and runner.thread.is_alive():
-                return runner
-    return _AgentThread()
-
-
-def _arm_hard_stop(limit: float) -> Armed | None:
-    """As the console script: past twice ``limit`` (at least half a second past it), the
-    watchdog it started before importing agent code ends the process (``last_resort``).
-
-    Agent code holding the interpreter lock without returning (native code: a catastrophic
-    regular expression) keeps the waiting thread from ever noticing the limit, and it could
-    cancel anything set up in this interpreter; the watchdog is another process. Returns
-    what disarms it, or None where no watchdog runs (the Python API: it must never end its
-    caller's process).
-    """
-    from beam_agents.replay.isolation.watchdog import arm
-
-    return arm(limit)
-
-
-def _within_limit(
-    run: Callable[[], _T],
-    limit: float | None,
-    stopped: Callable[[Any], ReplayRefused],
-) -> _T:
-    """``run()`` in a thread of its own, waited for at most ``limit`` seconds (None, 0: forever).
-
-    Python cannot stop a thread: past the limit the thread is abandoned (a daemon, so it
-    never holds the interpreter's exit) and ``stopped(ctx)`` is raised, ``ctx`` being the
-    ``AgentContext`` it was running (None if it had not started one). Until that thread
-    ends, everything the guard refuses stays refused process-wide (``keep_blocked``): the
-    agent code in it stays as isolated as during the re-run. What ``run`` raises (a
-    ``SystemExit`` too) is raised here. It runs in a copy of this context.
-    """
-    if not limit:
-        return run()
-    context = contextvars.copy_context()
-    outcome: dict[str, Any] = {}
-    lock = threading.Lock()
-    finished = threading.Lock()
-    finished.acquire()
-    held: list[Callable[[], None]] = []
-
-    def task() -> None:
-        try:
-            outcome["value"] = context.run(run)
-        except BaseException as exc:  # handed to the caller, SystemExit included
-            outcome["error"] = exc
-        finally:
-            with lock:
-                outcome["done"] = True
-            for release in held:  # abandoned, and ended after all
-                release()
-            if held:  # the thread may serve again
-                with _IDLE_LOCK:
-                    _IDLE.append(runner)
-            finished.release()
-
-    runner = _agent_thread()
-    runner.tasks.put(task)
-    armed = _arm_hard_stop(limit)
-    try:
-        finished.acquire(timeout=limit)
-    finally:  # also on Ctrl+C while waiting: the agent code runs on, as isolated as before
-        with lock:
-            if "done" not in outcome:
-                held.append(keep_blocked())
-                if armed is not None:  # if it then keeps the interpreter: last_resort
-                    held.append(armed.abandon())
-        if armed is not None and not held:
-            armed.disarm()
-    if held:
-        raise stopped(context.get(_running.ACTIVATION))
-    with _IDLE_LOCK:
-        _IDLE.append(runner)
-    if "error" in outcome:
-        raise outcome["error"]
-    value: _T = outcome["value"]
-    return value
-
-
-_DOES_NOT_END = (
-    "agent code that loops, sleeps or waits on something that never answers does not end; "
-    "if the activation is only slow, "
-)
-
-
-class _RerunRanPast(CannotReproduce):
-    """The re-run did not end within the time limit: it is not judged (exit 3)."""
-
-    def __init__(
-        self,
-        limit: float,
-        ctx: Any,
-        traced: Sequence[Any] | None,
-        naming: Naming,
-        *,
-        ended: Sequence[Any] | None = None,
-    ) -> None:
-        # The last event only: a re-run looping until the limit may have recorded millions,
-        # and parsing them all (an EventLog parses each read) would take GBs at the limit.
-        events: Sequence[Any] = ctx.events if ctx is not None else (ended or ())
-        of = f" of the {len(traced)} traced" if traced is not None else ""
-        # What the re-run had recorded, as far as the trace goes, for the result's events:
-        # read once, here, while the abandoned code may still be appending.
-        reached = min(len(events), len(traced)) if traced is not None else 0
-        self.reached: tuple[TraceEvent, ...] = tuple(events[i] for i in range(reached))
-        if len(events):
-            last = events[-1]
-            event = f"event {last.index} ({kind_name(last.kind)} {last.name!r}){of}"
-            where = f"it had reached {event}"
-            if ctx is None:  # ended, then str() of an exception it raised did not return
-                where = (
-                    f"it had ended at {event}, but the text of an exception it raised (its "
-                    "__str__, agent code) did not come back"
-                )
-        else:
-            where = f"it had not recorded its first event{of}"
-        super().__init__(
-            f"{RAN_PAST} {limit:g} s and was not judged: {where}",
-            _DOES_NOT_END + naming.raise_time_limit,
-        )
-
-
-def _ran_past_result(
-    ran_past: _RerunRanPast,
-    traced: Sequence[TraceEvent] | None,
-    facts: HeaderSoFar,
-) -> ReplayResult:
+def _ran_past_result(ran_past: RerunRanPast, header: ReplayHeader) -> ReplayResult:
     """Exit 3 with the events the re-run had reached, paired with the traced ones.
 
     Only the reached positions are paired: the traced events after them are not
     "missing" (the re-run did not get there), and nothing is judged, so a pair that
     differs is shown marked but the verdict stays irreproducible.
     """
-    reached = ran_past.reached
-    return ReplayResult(
-        verdict=ran_past.verdict,
-        reason=ran_past.reason,
-        header=facts.header.with_target(ran_past.target),
-        error=ran_past.message,
+    reached, traced = ran_past.reached, ran_past.traced
+    return replace(
+        refused_result(ran_past, header),
         events=compare_events(traced[: len(reached)], reached).pairs if traced else (),
         events_reached_only=True,
     )
-
-
-class _ImportRanPast(CannotReproduce):
-    """Importing the agent code did not end within the time limit (exit 3)."""
-
-    def __init__(self, limit: float, naming: Naming) -> None:
-        code = ", ".join(naming.name(what) for what in (Input.AGENT, Input.REGISTRY, Input.HITL))
-        super().__init__(
-            f"importing the agent code ({code}) ran past the time limit "
-            f"of {limit:g} s, so nothing was re-run or judged",
-            _DOES_NOT_END + naming.raise_time_limit,
-        )
-
-
-class _AgentExited(ReplayRefused):
-    """Agent code raised SystemExit (or similar) during the re-run: nothing to judge."""
-
-    verdict = Verdict.USAGE_ERROR
-
-    def __init__(self, what: str) -> None:
-        super().__init__(
-            f"the agent code raised {what} during the re-run",
-            "replay cannot judge an activation whose code exits the process; the pipeline "
-            "would have lost its worker there",
-        )

@@ -60,10 +60,6 @@ def checked_time_limit(value: object) -> float | None:
     return seconds or None
 
 
-RAN_PAST = "the re-run ran past the time limit of"
-"""How the reason of a replay stopped at its time limit begins (``check`` groups by it)."""
-
-
 @dataclass(frozen=True, kw_only=True)
 class ReplayOptions:
     """Everything ``beam_agents.replay.engine.replay`` needs; nothing is read until it runs."""

@@ -12,19 +12,27 @@ import traceback
 
 from beam_agents._version import __version__
 from beam_agents.errors import ReplayError
-from beam_agents.replay.result import TargetFacts, Verdict
+from beam_agents.replay.result import StopCause, TargetFacts, Verdict
+
+FILE = "FILE"
+"""How a refusal's ``cause`` names the file it is about (``bundle FILE is truncated``)."""
 
 
 class ReplayRefused(ReplayError):
     """Replay stopped before a verdict from the comparison."""
 
     verdict: Verdict = Verdict.USAGE_ERROR
+    stop: StopCause = StopCause.REFUSED
 
-    def __init__(self, reason: str, detail: str = "") -> None:
+    def __init__(self, reason: str, detail: str = "", *, cause: str | None = None) -> None:
         self.reason = reason
         """One line: what is wrong."""
         self.detail = detail
         """More sentences: what to do about it (may be empty)."""
+        self.cause = reason if cause is None else cause
+        """The reason without the name of the file it is about (``bundle FILE is not an
+        incident bundle``): what ``check`` groups by. Said where the refusal is made, so
+        that nothing takes a name back out of the reason."""
         self.target = TargetFacts()
         """What was already known about the target activation when replay stopped."""
         super().__init__(self.message)
@@ -51,16 +59,27 @@ class CannotReproduce(ReplayRefused):
     verdict = Verdict.IRREPRODUCIBLE
 
 
-def internal_error(exc: BaseException) -> tuple[str, str]:
-    """``(reason, message)`` for a bug of ours: named, located, exit 2, never a traceback.
+class InternalError(ReplayRefused):
+    """A bug of ours: named, located, exit 2 (never 0), never a traceback.
 
-    The one wording of it, for the engine's result and for the command line alike.
+    The one wording of it, for the engine's result, ``check``'s row and the command line.
     """
-    frames = traceback.extract_tb(exc.__traceback__)
-    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
-    reason = f"internal error: {type(exc).__name__}: {exc}"
-    message = (
-        f"{reason}{where}. This is a bug in beam-agents {__version__}, not a verdict on the "
-        "activation; please report it with the command line and the input files"
-    )
-    return reason, message
+
+    verdict = Verdict.USAGE_ERROR
+    stop = StopCause.INTERNAL_ERROR
+
+    def __init__(self, exc: BaseException) -> None:
+        frames = traceback.extract_tb(exc.__traceback__)
+        self.where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+        super().__init__(
+            f"internal error: {type(exc).__name__}: {exc}",
+            cause=f"internal error: {type(exc).__name__}",
+        )
+
+    @property
+    def message(self) -> str:
+        return (
+            f"{self.reason}{getattr(self, 'where', '')}. This is a bug in beam-agents "
+            f"{__version__}, not a verdict on the activation; please report it with the "
+            "command line and the input files"
+        )

@@ -3,9 +3,11 @@
 Temporal's ``Replayer`` is the model: built once, keyword-only, with the agent
 code and its configuration as objects; ``replay`` then takes the recorded inputs
 as messages (or bytes, or files) and returns the same frozen ``ReplayResult`` the
-command line renders. The CLI (``beam-agents-replay``, ``replay(ReplayOptions)``)
-is an adapter on top: it reads files and imports ``module:ATTR`` paths, then does
-exactly what this class does.
+command line renders. Messages go straight into the engine's ``ReplayInputs``
+(read as they are; the envelope copied, since agent code gets its event), never
+serialized to be parsed again. The CLI (``beam-agents-replay``,
+``replay(ReplayOptions)``) is the other way in: it reads files and imports
+``module:ATTR`` paths, then runs the same engine.
 
     replayer = Replayer(agent=AGENT, registry=TOOLS)
     result = replayer.replay(snapshot, trace_events, envelope)
@@ -14,7 +16,6 @@ exactly what this class does.
 
 from __future__ import annotations
 
-import io
 from collections.abc import Iterable, Iterator
 
 from beam_agents._protos import AgentEnvelope, StateSnapshot, TraceEvent
@@ -22,15 +23,16 @@ from beam_agents._version import __version__
 from beam_agents.agent import Agent
 from beam_agents.errors import ConfigError
 from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
-from beam_agents.replay.engine import HeaderSoFar, _guarded, _Inputs, _snapshot_facts
-from beam_agents.replay.inputs.envelopes import load_event_source
-from beam_agents.replay.inputs.snapshot import load_snapshot_source
+from beam_agents.replay.engine import HeaderSoFar, run
+from beam_agents.replay.inputs.envelopes import load_event_message, load_event_source
+from beam_agents.replay.inputs.replay_inputs import ReplayInputs
+from beam_agents.replay.inputs.snapshot import load_snapshot_message, load_snapshot_source
+from beam_agents.replay.inputs.traces import TraceMessages, TraceSource
 from beam_agents.replay.naming import REPLAYER
 from beam_agents.replay.options import DEFAULT_TIME_LIMIT, Source, checked_time_limit
 from beam_agents.replay.refusal import InputError
 from beam_agents.replay.result import ReplayHeader, ReplayResult
 from beam_agents.tools import ToolRegistry
-from beam_agents.trace_stream import write_trace_stream
 
 __all__ = ["Replayer"]
 
@@ -129,7 +131,7 @@ class Replayer:
         Returns:
             The result (never raises for bad input; see the class docstring).
         """
-        facts = HeaderSoFar(
+        header = HeaderSoFar(
             ReplayHeader(
                 version=__version__,
                 agent_path=self._agent_label,
@@ -138,7 +140,7 @@ class Replayer:
             )
         )
 
-        def load() -> _Inputs:
+        def load() -> ReplayInputs:
             for name, value, message, allowed in (
                 ("snapshot", snapshot, StateSnapshot, "a StateSnapshot, its bytes, or a file path"),
                 (
@@ -169,19 +171,18 @@ class Replayer:
                     "Replayer.replay seq= must be an int or None (the key's highest traced "
                     f"activation), got {type(seq).__name__}: {seq!r:.80}"
                 )
-            data = (
-                snapshot.SerializeToString(deterministic=True)
+            loaded, state, blob_versions = (
+                load_snapshot_message(snapshot, REPLAYER)
                 if isinstance(snapshot, StateSnapshot)
-                else snapshot
+                else load_snapshot_source(snapshot, REPLAYER)
             )
-            loaded, state, blob_versions = load_snapshot_source(data, REPLAYER)
-            _snapshot_facts(facts, loaded, state)
+            header.note_snapshot(loaded, state)
             envelope: AgentEnvelope | None = None
             if isinstance(event, AgentEnvelope):
-                envelope = load_event_source(event.SerializeToString(deterministic=True), REPLAYER)
+                envelope = load_event_message(event, REPLAYER)
             elif event is not None:
                 envelope = load_event_source(event, REPLAYER)
-            return _Inputs(
+            return ReplayInputs(
                 snapshot=loaded,
                 state=state,
                 blob_versions=blob_versions,
@@ -197,7 +198,7 @@ class Replayer:
                 naming=REPLAYER,
             )
 
-        return _guarded(facts, load)
+        return run(header, load)
 
 
 _TRACES_ALLOWED = (
@@ -209,10 +210,10 @@ def _is_source(value: object) -> bool:
     return isinstance(value, bytes | str) or hasattr(value, "__fspath__")
 
 
-def _trace_sources(traces: TraceInput) -> tuple[Source, ...]:
+def _trace_sources(traces: TraceInput) -> tuple[TraceSource, ...]:
     """``traces=`` as the engine's sources: one, several paths (as ``--traces`` repeated), or
-    the stream bytes of the given events. Anything else is refused naming it (an int, None or
-    a list of paths was an internal error: "'int' object is not iterable")."""
+    the given events as they are. Anything else is refused naming it (an int, None or a list
+    of paths was an internal error: "'int' object is not iterable")."""
     if _is_source(traces):
         return (traces,)  # type: ignore[return-value]
     try:
@@ -234,15 +235,8 @@ def _trace_sources(traces: TraceInput) -> tuple[Source, ...]:
             paths.append(item)  # type: ignore[arg-type]
         return tuple(paths)
 
-    def events() -> Iterator[TraceEvent]:
-        if first is not None:
-            yield _event(first)
-        for item in items:
-            yield _event(item)
-
-    stream = io.BytesIO()
-    write_trace_stream(stream, events())
-    return (stream.getvalue(),)
+    given = () if first is None else (_event(first), *(_event(item) for item in items))
+    return (TraceMessages(given),)
 
 
 def _event(item: object) -> TraceEvent:

@@ -324,6 +324,34 @@ def differing_positions(pairs: Sequence[EventPair]) -> list[int]:
     return [position for position, pair in enumerate(pairs) if pair.differs]
 
 
+class StopCause(enum.StrEnum):
+    """What stopped a replay short of a judgement on every traced event (``ReplayResult.stop``).
+
+    Typed, so that what groups results (``check``'s causes) never reads it back out of
+    the reason's words.
+    """
+
+    CACHE_MISS = "cache-miss"
+    """A model call the snapshot's cache cannot serve."""
+    TOOL_MISS = "tool-miss"
+    """A recorded tool call the snapshot's tool cache cannot serve."""
+    BLOCKED = "blocked"
+    """The guard refused something the re-run tried (network, a process, a signal,
+    native code, a file write)."""
+    PROVIDER_REACHED = "provider-reached"
+    """The provider that serves nothing was reached without a traced model call."""
+    TIME_LIMIT = "time-limit"
+    """The re-run ran past the time limit."""
+    IMPORT_TIME_LIMIT = "import-time-limit"
+    """Importing the agent code ran past the time limit."""
+    AGENT_EXITED = "agent-exited"
+    """Agent code raised ``SystemExit`` (or ``GeneratorExit``) during the re-run."""
+    REFUSED = "refused"
+    """The inputs were refused before anything was re-run (exit 2, or 3: something gone)."""
+    INTERNAL_ERROR = "internal-error"
+    """A bug of ours (exit 2)."""
+
+
 class DivergenceKind(enum.StrEnum):
     """How the first diverging event disagrees (decided by ``compare.describe_divergence``)."""
 
@@ -583,6 +611,9 @@ class ReplayResult:
     events_reached_only: bool = False
     """True when the re-run ran past the time limit: ``events`` are only the positions it
     had reached (the traced events after them are not listed, nor missing)."""
+    stop: StopCause | None = None
+    """What stopped the replay short of judging every traced event; None when nothing did
+    (reproduced, diverged, or a what-if that ran to its end)."""
 
     @property
     def exit_code(self) -> int:

@@ -18,6 +18,7 @@ from rich.text import Text
 
 from beam_agents import trace_events as te
 from beam_agents._protos import TraceEvent
+from beam_agents.replay.reporting.escape import escape
 from beam_agents.replay.reporting.text import miss_request_values, request_components_differing
 from beam_agents.replay.result import (
     CacheMiss,
@@ -31,7 +32,7 @@ from beam_agents.replay.result import (
     event_values,
 )
 from replay_tui.render.layout import columns, fold, wrap
-from replay_tui.render.literal import literal, literal_text
+from replay_tui.render.literal import literal_text
 
 ABSENT = "—"
 
@@ -72,7 +73,7 @@ def _format(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
-        return literal(value) if value else '""'
+        return escape(value) if value else '""'
     return str(value)
 
 
@@ -133,7 +134,7 @@ def detail_rows(pair: EventPair) -> list[DetailRow]:
         rows.append(
             DetailRow(
                 field=path,
-                label=literal(name),
+                label=escape(name),
                 traced=traced_value,
                 replayed=replayed_value,
                 differs=differs,
@@ -243,7 +244,7 @@ def _stacked(rows: list[DetailRow], width: int) -> list[Text]:
 def divergence_lines(divergence: Divergence, width: int) -> list[Text]:
     """The result's structured diff of the first diverging event."""
     head = Text("First divergence", style="bold white on red")
-    what = f"  event {divergence.index} {literal(divergence.kind)} {literal(divergence.name)}"
+    what = f"  event {divergence.index} {escape(divergence.kind)} {escape(divergence.name)}"
     if divergence.missing:
         what += " — the re-run did not produce this event"
     if divergence.extra:
@@ -253,7 +254,7 @@ def divergence_lines(divergence: Divergence, width: int) -> list[Text]:
     value_w = max(8, width - 14)
     for diff in divergence.fields:
         # Stacked, not tabled: a path and two 64-digit digests do not fit side by side.
-        lines += fold(Text("≠ ", style="bold red") + Text(literal(diff.path), style="bold"), width)
+        lines += fold(Text("≠ ", style="bold red") + Text(escape(diff.path), style="bold"), width)
         lines += columns(
             [Text("    traced", style="dim"), literal_text(diff.traced, "red")], (13, value_w)
         )
@@ -268,17 +269,17 @@ def divergence_lines(divergence: Divergence, width: int) -> list[Text]:
 def miss_lines(miss: CacheMiss, width: int) -> list[Text]:
     """The cache miss: the key, why it missed, and the nearest cached entry."""
     head = Text("Cache miss", style="bold black on yellow")
-    head.append(f"  status {literal(miss.status)}", style="bold")
+    head.append(f"  status {escape(miss.status)}", style="bold")
     lines = wrap(head, width)
     widths = (8, max(8, width - 9))
 
     def field(name: str, value: Text) -> None:
         lines.extend(columns([Text(name, style="bold"), value], widths))
 
-    field("key", Text(literal(miss.cache_key)))
-    field("model", Text(literal(miss.model)))
+    field("key", Text(escape(miss.cache_key)))
+    field("model", Text(escape(miss.model)))
     if miss.traced_cache_key is not None:
-        traced = Text(literal(miss.traced_cache_key))
+        traced = Text(escape(miss.traced_cache_key))
         if miss.traced_cache_key == miss.cache_key:
             traced.append("  (same key)", style="dim")
         else:
@@ -287,10 +288,10 @@ def miss_lines(miss: CacheMiss, width: int) -> list[Text]:
     if miss.nearest is None:
         field("nearest", Text("no cached entry resembles this request", style="dim"))
     else:
-        nearest = Text(literal(miss.nearest.cache_key))
-        nearest.append(f"  model {literal(miss.nearest.model)}", style="dim")
+        nearest = Text(escape(miss.nearest.cache_key))
+        nearest.append(f"  model {escape(miss.nearest.model)}", style="dim")
         field("nearest", nearest)
-        differences = ", ".join(literal(d) for d in miss.nearest.differences) or "nothing recorded"
+        differences = ", ".join(escape(d) for d in miss.nearest.differences) or "nothing recorded"
         field("differs", Text(differences, style="bold yellow"))
     return lines
 
@@ -308,10 +309,10 @@ def miss_request_lines(result: ReplayResult, miss: CacheMiss, width: int) -> lis
     for value in values:
         hit = value.path in differing
         line = Text("≠ " if hit else "  ", style="bold yellow" if hit else "")
-        line.append(literal(value.path), style="bold yellow" if hit else "bold")
+        line.append(escape(value.path), style="bold yellow" if hit else "bold")
         line.append(" ")
         shown = value.text if len(value.text) <= VALUE_CHARS else value.text[:VALUE_CHARS] + "…"
-        line.append(literal(shown), style="black on yellow" if hit else "")
+        line.append(escape(shown), style="black on yellow" if hit else "")
         lines += wrap(line, width)
     return lines
 
@@ -393,16 +394,16 @@ def value_line(value: Value, *, limit: int | None = VALUE_CHARS) -> Text:
     line = Text()
     line.append(label.ljust(14), style=style)
     line.append(" ")
-    line.append(literal(value.path), style="bold")
+    line.append(escape(value.path), style="bold")
     line.append(" ")
     shown = value.text
     if limit is not None and len(shown) > limit:
-        line.append(literal(shown[:limit]))
+        line.append(escape(shown[:limit]))
         line.append(f"… {len(shown) - limit} more (v: whole)", style="dim")
     else:
-        line.append(literal(shown))
+        line.append(escape(shown))
     if value.mark is Mark.DIFFERS and value.traced_digest:
-        line.append(f"   traced {literal(value.traced_digest)}", style="dim")
+        line.append(f"   traced {escape(value.traced_digest)}", style="dim")
     return line
 
 

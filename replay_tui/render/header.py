@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from beam_agents.replay.reporting.escape import escape
 from beam_agents.replay.reporting.labels import VERDICT_TITLES, key_text, utc_time
 from beam_agents.replay.result import ReplayHeader, ReplayResult, Verdict
-from replay_tui.render.literal import literal, literal_text
+from replay_tui.render.literal import literal_text
 
 VERDICT_STYLES: dict[Verdict, str] = {
     Verdict.REPRODUCED: "bold black on green",
@@ -24,7 +25,7 @@ LABEL = "bold"
 DIM = "dim"
 
 
-def key_label(entity_key: bytes | None) -> Text:
+def styled_key(entity_key: bytes | None) -> Text:
     """The key as hex and, when it is printable, as quoted text: ``6375…3432 "customer-42"``."""
     if entity_key is None:
         return Text("?", style=DIM)
@@ -46,12 +47,12 @@ def _field(line: Text, name: str, value: Text | str) -> None:
 def header_lines(header: ReplayHeader) -> list[Text]:
     """Three lines: version and import paths; key, seq and kind; clock and snapshot provenance."""
     first = Text()
-    first.append(f"beam-agents-replay {literal(header.version)}", style="bold")
+    first.append(f"beam-agents-replay {escape(header.version)}", style="bold")
     _field(first, "agent", header.agent_path or "-")
     _field(first, "registry", header.registry_path or "-")
 
     second = Text()
-    _field(second, "key", key_label(header.entity_key))
+    _field(second, "key", styled_key(header.entity_key))
     _field(second, "seq", "?" if header.seq is None else str(header.seq))
     kind: str = header.kind or "?"
     if header.trigger:
@@ -85,5 +86,5 @@ def verdict_banner(result: ReplayResult) -> Text:
     banner = Text()
     banner.append(f" {VERDICT_TITLES[verdict]} ", style=VERDICT_STYLES[verdict])
     banner.append(f"  exit {result.exit_code}  ", style="bold")
-    banner.append(literal(result.reason) or "-")
+    banner.append(escape(result.reason) or "-")
     return banner

@@ -5,42 +5,24 @@ presentation. Two things could turn data into presentation: Rich markup
 (``[bold red]x[/]`` in a string Rich parses) and terminal control characters
 (``\\x1b[2J`` clears the screen, ``\\u202e`` reverses the text around it). The TUI
 therefore builds ``rich.text.Text`` objects (never markup strings) from strings
-passed through :func:`literal`, which is the one escaper of every surface
-(:func:`beam_agents.replay.reporting.escape.escape`): every control, format, bidi, tag or
-invisible character and every lone surrogate becomes a visible escape such as ``\\x1b``.
+passed through the one escaper of every surface
+(:func:`beam_agents.replay.reporting.escape.escape`, called by that name everywhere):
+every control, format, bidi, tag or invisible character and every lone surrogate
+becomes a visible escape such as ``\\x1b``.
 """
 
 from __future__ import annotations
 
 from rich.text import Text
 
-from beam_agents.replay.reporting.escape import escape, escape_bytes
+from beam_agents.replay.reporting.escape import escape
 
 ELLIPSIS = "…"
 
 
-def literal(value: str, *, multiline: bool = False) -> str:
-    """``value`` with every control or invisible formatting character shown as an escape.
-
-    Args:
-        value: Any string that came from the inputs.
-        multiline: Keep line feeds as line breaks (for payload and message views);
-            otherwise they are shown as ``\\n`` too, so one value stays on one line.
-
-    Returns:
-        A string that cannot move the cursor, clear or restyle the terminal.
-    """
-    return escape(value, multiline=multiline)
-
-
-def literal_bytes(data: bytes, *, multiline: bool = False) -> str:
-    """Bytes decoded as UTF-8 (invalid bytes as ``\\xNN``), then made :func:`literal`."""
-    return escape_bytes(data, multiline=multiline)
-
-
 def literal_text(value: str, style: str = "", *, multiline: bool = False) -> Text:
-    """A Rich ``Text`` holding :func:`literal` of ``value``: never parsed as markup."""
-    return Text(literal(value, multiline=multiline), style=style)
+    """A Rich ``Text`` holding ``escape(value)``: never parsed as markup."""
+    return Text(escape(value, multiline=multiline), style=style)
 
 
 def clip(value: str, width: int) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 from rich.text import Text
 
 from beam_agents.canonical_json import MAX_JSON_DEPTH
+from beam_agents.replay.reporting.escape import escape, escape_bytes
 from beam_agents.replay.reporting.labels import utc_time
 from beam_agents.replay.reporting.text import digest_note
 from beam_agents.replay.result import (
@@ -28,7 +29,7 @@ from beam_agents.replay.result import (
     StateView,
     ToolCacheEntryView,
 )
-from replay_tui.render.literal import clip, duration, literal, literal_bytes
+from replay_tui.render.literal import clip, duration
 
 JSON_PREVIEW_CHARS = 60
 PAYLOAD_VIEW_BYTES = 64 * 1024
@@ -45,7 +46,7 @@ def _yes_no(value: bool) -> Text:
 def json_preview(value: Any, width: int = JSON_PREVIEW_CHARS) -> str:
     """A one-line literal preview of a JSON value (for table cells and tree leaves)."""
     text = json.dumps(value, ensure_ascii=False, sort_keys=True, default=repr)
-    return clip(literal(text), width)
+    return clip(escape(text), width)
 
 
 # -- memory: which image, and the replayed activation's own delta -----------------------------
@@ -71,7 +72,7 @@ def _short(value: Any) -> str:
     shown = json.dumps(value, ensure_ascii=False, sort_keys=True)
     if len(shown) > _DELTA_VALUE_CHARS:
         shown = shown[:_DELTA_VALUE_CHARS] + "…"
-    return literal(shown)
+    return escape(shown)
 
 
 def memory_delta(before: Any, after: Any, path: str = "") -> list[tuple[str, str, str]]:
@@ -131,7 +132,7 @@ def memory_delta_text(result: ReplayResult) -> Text:
     if not rows:
         text.append("\n  no change: the re-run wrote back what the snapshot holds", style="dim")
     for where, old, new in rows:
-        text.append(f"\n  {literal(where)}: ", style="bold")
+        text.append(f"\n  {escape(where)}: ", style="bold")
         text.append(old, style="red")
         text.append(" → ")
         text.append(new, style="green")
@@ -152,10 +153,10 @@ class JsonNode:
 
 def _leaf_label(name: str, value: Any) -> Text:
     label = Text()
-    label.append(literal(name), style="bold")
+    label.append(escape(name), style="bold")
     label.append(" = ")
     if isinstance(value, str):
-        label.append(f'"{literal(value)}"', style="green")
+        label.append(f'"{escape(value)}"', style="green")
     elif value is None or isinstance(value, bool):
         label.append(json.dumps(value), style="italic")
     else:
@@ -184,19 +185,19 @@ def json_tree(value: Any, name: str = "memory") -> JsonNode:
             assert kids is not None
             kids.append(index)
         if isinstance(item, (dict, list)) and depth >= MAX_JSON_DEPTH:
-            label = Text(literal(item_name), style="bold")
+            label = Text(escape(item_name), style="bold")
             label.append(f"  … nested deeper than {MAX_JSON_DEPTH} levels (not shown)", style="dim")
             labels.append(label)
             children_of.append(None)
         elif isinstance(item, dict):
-            label = Text(literal(item_name), style="bold")
+            label = Text(escape(item_name), style="bold")
             label.append(f"  {{}} {_count(len(item), 'key')}", style="dim")
             labels.append(label)
             children_of.append([])
             entries = sorted(item.items())
             stack.extend((v, str(k), depth + 1, index) for k, v in reversed(entries))
         elif isinstance(item, list):
-            label = Text(literal(item_name), style="bold")
+            label = Text(escape(item_name), style="bold")
             label.append(f"  [] {_count(len(item), 'item')}", style="dim")
             labels.append(label)
             children_of.append([])
@@ -239,9 +240,9 @@ def cache_rows(entries: tuple[CacheEntryView, ...]) -> list[tuple[Text, ...]]:
         rows.append(
             (
                 Text(str(entry.lru_rank), style="dim"),
-                Text(literal(entry.cache_key)),
-                Text(literal(entry.model)),
-                Text(literal(entry.provider)),
+                Text(escape(entry.cache_key)),
+                Text(escape(entry.model)),
+                Text(escape(entry.provider)),
                 _cache_age(entry),
                 ttl,
                 Text("digest-only", style="bold yellow") if entry.digest_only else NO.copy(),
@@ -299,9 +300,9 @@ def tool_cache_rows(entries: tuple[ToolCacheEntryView, ...]) -> list[tuple[Text,
         rows.append(
             (
                 Text(str(entry.lru_rank), style="dim"),
-                Text(literal(entry.tool)),
-                Text(literal(entry.args_sha256)),
-                Text(literal(entry.status), style=_TOOL_STATUS_STYLES.get(entry.status, "")),
+                Text(escape(entry.tool)),
+                Text(escape(entry.args_sha256)),
+                Text(escape(entry.status), style=_TOOL_STATUS_STYLES.get(entry.status, "")),
                 Text(duration(entry.age_ms))
                 if entry.age_ms >= 0
                 else Text(f"recorded {duration(-entry.age_ms)} later", style="dim"),
@@ -321,13 +322,13 @@ def pending_rows(pending: tuple[PendingIntentView, ...]) -> list[tuple[Text, ...
     """One row per pending intent of the snapshot."""
     return [
         (
-            Text(literal(p.intent_id)),
-            Text(literal(p.tool)),
+            Text(escape(p.intent_id)),
+            Text(escape(p.tool)),
             Text(str(p.seq)),
             Text(utc_time(p.created_ms)),
             Text(utc_time(p.expires_at_ms)),
             _yes_no(p.requires_approval),
-            Text(literal(p.approval_channel) or "-"),
+            Text(escape(p.approval_channel) or "-"),
             Text(json_preview(p.args)),
         )
         for p in pending
@@ -344,7 +345,7 @@ def continuation_text(cont: ContinuationView | None, now_ms: int | None) -> Text
     text.append("\nstep index       ", style="bold")
     text.append(str(cont.step_index))
     text.append("\nawaiting         ", style="bold")
-    text.append(", ".join(literal(i) for i in cont.awaiting_intent_ids) or "nothing")
+    text.append(", ".join(escape(i) for i in cont.awaiting_intent_ids) or "nothing")
     text.append("\ndeadline         ", style="bold")
     text.append(f"{cont.deadline_ms} ({utc_time(cont.deadline_ms)})")
     if now_ms is not None:
@@ -359,7 +360,7 @@ def continuation_text(cont: ContinuationView | None, now_ms: int | None) -> Text
     pretty = json.dumps(
         cont.adapter_state, ensure_ascii=False, sort_keys=True, indent=2, default=repr
     )
-    text.append(literal(pretty, multiline=True))
+    text.append(escape(pretty, multiline=True))
     return text
 
 
@@ -371,21 +372,21 @@ def versions_text(result: ReplayResult, state: StateView | None) -> Text:
     text.append("?" if header.state_schema_version is None else f"v{header.state_schema_version}")
     if state is not None:
         for kind, version in sorted(state.blob_versions.items()):
-            text.append(f"\n{literal(kind):<17}", style="bold")
+            text.append(f"\n{escape(kind):<17}", style="bold")
             text.append(f"v{version} (as stored)")
     migrations = state.migrations_applied if state is not None else header.migrations_applied
     text.append("\nmigrations       ", style="bold")
     if migrations:
         for step in migrations:
-            text.append(f"\n  {literal(step)}")
+            text.append(f"\n  {escape(step)}")
         text.append("\n  (applied in memory; nothing written back)", style="dim")
     else:
         text.append("none")
     if header.continuation_source:
         text.append("\ncontinuation     ", style="bold")
-        text.append(literal(header.continuation_source))
+        text.append(escape(header.continuation_source))
     text.append("\nhitl policy      ", style="bold")
-    text.append(f"{literal(header.hitl_policy) or '-'} ({literal(header.hitl_source)})")
+    text.append(f"{escape(header.hitl_policy) or '-'} ({escape(header.hitl_source)})")
     return text
 
 
@@ -425,8 +426,8 @@ def intent_rows(intents: tuple[IntentRow, ...]) -> list[tuple[Text, ...]]:
         rows.append(
             (
                 Text("≠", style="bold red") if mismatch else Text(""),
-                Text(literal(row.intent_id)),
-                Text(literal(row.tool)),
+                Text(escape(row.intent_id)),
+                Text(escape(row.tool)),
                 staged[0],
                 staged[1],
                 released[0],
@@ -486,7 +487,7 @@ def payload_as_text(blob: BlobDigest, limit: int = PAYLOAD_VIEW_BYTES) -> Text:
             "The result carries no payload bytes for this artefact (digest only).", style="dim"
         )
     shown = blob.payload[:limit]
-    text = Text(literal_bytes(shown, multiline=True))
+    text = Text(escape_bytes(shown, multiline=True))
     if len(blob.payload) > limit:
         text.append(f"\n… {len(blob.payload) - limit} more bytes not shown", style="dim")
     return text

@@ -20,9 +20,9 @@ from rich.text import Text
 
 from beam_agents import trace_view as tv
 from beam_agents._protos import TraceEvent
+from beam_agents.replay.reporting.escape import escape
 from beam_agents.replay.result import EventPair
 from replay_tui.render.layout import columns, wrap
-from replay_tui.render.literal import literal
 
 RECENT = 5
 """How many of the latest model calls, tool calls and intents a picture lists."""
@@ -273,16 +273,16 @@ def _calls_text(side: SidePicture, *, traced: bool = False) -> Text:
     text.append(f" ${side.billed}", style="yellow" if side.billed else "")
     for call in side.recent_calls:
         text.append(f"\n#{call.position} ", style="dim")
-        text.append(literal(call.model))
+        text.append(escape(call.model))
         missed = "live" if traced else "MISS"
         cache = "hit" if call.hit is True else missed if call.hit is False else "?"
         style = "green" if call.hit else "" if cache == "live" else "bold yellow"
         text.append(f" {cache}", style=style)
         if call.billed:
             text.append(" $", style="yellow")
-        text.append(f" {literal(call.cache_key[:KEY_CHARS])}", style="dim")
+        text.append(f" {escape(call.cache_key[:KEY_CHARS])}", style="dim")
         if call.error:
-            text.append(f" {literal(call.error)}", style="red")
+            text.append(f" {escape(call.error)}", style="red")
     return text
 
 
@@ -290,9 +290,9 @@ def _tools_text(side: SidePicture) -> Text:
     text = Text(f"{side.tool_calls} call{'' if side.tool_calls == 1 else 's'}", style="bold")
     for call in side.recent_tools:
         text.append(f"\n#{call.position} ", style="dim")
-        text.append(literal(call.tool))
+        text.append(escape(call.tool))
         text.append(
-            f" {literal(call.error)}" if call.error else " ok", style="red" if call.error else "dim"
+            f" {escape(call.error)}" if call.error else " ok", style="red" if call.error else "dim"
         )
     return text
 
@@ -303,8 +303,8 @@ def _intents_text(side: SidePicture) -> Text:
     text.append(f" released {side.released}", style="bold")
     for record, released in side.recent_staged:
         text.append(f"\n#{record.position} ", style="dim")
-        text.append(literal(record.intent_id))
-        text.append(f" {literal(record.tool)}")
+        text.append(escape(record.intent_id))
+        text.append(f" {escape(record.tool)}")
         if record.requires_approval:
             text.append(" approval", style="magenta")
         text.append(" released" if released else " staged", style="green" if released else "yellow")
@@ -312,8 +312,8 @@ def _intents_text(side: SidePicture) -> Text:
     for record in side.recent_released:
         if record.intent_id not in staged_ids:
             text.append(f"\n#{record.position} ", style="dim")
-            text.append(literal(record.intent_id))
-            text.append(f" {literal(record.tool)} released", style="green")
+            text.append(escape(record.intent_id))
+            text.append(f" {escape(record.tool)} released", style="green")
     return text
 
 
@@ -326,7 +326,7 @@ def _state_text(side: SidePicture) -> Text:
             text.append(f" step {susp.step_index}")
         text.append(f" at #{susp.position}", style="dim")
         text.append("\nawaits ")
-        text.append(", ".join(literal(a) for a in susp.awaiting) or "nothing")
+        text.append(", ".join(escape(a) for a in susp.awaiting) or "nothing")
         if susp.deadline_ms is not None:
             text.append(f"\ndeadline {susp.deadline_ms}", style="dim")
     if side.ending is not None:
@@ -334,7 +334,7 @@ def _state_text(side: SidePicture) -> Text:
             text.append("\n")
         style = "bold red" if side.ending.failed else "bold green"
         text.append("failed: " if side.ending.failed else "ended: ", style=style)
-        text.append(literal(side.ending.outcome))
+        text.append(escape(side.ending.outcome))
         text.append(f" at #{side.ending.position}", style="dim")
     if not text:
         text.append("running", style="dim")

@@ -22,6 +22,7 @@ from rich.text import Text
 from beam_agents import trace_events as te
 from beam_agents import trace_view as tv
 from beam_agents._protos import TraceEvent
+from beam_agents.replay.reporting.escape import escape
 from beam_agents.replay.result import (
     EventPair,
     EventPairs,
@@ -29,7 +30,7 @@ from beam_agents.replay.result import (
     Verdict,
     differing_positions,
 )
-from replay_tui.render.literal import clip, literal
+from replay_tui.render.literal import clip
 
 KIND_LABELS: dict[int, str] = {
     TraceEvent.ACTIVATION_START: "START",
@@ -180,10 +181,10 @@ def side_cells(event: TraceEvent) -> SideCells:
     return SideCells(
         kind=KIND_LABELS.get(kind, te.kind_name(kind)),
         kind_code=kind,
-        name=literal(event.name),
+        name=escape(event.name),
         cache=cache,
         billed=billed,
-        extra=literal(extra),
+        extra=escape(extra),
         fields=frozenset(shown),
     )
 
@@ -223,7 +224,7 @@ def build_row(
         # The row the re-run could not serve names the missing key where the eye already is.
         replayed = replace(
             replayed,
-            extra=f"missing {'key ' if miss_key_is_cache_key else ''}{literal(miss_key)}",
+            extra=f"missing {'key ' if miss_key_is_cache_key else ''}{escape(miss_key)}",
             miss=True,
             cache="MISS" if replayed.cache == "rec" else replayed.cache,
         )

@@ -11,7 +11,7 @@ from textual.containers import Center, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, LoadingIndicator, Static
 
-from replay_tui.render.literal import literal
+from beam_agents.replay.reporting.escape import escape
 
 
 def describe_options(options: Any) -> Text:
@@ -23,7 +23,7 @@ def describe_options(options: Any) -> Text:
             continue
         shown = ", ".join(_source(v) for v in value) if isinstance(value, tuple) else _source(value)
         text.append(f"{name:>9}  ", style="bold")
-        text.append(literal(shown) + "\n")
+        text.append(escape(shown) + "\n")
     return text
 
 

@@ -13,7 +13,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 from textual.worker import get_current_worker
 
-from beam_agents.replay.reporting.markdown import pair_data
+from beam_agents.replay.reporting.json_doc import pair_document
 from beam_agents.replay.result import ReplayResult
 from replay_tui.messages import EventHighlighted, FilterFinished, SearchFinished
 from replay_tui.render.literal import literal_text
@@ -318,7 +318,7 @@ class MainScreen(Screen[None]):
             self.notify("No event selected.", timeout=3)
             return
         pair = self.result.events[position]
-        text = json.dumps(pair_data(pair), indent=2, sort_keys=True, ensure_ascii=False)
+        text = json.dumps(pair_document(pair), indent=2, sort_keys=True, ensure_ascii=False)
         self.app.copy_to_clipboard(text)
         self.notify(
             f"Copied event {pair.index} ({len(text)} characters) to the clipboard (OSC 52)."

@@ -11,9 +11,9 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
+from beam_agents.replay.reporting.escape import escape
 from beam_agents.replay.result import ReplayResult, Value
 from replay_tui.render.detail import MARKS
-from replay_tui.render.literal import literal
 from replay_tui.widgets.header import VerdictBanner
 
 
@@ -27,13 +27,13 @@ def whole_values_text(index: int, values: list[Value]) -> Text:
     for value in values:
         label, style = MARKS[value.mark]
         text.append(label, style=style)
-        text.append(f"  {literal(value.path)}", style="bold")
+        text.append(f"  {escape(value.path)}", style="bold")
         if value.digest:
-            text.append(f"  sha256 {literal(value.digest)}", style="dim")
+            text.append(f"  sha256 {escape(value.digest)}", style="dim")
         if value.traced_digest and value.traced_digest != value.digest:
-            text.append(f"  traced {literal(value.traced_digest)}", style="dim")
+            text.append(f"  traced {escape(value.traced_digest)}", style="dim")
         text.append("\n")
-        text.append(literal(value.text, multiline=True))
+        text.append(escape(value.text, multiline=True))
         text.append("\n\n")
     return text
 

@@ -286,7 +286,7 @@ def test_mutated_bundles_are_refused_or_judged_never_a_crash(incident: Incident)
     """Random byte flips, cuts and splices: every outcome is a refusal or a verdict, no bug."""
     import random
 
-    from beam_agents.replay.incidents.check import check_one
+    from beam_agents.replay.incidents.check_workers import check_one
 
     data = incident.make(all_seqs=True)
     rng = random.Random(13)

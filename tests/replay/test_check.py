@@ -10,7 +10,8 @@ import pytest
 from incident_history import Incident
 
 from beam_agents.cli import main
-from beam_agents.replay.incidents.check import check_bundles, render_junit
+from beam_agents.replay.incidents.check import check_bundles
+from beam_agents.replay.incidents.check_render import render_junit
 from beam_agents.replay.result import Verdict
 
 

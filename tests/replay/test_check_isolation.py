@@ -20,8 +20,10 @@ import pytest
 import replay_agents as ra
 from incident_history import Incident
 
-from beam_agents.replay.incidents import check as bulk
+from beam_agents.replay.incidents import check_workers as workers
 from beam_agents.replay.incidents.check import check_bundles
+from beam_agents.replay.incidents.check_render import check_json
+from beam_agents.replay.incidents.check_rows import CheckCause, CheckReport, CheckRow
 from beam_agents.replay.result import Verdict
 
 
@@ -57,7 +59,7 @@ def _bundle(incident: Incident, folder: Path, registry: str, **kw: object) -> Pa
     return path
 
 
-def rows(report: bulk.CheckReport) -> list[tuple[str, int | None, Verdict]]:
+def rows(report: CheckReport) -> list[tuple[str, int | None, Verdict]]:
     return [(Path(r.path).stem, r.seq, r.verdict) for r in report.rows]
 
 
@@ -145,7 +147,7 @@ def test_forkserver_workers_run_with_the_environment_check_was_called_with(
     if "forkserver" not in multiprocessing.get_all_start_methods():
         pytest.skip("no forkserver on this platform")
     context = multiprocessing.get_context("forkserver")
-    monkeypatch.setattr(bulk, "_context", lambda: context)
+    monkeypatch.setattr(workers, "_context", lambda: context)
     monkeypatch.delenv(ia.WRITE_TARGET_ENV, raising=False)
     good = tmp_path / "good.bundle"
     good.write_bytes(incident.make(seq=1))
@@ -200,7 +202,7 @@ def test_a_worker_stuck_in_native_code_is_killed_at_the_backstop(
     incident: Incident, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A catastrophic regular expression holds the GIL: the worker's own limit cannot answer.
-    monkeypatch.setattr(bulk, "BACKSTOP_GRACE", 1.0)
+    monkeypatch.setattr(workers, "BACKSTOP_GRACE", 1.0)
     stuck = _bundle(incident, tmp_path, "TOOLS_REGEX", seq=1)
     good = tmp_path / "good.bundle"
     good.write_bytes(incident.make(seq=1))
@@ -230,18 +232,19 @@ def test_no_worker_outlives_the_check(incident: Incident, tmp_path: Path) -> Non
     assert subprocess.run(["true"], check=False).returncode == 0
 
 
-def _row(**kw: object) -> bulk.CheckRow:
+def _row(**kw: object) -> CheckRow:
     fields: dict[str, object] = {
         "path": "a.bundle",
         "seq": 3,
         "entity_key": b"\x00k",
         "verdict": Verdict.DIVERGED,
+        "kind": CheckCause.DIVERGED,
         "cause": "TOOL_CALL 'x': name",
         "detail": "event 2 differs\x1b[2J",
         "seconds": 0.1234567,
     }
     fields.update(kw)
-    return bulk.CheckRow(**fields)  # type: ignore[arg-type]
+    return CheckRow(**fields)  # type: ignore[arg-type]
 
 
 def test_a_row_has_one_encoding_for_check_json_and_for_the_worker_pipe() -> None:
@@ -254,18 +257,19 @@ def test_a_row_has_one_encoding_for_check_json_and_for_the_worker_pipe() -> None
         "entity_key": "006b",
         "verdict": "diverged",
         "exit_code": 1,
+        "cause_kind": "diverged",
         "cause": "TOOL_CALL 'x': name",
         "detail": "event 2 differs\x1b[2J",
         "seconds": 0.123457,
     }
-    report = bulk.CheckReport(rows=(row,), bundles=1, jobs=1, seconds=0.5)
-    assert bulk.check_json(report)["groups"] == [  # type: ignore[index]
+    report = CheckReport(rows=(row,), bundles=1, jobs=1, seconds=0.5)
+    assert check_json(report)["groups"] == [  # type: ignore[index]
         {"verdict": "diverged", "exit_code": 1, "cause": row.cause, "count": 1, "rows": [document]}
     ]
     wire = json.dumps(["row", document], ensure_ascii=True).encode("ascii")
-    assert bulk._message(wire, "a.bundle") == ("row", replace(row, seconds=0.123457))
+    assert workers.read_message(wire, "a.bundle") == ("row", replace(row, seconds=0.123457))
     for seq in (None, 0):
-        assert bulk.CheckRow.from_document(_row(seq=seq, entity_key=b"").document()) == _row(
+        assert CheckRow.from_document(_row(seq=seq, entity_key=b"").document()) == _row(
             seq=seq, entity_key=b"", seconds=0.123457
         )
 
@@ -277,6 +281,8 @@ def test_a_row_has_one_encoding_for_check_json_and_for_the_worker_pipe() -> None
         {"exit_code": True},
         {"exit_code": "1"},
         {"verdict": "fine"},
+        {"cause_kind": "fine"},
+        {"cause_kind": 1},
         {"seq": True},
         {"seq": 1.0},
         {"seq": "1"},
@@ -299,27 +305,25 @@ def test_a_worker_row_of_another_shape_is_refused(change: dict[str, object]) -> 
     """A worker runs agent code, which can write anything to its pipe: the parent takes
     only the row's own encoding, never converts a value it does not expect."""
     document = {**_row().document(), **change}
-    assert bulk.CheckRow.from_document(document) is None
+    assert CheckRow.from_document(document) is None
     data = json.dumps(["row", document]).encode("ascii")
-    assert bulk._message(data, "a.bundle") is None
+    assert workers.read_message(data, "a.bundle") is None
     for name in _row().document():
         assert (
-            bulk.CheckRow.from_document({k: v for k, v in _row().document().items() if k != name})
+            CheckRow.from_document({k: v for k, v in _row().document().items() if k != name})
             is None
         )
-    assert bulk.CheckRow.from_document([document]) is None
-    assert bulk._message(json.dumps(["row", _row().document()]).encode(), "b.bundle") is None
+    assert CheckRow.from_document([document]) is None
+    assert workers.read_message(json.dumps(["row", _row().document()]).encode(), "b.bundle") is None
 
 
 def test_a_worker_reads_its_tasks_as_json_and_never_loads_a_pickle() -> None:
     """Hostile pass: workers unpickled their tasks (another worker could write there)."""
     import pickle
 
-    from beam_agents.replay.incidents import check as bulk
-
-    assert bulk._task(bulk._task_message(("a.bundle", 3))) == ("a.bundle", 3)
-    assert bulk._task(bulk._task_message(("a.bundle", None))) == ("a.bundle", None)
-    assert bulk._task(bulk._task_message(None)) is None
+    assert workers.read_task(workers.task_message(("a.bundle", 3))) == ("a.bundle", 3)
+    assert workers.read_task(workers.task_message(("a.bundle", None))) == ("a.bundle", None)
+    assert workers.read_task(workers.task_message(None)) is None
     ia.UNPICKLED_IN.clear()
     for data in (
         pickle.dumps(("row", ia._Planted())),
@@ -330,5 +334,5 @@ def test_a_worker_reads_its_tasks_as_json_and_never_loads_a_pickle() -> None:
         b"\xff",
     ):
         with pytest.raises(ValueError):
-            bulk._task(data)
+            workers.read_task(data)
     assert ia.UNPICKLED_IN == []

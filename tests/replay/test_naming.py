@@ -29,9 +29,9 @@ from beam_agents.replay import (
     list_activations,
     make_bundle,
 )
-from beam_agents.replay.engine import _RerunRanPast
-from beam_agents.replay.incidents.check import _stuck_row
-from beam_agents.replay.naming import CHECK_BUNDLES, REPLAYER, Input
+from beam_agents.replay.incidents.check_rows import WorkerStuck
+from beam_agents.replay.isolation.time_limit import RerunRanPast
+from beam_agents.replay.naming import CHECK_BUNDLES, REPLAYER, Input, Naming
 from beam_agents.replay.refusal import InputError
 from beam_agents.testing import event_envelope
 
@@ -174,7 +174,7 @@ def test_arguments_of_the_wrong_type_and_a_bad_limit_name_the_parameter(inputs: 
 
 def test_the_time_limit_advice_names_the_api_that_set_it() -> None:
     def advice(naming: object) -> str:
-        return _RerunRanPast(0.5, None, None, naming).message  # type: ignore[arg-type]
+        return RerunRanPast(0.5, None, None, naming).message  # type: ignore[arg-type]
 
     assert "raise the limit with Replayer(time_limit=SECONDS) (0 or None: no limit)" in advice(
         REPLAYER
@@ -183,10 +183,14 @@ def test_the_time_limit_advice_names_the_api_that_set_it() -> None:
     # The command line's advice names the flag only (it said "...; Replayer(time_limit=...)
     # from Python)": Python words in a message to an operator at a terminal).
     assert advice(CLI_NAMING).endswith("raise the limit with --time-limit SECONDS (0: no limit)")
-    stuck = _stuck_row("a.bundle", 1, 2.0, 70.0, CHECK_BUNDLES).detail
-    assert "raise the limit with check_bundles(time_limit=SECONDS) (0: no limit)" in stuck
-    assert not FLAG.search(stuck)
-    assert "--time-limit SECONDS (0: no limit)" in _stuck_row("a", 1, 2.0, 70.0, CLI_NAMING).detail
+    def stuck(naming: Naming) -> str:
+        return WorkerStuck(2.0, 70.0, naming.given(Input.TIME_LIMIT, "SECONDS")).message
+
+    assert "raise the limit with check_bundles(time_limit=SECONDS) (0: no limit)" in stuck(
+        CHECK_BUNDLES
+    )
+    assert not FLAG.search(stuck(CHECK_BUNDLES))
+    assert "--time-limit SECONDS (0: no limit)" in stuck(CLI_NAMING)
 
 
 def test_make_bundle_and_list_activations_name_their_parameters(
@@ -294,7 +298,7 @@ def test_a_bundle_names_the_snapshot_it_holds_without_patching_text() -> None:
 REPLAY = Path(__file__).resolve().parents[2] / "beam_agents" / "replay"
 
 CLI_RENDERERS = {
-    ("incidents/check.py", "render_check"): "the check table's '(--json lists all)'",
+    ("incidents/check_render.py", "render_check"): "the check table's '(--json lists all)'",
     ("reporting/redact.py", "_divergence"): "the report's 'run without --redact'",
     ("reporting/text.py", "value_text"): "the report's '--full-values prints all'",
     ("reporting/text.py", "render_report"): "the report's '--hitl PATH' header line",

@@ -16,7 +16,8 @@ from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from incident_history import Incident
 
 from beam_agents.pipeline import ReadBundleFiles, ReplayBundles
-from beam_agents.replay.incidents.check import CheckRow, check_bundles
+from beam_agents.replay.incidents.check import check_bundles
+from beam_agents.replay.incidents.check_rows import CheckRow
 
 pytestmark = pytest.mark.slow
 

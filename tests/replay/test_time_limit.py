@@ -196,7 +196,7 @@ def test_the_limit_reason_reads_only_the_last_event_the_re_run_recorded() -> Non
 
     from beam_agents import trace_events as te
     from beam_agents._protos import TraceEvent
-    from beam_agents.replay.engine import _RerunRanPast
+    from beam_agents.replay.isolation.time_limit import RerunRanPast
 
     last = te.make_event(
         entity_key=KEY, seq=1, index=2_999_999, kind=TraceEvent.TOOL_CALL, name="lookup_order",
@@ -215,6 +215,6 @@ def test_the_limit_reason_reads_only_the_last_event_the_re_run_recorded() -> Non
         def __iter__(self) -> Any:
             raise AssertionError("read every event")
 
-    refused = _RerunRanPast(0.5, SimpleNamespace(events=Recorded()), None, REPLAYER)
+    refused = RerunRanPast(0.5, SimpleNamespace(events=Recorded()), None, REPLAYER)
 
     assert "it had reached event 2999999 (TOOL_CALL 'lookup_order')" in refused.message

@@ -106,7 +106,7 @@ def _tree_labels(node: state.JsonNode) -> Iterator[Text]:
 def test_tui_renderers(hostile: ReplayResult) -> None:
     texts: list[Text] = list(header.header_lines(hostile.header))
     texts.append(header.verdict_banner(hostile))
-    texts.append(header.key_label(HOSTILE.encode("utf-8", "surrogatepass")))
+    texts.append(header.styled_key(HOSTILE.encode("utf-8", "surrogatepass")))
     for row in timeline.build_rows(hostile):
         texts.append(timeline.render_row(row, 400))
     for pair in hostile.events:

@@ -4,25 +4,26 @@ from __future__ import annotations
 
 import pytest
 
-from replay_tui.render.literal import clip, duration, literal, literal_bytes, literal_text
+from beam_agents.replay.reporting.escape import escape, escape_bytes
+from replay_tui.render.literal import clip, duration, literal_text
 
 
 def test_escape_and_controls_become_visible_escapes() -> None:
-    assert literal("\x1b[2J") == "\\x1b[2J"
-    assert literal("a\x00b\x07c\x7f\x9b") == "a\\x00b\\x07c\\x7f\\x9b"
-    assert literal("line\nnext\ttab\rret") == "line\\nnext\\ttab\\rret"
+    assert escape("\x1b[2J") == "\\x1b[2J"
+    assert escape("a\x00b\x07c\x7f\x9b") == "a\\x00b\\x07c\\x7f\\x9b"
+    assert escape("line\nnext\ttab\rret") == "line\\nnext\\ttab\\rret"
 
 
 def test_bidi_and_invisible_formatting_characters_are_escaped() -> None:
-    assert literal("abc\u202eevil\u2066\u200b\ufeff") == "abc\\u202eevil\\u2066\\u200b\\ufeff"
+    assert escape("abc\u202eevil\u2066\u200b\ufeff") == "abc\\u202eevil\\u2066\\u200b\\ufeff"
 
 
 def test_multiline_keeps_line_feeds_but_escapes_the_rest() -> None:
-    assert literal("a\nb\x1b[1m\r", multiline=True) == "a\nb\\x1b[1m\\r"
+    assert escape("a\nb\x1b[1m\r", multiline=True) == "a\nb\\x1b[1m\\r"
 
 
 def test_printable_text_and_markup_pass_through_unchanged() -> None:
-    assert literal("[bold red]x[/] ünïcødé ✓") == "[bold red]x[/] ünïcødé ✓"
+    assert escape("[bold red]x[/] ünïcødé ✓") == "[bold red]x[/] ünïcødé ✓"
 
 
 def test_literal_text_is_never_parsed_as_markup() -> None:
@@ -32,7 +33,7 @@ def test_literal_text_is_never_parsed_as_markup() -> None:
 
 
 def test_invalid_utf8_bytes_show_as_hex_escapes() -> None:
-    assert literal_bytes(b"ok\xff\x1b") == "ok\\xff\\x1b"
+    assert escape_bytes(b"ok\xff\x1b") == "ok\\xff\\x1b"
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from beam_agents.replay.reporting.json_doc import render_json
-from beam_agents.replay.reporting.markdown import pair_data, report_markdown
+from beam_agents.replay.reporting.json_doc import pair_document, render_json
+from beam_agents.replay.reporting.markdown import report_markdown
 from beam_agents.replay.result import ReplayResult
 from replay_tui.export import export_report, report_basename
 
@@ -51,11 +51,24 @@ def test_markdown_of_hostile_strings_holds_no_escape_sequences(injection: Replay
 def test_copied_event_is_both_sides_as_data(real: Callable[[str], ReplayResult]) -> None:
     result = real("diverged")
     assert result.first_divergence is not None
-    data = pair_data(result.events[result.first_divergence.index])
+    index = result.first_divergence.index
+    data = pair_document(result.events[index])
     assert data["differs"] is True
     assert data["traced"]["kind"] == data["replayed"]["kind"] == "TOOL_CALL"
-    assert data["differing_fields"] == list(result.events[result.first_divergence.index].differing_fields)
-    json.dumps(data)
+    assert data["differing_fields"] == list(result.events[index].differing_fields)
+    # The one encoding of a pair: what `c` copies is the --json document's entry (the TUI's
+    # copy had drifted: it left out normalized_fields).
+    assert json.loads(json.dumps(data)) == json.loads(render_json(result))["events"][index]
+    assert "normalized_fields" in data
+
+
+def test_the_copied_event_of_a_cache_hit_names_its_normalized_fields(
+    real: Callable[[str], ReplayResult],
+) -> None:
+    result = real("reproduced")
+    normalized = [p for p in result.events if p.normalized_fields]
+    assert normalized, "the reproduced fixture has an LLM_CALL whose cache_hit was normalized"
+    assert pair_document(normalized[0])["normalized_fields"] == list(normalized[0].normalized_fields)
 
 
 def test_export_into_an_unwritable_place_raises_oserror(

@@ -37,17 +37,16 @@ from beam_agents._protos import (
 from beam_agents._version import __version__
 from beam_agents._wire import frame
 from beam_agents.activation import envelope_digest
-from beam_agents.errors import ConfigError, TraceStreamError
+from beam_agents.errors import ConfigError
 from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
 from beam_agents.replay.inputs.agent_code import import_object
 from beam_agents.replay.inputs.envelopes import load_envelopes, write_envelope_stream
 from beam_agents.replay.inputs.sources import describe_source, open_regular, read_source
-from beam_agents.replay.inputs.traces import check_complete, seq_ranges
+from beam_agents.replay.inputs.traces import check_complete, seq_ranges, trace_events
 from beam_agents.replay.naming import CHECK_BUNDLES, MAKE_BUNDLE, Input, Naming
 from beam_agents.replay.options import ReplayOptions, Source, as_sources
-from beam_agents.replay.refusal import CannotReproduce, InputError
+from beam_agents.replay.refusal import FILE, CannotReproduce, InputError
 from beam_agents.trace_events import serialize_trace_event
-from beam_agents.trace_stream import read_trace_stream
 from beam_agents.trace_view import ActivationStart
 
 if TYPE_CHECKING:
@@ -73,13 +72,6 @@ MAX_BUNDLE_BYTES = 512 * 1024 * 1024
 
 # A serialized bundle starts with its format field: tag 1 (length-delimited), then the text.
 _MAGIC = b"\x0a" + bytes([len(BUNDLE_FORMAT)]) + BUNDLE_FORMAT.encode()
-
-
-def _make_advice(naming: Naming) -> str:
-    return (
-        f"bundle takes the snapshot, traces and {naming.name(Input.EVENTS)} (or "
-        f"{naming.name(Input.EVENT)}) of one incident"
-    )
 
 
 @dataclass(frozen=True)
@@ -122,24 +114,10 @@ def is_bundle_file(path: str | os.PathLike[str]) -> bool:
 def _key_events(
     traces: Sequence[Source], key: bytes, naming: Naming
 ) -> dict[int, dict[int, bytes]]:
-    from beam_agents.replay.inputs.traces import _stream_inputs
-
+    """The deterministic bytes of every traced event of ``key``, by seq and index."""
     found: dict[int, dict[int, bytes]] = {}
-    try:
-        for name, source in _stream_inputs(traces, naming):
-            for event in read_trace_stream(source, entity_key=key):
-                data = serialize_trace_event(event)
-                known = found.setdefault(event.seq, {}).get(event.index)
-                if known is None:
-                    found[event.seq][event.index] = data
-                elif known != data:
-                    raise InputError(
-                        f"the traces hold two different events for key {key.hex()} seq "
-                        f"{event.seq} index {event.index} (the second in {name})",
-                        "pass only the traces of the pipeline the snapshot came from",
-                    )
-    except TraceStreamError as exc:
-        raise InputError(f"{naming.about(Input.TRACES)} {exc}", _make_advice(naming)) from None
+    for _, event, data in trace_events(traces, key, naming):
+        found.setdefault(event.seq, {})[event.index] = data
     return found
 
 
@@ -292,7 +270,7 @@ _LOAD_ADVICE = "make bundles with beam-agents-replay bundle; never edit one by h
 
 
 def _refuse(name: str, what: str, advice: str = _LOAD_ADVICE) -> InputError:
-    return InputError(f"bundle {name} {what}", advice)
+    return InputError(f"bundle {name} {what}", advice, cause=f"bundle {FILE} {what}")
 
 
 def load_bundle(
@@ -311,7 +289,10 @@ def load_bundle(
         try:
             st = os.stat(path)
         except OSError as exc:
-            raise InputError(f"cannot read bundle {name}: {exc.strerror or exc}") from None
+            why = exc.strerror or exc
+            raise InputError(
+                f"cannot read bundle {name}: {why}", cause=f"cannot read bundle {FILE}: {why}"
+            ) from None
         import stat
 
         if not stat.S_ISREG(st.st_mode):
@@ -381,7 +362,9 @@ def _check_parts(
     except InputError as exc:
         raise _refuse(name, f"holds a snapshot that does not load: {exc.reason}") from None
     except CannotReproduce as exc:  # a migration gap: exit 3, named by the bundle too
-        raise CannotReproduce(f"bundle {name}: {exc.reason}", exc.detail) from None
+        raise CannotReproduce(
+            f"bundle {name}: {exc.reason}", exc.detail, cause=f"bundle {FILE}: {exc.reason}"
+        ) from None
     snapshot = loaded[0]
     if snapshot.entity_key != key:
         raise _refuse(

@@ -21,14 +21,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from beam_agents._protos import StateSnapshot, TraceEvent
-from beam_agents.errors import TraceStreamError
 from beam_agents.key_state import KeyState
 from beam_agents.llm_cache import LookupStatus
+from beam_agents.replay.inputs.traces import trace_events
 from beam_agents.replay.naming import LIST_ACTIVATIONS, Input, Naming
 from beam_agents.replay.options import Source, as_sources
 from beam_agents.replay.refusal import CannotReproduce, InputError
+from beam_agents.replay.reporting.escape import escape
+from beam_agents.replay.reporting.labels import key_label
 from beam_agents.tool_cache import tool_cache_key
-from beam_agents.trace_stream import read_trace_stream
 from beam_agents.trace_view import ActivationFailed, ActivationStart, LlmCall, ToolCall
 
 __all__ = ["ActivationRow", "Listing", "list_activations", "parse_key", "render_listing"]
@@ -104,7 +105,7 @@ class Listing:
 class _Summary:
     start: TraceEvent | None = None
     kinds: dict[int, int] = field(default_factory=dict)
-    """index -> kind (an exact duplicate counts once)."""
+    """index -> kind (``trace_events`` yields each position once)."""
     calls: dict[int, tuple[str, bool]] = field(default_factory=dict)
     """index -> (cache key, cache hit) of its LLM_CALLs."""
     recorded: dict[int, tuple[str, str]] = field(default_factory=dict)
@@ -140,47 +141,21 @@ def parse_key(text: str, known: Sequence[bytes], naming: Naming = LIST_ACTIVATIO
 def _scan(
     sources: Sequence[Source], key: bytes | None, naming: Naming
 ) -> dict[bytes, dict[int, _Summary]]:
-    from beam_agents.replay.inputs.traces import _stream_inputs
-
     found: dict[bytes, dict[int, _Summary]] = {}
-    if not sources:
-        raise InputError(
-            f"no {naming.name(Input.TRACES)} given", "pass the trace stream(s) to list"
-        )
-    try:
-        for name, source in _stream_inputs(sources, naming):
-            for event in read_trace_stream(source, entity_key=key):
-                summary = found.setdefault(event.entity_key, {}).setdefault(event.seq, _Summary())
-                known = summary.kinds.get(event.index)
-                if known is not None:
-                    if known != event.kind:
-                        raise InputError(
-                            f"the traces hold two different events for key "
-                            f"{event.entity_key.hex()} seq {event.seq} index {event.index} "
-                            f"(the second in {name})",
-                            "pass only the traces of one pipeline",
-                        )
-                    continue
-                summary.kinds[event.index] = event.kind
-                if event.kind == TraceEvent.ACTIVATION_START and event.index == 0:
-                    summary.start = event
-                elif event.kind == TraceEvent.LLM_CALL:
-                    call = LlmCall.of(event)
-                    summary.calls[event.index] = (call.cache_key or "", bool(call.cache_hit))
-                elif event.kind == TraceEvent.TOOL_CALL:
-                    tool = ToolCall.of(event)
-                    if tool.recorded:
-                        summary.recorded[event.index] = (
-                            tool.tool_name or "",
-                            tool.args_sha256 or "",
-                        )
-                elif event.kind in (TraceEvent.ACTIVATION_END, TraceEvent.ACTIVATION_FAILED):
-                    summary.terminal = event
-    except TraceStreamError as exc:
-        raise InputError(
-            f"{naming.about(Input.TRACES)} {exc}",
-            "pass trace streams as the file:// sink or convert-bq writes them",
-        ) from None
+    for _, event, _data in trace_events(sources, key, naming):
+        summary = found.setdefault(event.entity_key, {}).setdefault(event.seq, _Summary())
+        summary.kinds[event.index] = event.kind
+        if event.kind == TraceEvent.ACTIVATION_START and event.index == 0:
+            summary.start = event
+        elif event.kind == TraceEvent.LLM_CALL:
+            call = LlmCall.of(event)
+            summary.calls[event.index] = (call.cache_key or "", bool(call.cache_hit))
+        elif event.kind == TraceEvent.TOOL_CALL:
+            tool = ToolCall.of(event)
+            if tool.recorded:
+                summary.recorded[event.index] = (tool.tool_name or "", tool.args_sha256 or "")
+        elif event.kind in (TraceEvent.ACTIVATION_END, TraceEvent.ACTIVATION_FAILED):
+            summary.terminal = event
     return found
 
 
@@ -206,7 +181,7 @@ def _complete(summary: _Summary) -> bool:
 def _replayability(
     snapshot: StateSnapshot, state: KeyState, seq: int, summary: _Summary, outcome: str
 ) -> tuple[str, str]:
-    from beam_agents.replay.reconstruct.plan import _resumed_continuation
+    from beam_agents.replay.reconstruct.plan import resumed_continuation
 
     if seq > snapshot.seq:
         return AFTER_SNAPSHOT, f"the snapshot was exported at seq {snapshot.seq}, before it"
@@ -215,7 +190,7 @@ def _replayability(
     assert summary.start is not None
     if ActivationStart.of(summary.start).is_resume:
         try:
-            _resumed_continuation(snapshot, state, seq, failed=outcome == "failed")
+            resumed_continuation(snapshot, state, seq, failed=outcome == "failed")
         except CannotReproduce as gone:
             return CONTINUATION_GONE, gone.reason
     now_ms = summary.start.start_ms
@@ -388,24 +363,6 @@ def _pending_resume(
 # --------------------------------------------------------------------------- rendering
 
 
-def literal(text: str) -> str:
-    """``text`` with every control character escaped (inputs never drive the terminal)."""
-    from beam_agents.replay.reporting.escape import escape as safe_text
-
-    return safe_text(text)
-
-
-def key_label(key: bytes) -> str:
-    """The key's hex, and its text when it is printable ASCII."""
-    try:
-        text = key.decode("ascii")
-    except UnicodeDecodeError:
-        return key.hex()
-    if text and text.isprintable():
-        return f"{key.hex()} ({text})"
-    return key.hex()
-
-
 def render_listing(listing: Listing) -> str:
     """The ``ls`` table: per key, a heading with its count, then one line per activation."""
     lines: list[str] = []
@@ -425,14 +382,14 @@ def render_listing(listing: Listing) -> str:
         lines.append(header + ("  replay from the snapshot" if with_replay else ""))
         for r in rows:
             line = (
-                f"  {r.seq:>5}  {literal(r.kind) or '?':<6}  {literal(r.trigger) or '?':<11}  "
-                f"{literal(r.envelope_id) or '-':<20}  {r.outcome:<10}  {r.model_calls:>5}  "
+                f"  {r.seq:>5}  {escape(r.kind) or '?':<6}  {escape(r.trigger) or '?':<11}  "
+                f"{escape(r.envelope_id) or '-':<20}  {r.outcome:<10}  {r.model_calls:>5}  "
                 f"{r.staged_intents:>7}"
             )
             if r.replay is not None:
-                line += f"  {r.replay}: {literal(r.replay_detail)}"
+                line += f"  {r.replay}: {escape(r.replay_detail)}"
             if r.error_type:
-                line += f"  (error.type {literal(r.error_type)})"
+                line += f"  (error.type {escape(r.error_type)})"
             lines.append(line)
     total = sum(1 for r in listing.rows if r.outcome != "pending")
     lines.append(f"{total} traced activation(s) of {len(keys)} key(s)")

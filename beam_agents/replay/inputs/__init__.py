@@ -1,1 +1,20 @@
-"""Floor 1: replay's inputs, read and checked (every failure a refusal naming the input)."""
+"""Floor 1 — replay's inputs, read and checked: every failure a refusal naming the input.
+
+Modules, and what each gives the floors above:
+
+    sources        the bytes of an input: paths, ``-`` (stdin), bytes given, size caps
+                   (describe_source, open_regular, read_source)
+    snapshot       the snapshot parsed, version-checked, migrated in memory
+                   (load_snapshot_source, load_snapshot_message)
+    envelopes      the triggering envelope: one file (``--event``) or picked out of topic
+                   dumps (``--events``) by traced id and sha256
+                   (load_event_source, load_event_message, load_envelopes, write_envelope_stream)
+    traces         THE one trace scanner (trace_events, with one duplicate-event rule), what
+                   it says about one key (scan_traces, TracedKey, TracedSeq), whether a traced
+                   activation is whole (check_complete); TraceMessages, TraceSource, seq_ranges
+    agent_code     the only place agent code is imported (import_object, imported_already,
+                   no_bytecode)
+    replay_inputs  ReplayInputs: one replay's inputs as objects, what the engine runs on
+
+Nothing here imports another folder of replay: only the vocabulary and the core.
+"""

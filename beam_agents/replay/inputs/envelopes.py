@@ -40,6 +40,7 @@ from beam_agents.trace_stream import iter_frames
 __all__ = [
     "EnvelopeIndex",
     "load_envelopes",
+    "load_event_message",
     "load_event_source",
     "read_envelope_file",
     "write_envelope_stream",
@@ -283,9 +284,26 @@ def load_event_source(source: Source, naming: Naming = REPLAYER) -> AgentEnvelop
             f"{given} is not a serialized AgentEnvelope ({len(data)} bytes: {exc})",
             "pass the envelope's bytes exactly as they were on the events topic",
         ) from None
+    return _with_body(envelope, given, len(data))
+
+
+def load_event_message(envelope: AgentEnvelope, naming: Naming = REPLAYER) -> AgentEnvelope:
+    """``load_event_source`` of a parsed envelope (``Replayer``'s): a copy of it (agent code
+    gets the event, and must not change the caller's), never serialized to be parsed again.
+
+    Raises:
+        InputError: An envelope with no body.
+    """
+    size = envelope.ByteSize()
+    copy = AgentEnvelope()
+    copy.CopyFrom(envelope)
+    return _with_body(copy, naming.given(Input.EVENT, f"<{size} bytes>"), size)
+
+
+def _with_body(envelope: AgentEnvelope, given: str, size: int) -> AgentEnvelope:
     if envelope.WhichOneof("body") is None:
         raise InputError(
-            f"{given} holds an AgentEnvelope with no body ({len(data)} bytes)",
+            f"{given} holds an AgentEnvelope with no body ({size} bytes)",
             "it must carry the event, tool_result or approval that triggered the activation",
         )
     return envelope

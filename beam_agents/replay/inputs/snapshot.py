@@ -7,6 +7,8 @@ migration path), naming the snapshot as the caller's ``Naming`` names it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from beam_agents._protos import StateSnapshot
 from beam_agents.errors import (
     BlobTooNewError,
@@ -15,24 +17,20 @@ from beam_agents.errors import (
     StateError,
 )
 from beam_agents.key_state import KeyState, load_snapshot_for_replay
+from beam_agents.key_state import load_snapshot_message as load_snapshot_message_state
 from beam_agents.replay.inputs.sources import describe_source, read_source_mutable
 from beam_agents.replay.naming import REPLAYER, Input, Naming
 from beam_agents.replay.options import Source
 from beam_agents.replay.refusal import CannotReproduce, InputError
 
-__all__ = ["LoadedSnapshot", "load_snapshot_source"]
+__all__ = ["LoadedSnapshot", "load_snapshot_message", "load_snapshot_source"]
 
 LoadedSnapshot = tuple[StateSnapshot, KeyState, dict[str, int]]
 """``(snapshot, key state at the current layouts, stored version of each blob)``."""
 
 
-def load_snapshot_source(
-    source: Source, naming: Naming = REPLAYER
-) -> tuple[StateSnapshot, KeyState, dict[str, int]]:
+def load_snapshot_source(source: Source, naming: Naming = REPLAYER) -> LoadedSnapshot:
     """Read, parse, version-check and migrate (in memory) the snapshot file (or bytes).
-
-    Returns:
-        ``(snapshot, key state at the current layouts, stored version of each blob)``.
 
     Raises:
         InputError: Unreadable, not a snapshot, a corrupt blob, or newer than this package.
@@ -42,10 +40,32 @@ def load_snapshot_source(
     # A bytearray, which the loader empties once it has copied the cache bodies out:
     # the file's bytes are not held alongside the parsed cache (issue 14: memory).
     data = read_source_mutable(source, Input.SNAPSHOT, naming)
+    # The snapshot comes without its two cache blobs: the state holds them parsed, and
+    # nothing reads the stored bytes again (issue 14: memory ~ the snapshot's size).
+    return _checked(given, lambda: load_snapshot_for_replay(data))
+
+
+def load_snapshot_message(snapshot: StateSnapshot, naming: Naming = REPLAYER) -> LoadedSnapshot:
+    """``load_snapshot_source`` of a parsed snapshot (``Replayer``'s): its blobs
+    version-checked and migrated in memory, the message itself only read, never
+    serialized to be parsed again.
+
+    Raises:
+        As ``load_snapshot_source``.
+    """
+    given = naming.given(Input.SNAPSHOT, f"<{snapshot.ByteSize()} bytes>")
+
+    def load() -> LoadedSnapshot:
+        state, versions = load_snapshot_message_state(snapshot)
+        return snapshot, state, versions
+
+    return _checked(given, load)
+
+
+def _checked(given: str, load: Callable[[], LoadedSnapshot]) -> LoadedSnapshot:
+    """``load()``, its errors refused naming the snapshot as ``given``."""
     try:
-        # The snapshot comes without its two cache blobs: the state holds them parsed, and
-        # nothing reads the stored bytes again (issue 14: memory ~ the snapshot's size).
-        snapshot, state, versions = load_snapshot_for_replay(data)
+        snapshot, state, versions = load()
         state.tool_cache.check_keys()
     except BlobTooNewError as exc:
         raise InputError(f"{given}: {exc}") from None

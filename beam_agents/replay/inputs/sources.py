@@ -15,7 +15,7 @@ from typing import BinaryIO, TypeVar
 
 from beam_agents.replay.naming import Input, Naming
 from beam_agents.replay.options import Source
-from beam_agents.replay.refusal import InputError
+from beam_agents.replay.refusal import FILE, InputError
 
 __all__ = [
     "SIZE_CAPS",
@@ -79,10 +79,13 @@ def size_cap(what: Input, naming: Naming) -> int:
 
 def _too_large(what: Input, naming: Naming, name: str, cap: int) -> InputError:
     env, _ = SIZE_CAPS.get(what, SIZE_CAPS[Input.BUNDLE])
+    def reason(shown: str) -> str:
+        return f"{naming.given(what, shown)} is larger than the {cap}-byte cap for {naming.name(what)} inputs"
+
     return InputError(
-        f"{naming.given(what, name)} is larger than the {cap}-byte cap for "
-        f"{naming.name(what)} inputs",
+        reason(name),
         f"if it is really that large, raise the cap: {naming.raise_cap.format(env=env)}",
+        cause=reason(FILE),
     )
 
 
@@ -105,10 +108,7 @@ def open_regular(path: str, what: Input, naming: Naming) -> BinaryIO:
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
     except OSError as exc:
-        raise InputError(
-            f"cannot read {naming.given(what, path)}: {exc.strerror or exc}",
-            _takes(what, naming),
-        ) from None
+        raise _cannot_read(what, naming, path, exc) from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -123,14 +123,12 @@ def open_regular(path: str, what: Input, naming: Naming) -> BinaryIO:
                 if stat.S_ISSOCK(st.st_mode)
                 else "not a regular file"
             )
+            stdin = "; a single input can come from standard input as -" if what is not Input.BUNDLE else ""
             raise InputError(
                 f"{naming.given(what, path)} is {kind}, not a regular file",
                 f"{naming.name(what)} reads regular files only (save the data to a file first"
-                + (
-                    "; a single input can come from standard input as -)"
-                    if what is not Input.BUNDLE
-                    else ")"
-                ),
+                f"{stdin})",
+                cause=f"{naming.given(what, FILE)} is {kind}, not a regular file",
             )
         cap = size_cap(what, naming)
         if st.st_size > cap:
@@ -226,9 +224,15 @@ def _read_file(
         with open_regular(path, what, naming) as f:
             return read(f, what, naming, path)
     except OSError as exc:
-        raise InputError(
-            f"cannot read {naming.given(what, path)}: {exc.strerror or exc}",
-            _takes(what, naming),
-        ) from None
+        raise _cannot_read(what, naming, path, exc) from None
+
+
+def _cannot_read(what: Input, naming: Naming, path: str, exc: OSError) -> InputError:
+    why = exc.strerror or exc
+    return InputError(
+        f"cannot read {naming.given(what, path)}: {why}",
+        _takes(what, naming),
+        cause=f"cannot read {naming.given(what, FILE)}: {why}",
+    )
 
 

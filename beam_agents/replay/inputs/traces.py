@@ -1,24 +1,31 @@
-"""What the trace streams say about one key: its traced activations, and the target's events.
+"""The trace streams: the one scanner of ``--traces``, and what they say about one key.
 
-The scan reads every ``--traces`` source once, keeping only the key's frames
-(filtered before parsing by ``read_trace_stream``). It keeps the opening
-``ACTIVATION_START`` of every traced activation (to name the traced seqs and
-match an envelope to its activation), the events that say what happened to the
-key's intents and continuation (``INTENT_STAGED``, ``INTENT_RELEASED``,
-``SUSPENDED`` and the closing event, per seq: ``TracedKey.history``, which
-``reconstruct`` uses to rebuild and verify the pending intents an older
-activation saw), and the full events of one activation only: the one ``--seq``
-names, or else the highest seq seen so far. Memory is bounded by one
-activation plus a few events per activation of the key.
+``trace_events`` is the only reader of trace sources (files, directories of
+``*.pb``, ``-``, stream bytes, or events given as messages): ``replay``, ``ls``
+and ``bundle`` all read through it, so they apply one rule to what the streams
+hold. Sinks deliver at least once, so an event may appear twice: an exact copy
+(the same deterministic bytes at the same key, seq and index) is skipped; a
+*different* event at a position already seen is refused (exit 2), since only
+one of them can be the record of what happened; an event with more than
+``MAX_EVENT_ATTRIBUTES`` attributes is refused too. Only the wanted key's frames
+are parsed (``read_trace_stream`` filters them before parsing).
 
-Sinks deliver at least once, so an event may appear twice: an exact copy is
-kept once; two *different* events at the same position are refused (exit 2),
-since only one of them can be the record of what happened. The kept activation
-is held as serialized bytes (``EventLog``), not as parsed messages.
+``scan_traces`` keeps, for one key: the opening ``ACTIVATION_START`` of every
+traced activation (to name the traced seqs and match an envelope to its
+activation), the events that say what happened to the key's intents and
+continuation (``INTENT_STAGED``, ``INTENT_RELEASED``, ``SUSPENDED`` and the
+closing event, per seq: ``TracedKey.history``, which ``reconstruct`` uses to
+rebuild and verify the pending intents an older activation saw), and the full
+events of one activation only: the one ``--seq`` names, or else the highest seq
+seen so far. Memory is bounded by one activation, a few events per activation
+of the key, and a 16-byte digest per event of the key (the duplicate rule). The
+kept activation is held as serialized bytes (``EventLog``), not as parsed
+messages.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
@@ -32,10 +39,20 @@ from beam_agents.replay.naming import REPLAYER, Input, Naming
 from beam_agents.replay.options import Source
 from beam_agents.replay.refusal import InputError
 from beam_agents.trace_events import END_DIGEST_ATTRIBUTES, kind_name, serialize_trace_event
-from beam_agents.trace_stream import StreamSource, read_trace_stream, trace_stream_files
+from beam_agents.trace_stream import read_trace_stream, trace_stream_files
 from beam_agents.trace_view import IntentStaged, LlmCall, attribute_kind
 
-__all__ = ["TracedKey", "TracedSeq", "scan_traces", "seq_ranges"]
+__all__ = [
+    "MAX_EVENT_ATTRIBUTES",
+    "TraceMessages",
+    "TraceSource",
+    "TracedKey",
+    "TracedSeq",
+    "check_complete",
+    "scan_traces",
+    "seq_ranges",
+    "trace_events",
+]
 
 _TERMINAL = (TraceEvent.ACTIVATION_END, TraceEvent.ACTIVATION_FAILED)
 
@@ -90,8 +107,7 @@ class TracedKey:
     """The seq whose events ``event_bytes`` holds."""
     event_bytes: dict[int, bytes] = field(default_factory=dict, repr=False)
     """The events of ``kept_seq``, by index, as their deterministic serializations (a
-    parsed event costs four times its bytes: ``event_log``). Two streams disagreeing on
-    one position is a conflict, found by comparing these bytes."""
+    parsed event costs four times its bytes: ``event_log``)."""
     provider: str = ""
     """The provider named by the first traced LLM_CALL of the key (any activation)."""
     history: dict[int, TracedSeq] = field(default_factory=dict)
@@ -133,14 +149,43 @@ def seq_ranges(seqs: Iterable[int]) -> str:
     return ", ".join(parts)
 
 
-def _stream_inputs(sources: Sequence[Source], naming: Naming) -> Iterator[tuple[str, StreamSource]]:
+@dataclass(frozen=True)
+class TraceMessages:
+    """Trace events given as messages (``Replayer.replay(traces=[...])``): read as they
+    are, never written into a stream to be parsed again."""
+
+    events: tuple[TraceEvent, ...]
+    name: str = "the trace events given"
+    """How messages name this source (``(the second in ...)``)."""
+
+
+TraceSource = Source | TraceMessages
+"""One source of trace events: a file, a directory of ``*.pb``, ``-``, bytes, or messages."""
+
+MAX_EVENT_ATTRIBUTES = 4096
+"""The most attributes a trace event may carry (the core writes fewer than 20 per event)."""
+
+_STREAM_ADVICE = "pass trace streams as the file:// sink or convert-bq writes them"
+
+
+def _streams(
+    sources: Sequence[TraceSource], entity_key: bytes | None, naming: Naming
+) -> Iterator[tuple[str, Iterable[TraceEvent]]]:
+    """Each source's name and its events (of ``entity_key`` only, unless None)."""
     for source in sources:
+        if isinstance(source, TraceMessages):
+            events = source.events
+            yield source.name, (
+                events if entity_key is None else (e for e in events if e.entity_key == entity_key)
+            )
+            continue
         if isinstance(source, bytes):
-            yield describe_source(source), source
+            yield describe_source(source), read_trace_stream(source, entity_key=entity_key)
             continue
         if os.fspath(source) == STDIN:
             # Read as a stream, in chunks, like a file: a piped trace dump can be large.
-            yield "<stdin>", CappedReader(sys.stdin.buffer, Input.TRACES, naming, "<stdin>")
+            stdin = CappedReader(sys.stdin.buffer, Input.TRACES, naming, "<stdin>")
+            yield "<stdin>", read_trace_stream(stdin, entity_key=entity_key)
             continue
         files = trace_stream_files(source)
         if not files:
@@ -153,114 +198,127 @@ def _stream_inputs(sources: Sequence[Source], naming: Naming) -> Iterator[tuple[
         for path in files:
             # Regular files only (no FIFO, no /dev/zero), each within the traces' cap.
             with open_regular(str(path), Input.TRACES, naming) as stream:
-                yield str(path), CappedReader(stream, Input.TRACES, naming, str(path))
+                capped = CappedReader(stream, Input.TRACES, naming, str(path))
+                yield str(path), read_trace_stream(capped, entity_key=entity_key)
 
 
-def _conflict(key: bytes, seq: int, index: int, name: str) -> InputError:
+def trace_events(
+    sources: Sequence[TraceSource], entity_key: bytes | None, naming: Naming = REPLAYER
+) -> Iterator[tuple[str, TraceEvent, bytes]]:
+    """Every event of ``entity_key`` (None: of every key) in ``sources``, each position
+    once: ``(the source's name, the event, its deterministic bytes)``, in reading order.
+
+    Raises:
+        InputError: No source, a source missing or unreadable, a stream corrupt (naming
+            the file and byte offset), two different events at one position, or an
+            event with too many attributes.
+    """
+    if not sources:
+        raise InputError(
+            f"no {naming.name(Input.TRACES)} given",
+            "pass the trace stream(s) holding the activations",
+        )
+    seen: dict[tuple[bytes, int], dict[int, bytes]] = {}
+    try:
+        for name, events in _streams(sources, entity_key, naming):
+            for event in events:
+                if len(event.attributes) > MAX_EVENT_ATTRIBUTES:
+                    raise _too_many_attributes(event, name)
+                data = serialize_trace_event(event)
+                digest = hashlib.blake2b(data, digest_size=16).digest()
+                at = seen.setdefault((event.entity_key, event.seq), {})
+                known = at.get(event.index)
+                if known is None:
+                    at[event.index] = digest
+                    yield name, event, data
+                elif known != digest:
+                    raise InputError(
+                        f"the traces hold two different events for key {event.entity_key.hex()} "
+                        f"seq {event.seq} index {event.index} (the second in {name})",
+                        "a trace has one event per position: these streams mix traces of "
+                        "different runs or different pipelines; pass only the traces of one "
+                        "pipeline",
+                    )
+    except TraceStreamError as exc:
+        raise InputError(f"{naming.about(Input.TRACES)} {exc}", _STREAM_ADVICE) from None
+
+
+def _too_many_attributes(event: TraceEvent, name: str) -> InputError:
     return InputError(
-        f"the traces hold two different events for key {key.hex()} seq {seq} index {index} "
-        f"(the second in {name})",
-        "a trace has one event per position: these streams mix traces of different runs or "
-        "different pipelines; pass only the traces of the pipeline the snapshot came from",
+        f"the trace event of key {event.entity_key.hex()} seq {event.seq} index {event.index} "
+        f"(in {name}) carries {len(event.attributes)} attributes, more than the "
+        f"{MAX_EVENT_ATTRIBUTES} a trace event may have",
+        "beam-agents writes fewer than 20 per event: this stream was not written by it, or "
+        "was tampered with; pass the traces of the pipeline the snapshot came from",
     )
 
 
 def scan_traces(
-    sources: Sequence[Source], entity_key: bytes, *, seq: int | None, naming: Naming = REPLAYER
+    sources: Sequence[TraceSource],
+    entity_key: bytes,
+    *,
+    seq: int | None,
+    naming: Naming = REPLAYER,
 ) -> TracedKey:
-    """Scan the trace streams for ``entity_key``.
+    """What the traces say about ``entity_key`` (see the module docstring).
 
     Args:
-        sources: The traces: files, directories of ``*.pb``, or stream bytes.
+        sources: The traces: files, directories of ``*.pb``, stream bytes, or messages.
         entity_key: The snapshot's key.
         seq: Keep this activation's events; None keeps the highest traced one.
         naming: How the caller named the inputs (for the messages).
 
     Raises:
-        InputError: A source is missing or unreadable, a stream is corrupt (naming the
-            file and byte offset), or two different events claim one position.
+        InputError: As ``trace_events``.
     """
-    if not sources:
-        raise InputError(
-            f"no {naming.name(Input.TRACES)} given",
-            "pass the trace stream(s) holding the activation",
-        )
     found = TracedKey(entity_key=entity_key)
-    try:
-        for name, source in _stream_inputs(sources, naming):
-            for event in read_trace_stream(source, entity_key=entity_key):
-                _take(found, event, name, seq)
-    except TraceStreamError as exc:
-        raise InputError(
-            f"{naming.about(Input.TRACES)} {exc}",
-            "pass trace streams as the file:// sink or convert-bq writes them",
-        ) from None
+    for name, event, data in trace_events(sources, entity_key, naming):
+        _take(found, event, data, seq, name)
     return found
 
 
-MAX_EVENT_ATTRIBUTES = 4096
-"""The most attributes a trace event may carry (the core writes fewer than 20 per event)."""
-
-
-def _take(found: TracedKey, event: TraceEvent, name: str, wanted: int | None) -> None:
+def _take(
+    found: TracedKey, event: TraceEvent, data: bytes, wanted: int | None, name: str
+) -> None:
     seq, index = event.seq, event.index
-    if len(event.attributes) > MAX_EVENT_ATTRIBUTES:
-        raise InputError(
-            f"the trace event of key {found.entity_key.hex()} seq {seq} index {index} (in "
-            f"{name}) carries {len(event.attributes)} attributes, more than the "
-            f"{MAX_EVENT_ATTRIBUTES} a trace event may have",
-            "beam-agents writes fewer than 20 per event: this stream was not written by it, or "
-            "was tampered with; pass the traces of the pipeline the snapshot came from",
-        )
     found.seqs.add(seq)
     if not found.provider and event.kind == TraceEvent.LLM_CALL:
         found.provider = LlmCall.of(event).provider or ""
     if index == 0:
-        known = found.starts.get(seq)
-        if known is None:
-            found.starts[seq] = event
-        elif serialize_trace_event(known) != serialize_trace_event(event):
-            raise _conflict(found.entity_key, seq, index, name)
+        found.starts.setdefault(seq, event)
     if event.kind in _HISTORY_KINDS:
         _note(found, event, name)
-    if wanted is not None:
-        keep = wanted
-    else:
-        keep = seq if found.kept_seq is None else max(found.kept_seq, seq)
+    keep = wanted if wanted is not None else max(seq, found.kept_seq or seq)
     if seq != keep:
         return
     if found.kept_seq != seq:
         found.kept_seq = seq
         found.event_bytes = {}
-    data = serialize_trace_event(event)
-    known_bytes = found.event_bytes.get(index)
-    if known_bytes is None:
-        found.event_bytes[index] = data
-    elif known_bytes != data:
-        raise _conflict(found.entity_key, seq, index, name)
+    found.event_bytes[index] = data
 
 
 def _note(found: TracedKey, event: TraceEvent, name: str) -> None:
     seq_history = found.history.setdefault(event.seq, TracedSeq())
     if event.kind == TraceEvent.INTENT_STAGED:
-        slot = seq_history.staged
-    elif event.kind == TraceEvent.INTENT_RELEASED:
-        slot = seq_history.released
-    else:
-        known = (
-            seq_history.suspended if event.kind == TraceEvent.SUSPENDED else seq_history.terminal
-        )
-        if known is not None and known != event:
-            raise _conflict(found.entity_key, event.seq, event.index, name)
-        if event.kind == TraceEvent.SUSPENDED:
-            seq_history.suspended = event
-        else:
-            seq_history.terminal = event
+        seq_history.staged[event.index] = event
         return
-    known_event = slot.get(event.index)
-    if known_event is not None and known_event != event:
-        raise _conflict(found.entity_key, event.seq, event.index, name)
-    slot[event.index] = event
+    if event.kind == TraceEvent.INTENT_RELEASED:
+        seq_history.released[event.index] = event
+        return
+    # One SUSPENDED and one closing event per activation, wherever the second one is.
+    suspended = event.kind == TraceEvent.SUSPENDED
+    known = seq_history.suspended if suspended else seq_history.terminal
+    if known is not None:
+        raise InputError(
+            f"the traces hold two different events for key {found.entity_key.hex()} seq "
+            f"{event.seq} index {event.index} (the second in {name}): the activation ended "
+            f"at index {known.index} already",
+            "pass only the traces of one pipeline",
+        )
+    if suspended:
+        seq_history.suspended = event
+    else:
+        seq_history.terminal = event
 
 
 def _first_gaps(indices: Sequence[int], limit: int) -> list[int]:

@@ -1,1 +1,15 @@
-"""Floor 2: what keeps agent code contained while it re-runs (guard, time limit, watchdog)."""
+"""Floor 2 — what contains agent code while it is imported and re-run.
+
+Modules, and what each gives the floors above:
+
+    guard       the audit hook refusing network, processes, signals, native code and file
+                writes (block_network, NetworkAttempt, NETWORK_OPERATIONS,
+                PROCESS_OPERATIONS; isolate_process, late_attempts, still_running,
+                end_process for the console script and check's workers)
+    time_limit  agent code waited for at most so long in a thread of its own
+                (within_limit, RerunRanPast, ImportRanPast, RAN_PAST, idle_agent_threads)
+    watchdog    the console script's last resort past twice the limit, a process agent
+                code cannot reach (start)
+
+It reads only the vocabulary and the core.
+"""

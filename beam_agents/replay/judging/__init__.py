@@ -1,1 +1,12 @@
-"""Floor 3: the re-run compared with the trace, and the verdict."""
+"""Floor 3 — the re-run compared with the trace, and the verdict: the only place one is decided.
+
+Modules, and what each gives the floors above:
+
+    compare      the closed normalization and the event-by-event comparison (compare_events)
+    end_check    outputs and memory against the traced ACTIVATION_END (check_end, EndCheck)
+    judge        the verdict, from the events, the misses, the blocked attempts and the end
+                 check, in that order (judge, Judgement)
+    values       the plaintext behind every digest, marked (collect_values, freeze_errors)
+    state_view   the reported-not-judged parts: the snapshot's state, the intents ledger
+                 (state_view, intent_ledger)
+"""

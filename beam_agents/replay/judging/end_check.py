@@ -129,6 +129,8 @@ class EndCheck:
     """Why a differing memory cannot be judged, one clause without ``;`` (empty when none)."""
     self_read: str = ""
     """Which memory keys the re-run read and also wrote (a hint at an output divergence)."""
+    detail: tuple[str, ...] = ()
+    """With ``fields``: the lines explaining them (``end_divergence_detail``)."""
 
 
 def _changed_keys(before: Any, after: Any) -> set[str]:
@@ -199,6 +201,19 @@ def check_end(
                     replayed=repr(memory.sha256),
                 )
             )
+    detail: list[str] = []
+    if fields:
+        paths = [f.path for f in fields]
+        detail = end_divergence_detail(
+            paths,
+            before=before,
+            before_label=f"snapshot memory (post-image at seq {snapshot_seq})",
+            after=after,
+            traced_memory_sha256=digests.memory,
+            outputs=marked,
+        )
+        if self_read and any(ATTR_OUTPUTS_SHA256 in path for path in paths):
+            detail.append(f"note: {read_why}; an output built from it differs for that reason")
     return EndCheck(
         outputs=marked,
         memory=memory,
@@ -206,4 +221,5 @@ def check_end(
         fields=tuple(fields),
         not_comparable="; ".join(why),
         self_read=read_why if self_read else "",
+        detail=tuple(detail),
     )

@@ -16,7 +16,10 @@ or its first blocked network attempt. Then:
   naming the tool, the args digest and the nearest recorded call's differing
   argument; ``diverged`` where the trace has something else;
 - a network attempt → ``irreproducible``, naming the tool and the address;
-- no miss, no attempt: ``reproduced`` if every event matches, else ``diverged``.
+- no miss, no attempt: ``reproduced`` if every event matches, else ``diverged``;
+- last, a run every event of which matches diverges at its ``ACTIVATION_END`` when
+  its outputs or memory differ from the traced digests and can be judged
+  (``end_check``); when the memory cannot be judged, the reason says why.
 
 A what-if has nothing traced: it is ``what-if`` (exit 0) whatever happened, and
 the reason says where it stopped (a pending resume's responses are not minted
@@ -26,21 +29,31 @@ yet, docs/replay.md §4, so it usually stops at its first model call).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from beam_agents._protos import TraceEvent
 from beam_agents.activation import ActivationFailure, ActivationResult
 from beam_agents.context import ProviderFailure, ToolMiss
 from beam_agents.llm_cache import LookupStatus, ReplayCache
-from beam_agents.replay.isolation.guard import NETWORK_OPERATIONS as _NETWORK_OPERATIONS
-from beam_agents.replay.isolation.guard import PROCESS_OPERATIONS as _PROCESS_OPERATIONS
-from beam_agents.replay.isolation.guard import NetworkAttempt
+from beam_agents.replay.isolation.guard import (
+    NETWORK_OPERATIONS,
+    PROCESS_OPERATIONS,
+    NetworkAttempt,
+)
 from beam_agents.replay.judging.compare import EventComparison, compare_events, describe_divergence
+from beam_agents.replay.judging.end_check import EndCheck
 from beam_agents.replay.naming import REPLAYER, Input, Naming
 from beam_agents.replay.reconstruct.plan import Plan
-from beam_agents.replay.result import CacheMiss, Divergence, NearestEntry, ToolCacheMiss, Verdict
+from beam_agents.replay.result import (
+    CacheMiss,
+    Divergence,
+    NearestEntry,
+    StopCause,
+    ToolCacheMiss,
+    Verdict,
+)
 from beam_agents.tool_cache import ToolCache, tool_cache_key
-from beam_agents.trace_events import kind_name
+from beam_agents.trace_events import ATTR_OUTPUTS_SHA256, kind_name
 from beam_agents.trace_view import LlmCall, TraceView, decode
 
 __all__ = ["Judgement", "judge"]
@@ -56,6 +69,8 @@ class Judgement:
     first_divergence: Divergence | None = None
     cache_miss: CacheMiss | None = None
     tool_miss: ToolCacheMiss | None = None
+    stop: StopCause | None = None
+    """What stopped the re-run short of a judgement on every event (None: nothing did)."""
 
 
 def _event_label(event: TraceEvent) -> str:
@@ -174,6 +189,7 @@ def judge(
     attempts: Sequence[NetworkAttempt],
     cache: ReplayCache,
     tool_cache: ToolCache | None = None,
+    end: EndCheck | None = None,
     naming: Naming = REPLAYER,
 ) -> Judgement:
     """Judge the re-run (see the module docstring for the rules, in order).
@@ -186,9 +202,73 @@ def judge(
         cache: The pre-state's replay cache (to find the nearest entry of a miss).
         tool_cache: The pre-state's tool cache (to find the nearest recorded call of a
             tool miss).
+        end: The outputs and memory against the traced ACTIVATION_END (``check_end``);
+            None: not checked.
         naming: How the caller named the inputs (for the messages).
     """
-    tools = tool_cache if tool_cache is not None else ToolCache()
+    judgement = _judge_events(
+        plan,
+        result,
+        provider_calls=provider_calls,
+        attempts=attempts,
+        cache=cache,
+        tools=tool_cache if tool_cache is not None else ToolCache(),
+        naming=naming,
+    )
+    return judgement if end is None else _with_end_check(judgement, end)
+
+
+def _with_end_check(judgement: Judgement, end: EndCheck) -> Judgement:
+    """The last rule: a run whose every event matches diverges at its ACTIVATION_END when
+    its outputs or memory differ from the traced digests and can be judged (``end_check``).
+
+    Only a run the events call reproduced can diverge here: an earlier divergence or a
+    cache miss stays the first thing that went wrong.
+    """
+    pairs = judgement.comparison.pairs
+    if judgement.verdict is not Verdict.REPRODUCED or not pairs:
+        return judgement
+    if end.fields:
+        last = pairs[-1]
+        assert last.traced is not None
+        fields = [f.path for f in end.fields]
+        what = " and ".join("outputs" if ATTR_OUTPUTS_SHA256 in f else "memory" for f in fields)
+        return Judgement(
+            verdict=Verdict.DIVERGED,
+            reason=(
+                f"event {last.index} (ACTIVATION_END {last.traced.name!r}) differs: every earlier "
+                f"event matches, but the re-run's {what} differ from the traced digest"
+            ),
+            comparison=EventComparison(
+                pairs=pairs.marked(last.index, fields), first_difference=last.index
+            ),
+            first_divergence=Divergence(
+                index=last.index,
+                kind=kind_name(last.traced.kind),
+                name=last.traced.name,
+                fields=end.fields,
+                detail="\n".join(end.detail),
+            ),
+        )
+    if end.not_comparable:
+        return replace(
+            judgement,
+            reason=f"{judgement.reason}; memory not judged: {end.not_comparable} (docs/replay.md §4)",
+        )
+    return judgement
+
+
+def _judge_events(
+    plan: Plan,
+    result: ActivationResult,
+    *,
+    provider_calls: int,
+    attempts: Sequence[NetworkAttempt],
+    cache: ReplayCache,
+    tools: ToolCache,
+    naming: Naming,
+) -> Judgement:
+    """The verdict from the events, the cache misses and the attempts (the module's rules)."""
     traced = plan.traced
     comparison = compare_events(traced or (), result.trace)
     failures = sorted(result.provider_failures, key=lambda f: f.event_index)
@@ -225,6 +305,7 @@ def judge(
                 ),
                 comparison=comparison,
                 tool_miss=unserved,
+                stop=StopCause.TOOL_MISS,
             )
         return judgement
 
@@ -249,6 +330,7 @@ def judge(
             verdict=Verdict.IRREPRODUCIBLE,
             reason=_network_reason(first_attempt, len(attempts), naming),
             comparison=comparison,
+            stop=StopCause.BLOCKED,
         )
     if (
         first_tool_miss is not None
@@ -269,12 +351,14 @@ def judge(
             reason=_tool_miss_reason(served_miss, tools, traced_tool),
             comparison=comparison,
             tool_miss=served_miss,
+            stop=StopCause.TOOL_MISS,
         )
     if first_failure is None:
         return Judgement(
             verdict=Verdict.IRREPRODUCIBLE,
             reason=f"the re-run reached the provider {provider_calls} time(s); none can be served",
             comparison=comparison,
+            stop=StopCause.PROVIDER_REACHED,
         )
     traced_event = (
         traced[first_failure.event_index] if first_failure.event_index < len(traced) else None
@@ -287,6 +371,7 @@ def judge(
         reason=_miss_reason(miss, cache, traced),
         comparison=comparison,
         cache_miss=miss,
+        stop=StopCause.CACHE_MISS,
     )
 
 
@@ -378,7 +463,7 @@ def _outcome(result: ActivationResult) -> str:
 def _network_reason(attempt: NetworkAttempt, count: int, naming: Naming) -> str:
     more = f" ({count - 1} more attempt(s) after it)" if count > 1 else ""
     who = f"read-only tool {attempt.tool!r}" if attempt.tool else "agent code (outside any tool)"
-    if attempt.operation in _NETWORK_OPERATIONS:
+    if attempt.operation in NETWORK_OPERATIONS:
         return (
             f"network blocked: {who} tried to reach {attempt.address} ({attempt.operation}){more}; "
             "replay runs offline, so what that call returned originally cannot be re-obtained. "
@@ -392,7 +477,7 @@ def _network_reason(attempt: NetworkAttempt, count: int, naming: Naming) -> str:
             )
         )
     if attempt.operation == "open" or (attempt.operation.startswith(("os.", "shutil.")) and (
-        attempt.operation not in _PROCESS_OPERATIONS
+        attempt.operation not in PROCESS_OPERATIONS
     )):
         what = f"write the file {attempt.address}"
     elif attempt.operation.startswith("ctypes."):
@@ -435,17 +520,20 @@ def _judge_what_if(
         "so there is no traced outcome to diff; this is what the resume would do"
     )
     miss = _cache_miss(failure, None, cache) if failure is not None else None
+    stop: StopCause | None = None
     if attempt is not None and (
         failure is None or (attempt.event_index or 0) <= failure.event_index
     ):
-        stopped = f", until {_network_reason(attempt, 1, naming)}"
+        stopped, stop = f", until {_network_reason(attempt, 1, naming)}", StopCause.BLOCKED
     elif failure is not None:
         stopped = (
             f", up to the model call at event {failure.event_index} (key {failure.cache_key}), "
             "which the cache cannot serve: a pending resume's responses are not minted yet"
         )
+        stop = StopCause.CACHE_MISS
     elif provider_calls:
         stopped = ", up to a model call the provider that serves nothing was asked to answer"
+        stop = StopCause.PROVIDER_REACHED
     else:
         stopped = ""
     return Judgement(
@@ -453,4 +541,5 @@ def _judge_what_if(
         reason=prefix + stopped,
         comparison=comparison,
         cache_miss=miss,
+        stop=stop,
     )

@@ -59,7 +59,7 @@ from beam_agents.replay.refusal import CannotReproduce, InputError
 from beam_agents.replay.result import TargetFacts
 from beam_agents.trace_view import ActivationKind, ActivationStart, Trigger
 
-__all__ = ["Plan", "plan_replay"]
+__all__ = ["Plan", "plan_replay", "resumed_continuation"]
 
 _TRIGGERS = (Trigger.EVENT, Trigger.TOOL_RESULT, Trigger.APPROVAL, Trigger.TIMEOUT)
 """The triggers an activation can have (an export request runs none)."""
@@ -258,7 +258,7 @@ def _plan_traced(
     if event is not None:
         trigger_obj = event
     else:
-        if pre.continuation is None:  # pragma: no cover - _resumed_continuation raises first
+        if pre.continuation is None:  # pragma: no cover - resumed_continuation raises first
             raise CannotReproduce(f"no continuation for the timeout at seq {seq}")
         trigger_obj = hitl_timeout(pre.continuation, start.start_ms)
     decision = classify_trigger(pre, trigger_obj)
@@ -340,7 +340,7 @@ def _pre_state(
     if kind is ActivationKind.START:
         pending, _ = pending_before(seq, state.pending, state.resume_history, traced)
     else:
-        continuation, own, source = _resumed_continuation(snapshot, state, seq, failed=failed)
+        continuation, own, source = resumed_continuation(snapshot, state, seq, failed=failed)
         if own is not None:
             pending = list(own)
             verify_intents(pending, traced, [source] * len(pending))
@@ -362,7 +362,7 @@ def _pre_state(
     return pre, source
 
 
-def _resumed_continuation(
+def resumed_continuation(
     snapshot: StateSnapshot, state: KeyState, seq: int, *, failed: bool
 ) -> tuple[Continuation | None, Sequence[ToolIntent] | None, str]:
     """The continuation resume ``seq`` consumed, its own record's pending list, and where from.

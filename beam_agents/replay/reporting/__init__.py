@@ -1,1 +1,17 @@
-"""Floor 1: a ``ReplayResult`` rendered (headless text, JSON, Markdown, redacted); nothing decided."""
+"""Floor 1 — a ``ReplayResult`` rendered; nothing here decides anything.
+
+Modules, and what each gives the floors above:
+
+    escape     the one escaper of every human-facing surface (escape, escape_bytes)
+    labels     the one label set: verdict titles, keys, moments
+               (VERDICT_TITLES, key_label, key_text, utc_time)
+    text       the headless report (render_report, render_error; digest_note,
+               miss_request_values, request_components_differing for the TUI's panes)
+    json_doc   ``--json``, and the one encoding of an event pair and a value
+               (render_json, write_json, pair_document)
+    markdown   the incident report for the ticket (report_markdown)
+    redact     ``--redact``: every value replaced by its digest (redact)
+
+Renderers read only the vocabulary (``result``), each other and the core: they
+cannot reach the engine or the judge, so they cannot decide a verdict.
+"""

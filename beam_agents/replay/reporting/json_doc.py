@@ -25,7 +25,7 @@ from beam_agents.replay.result import (
 )
 from beam_agents.trace_data import event_to_dict
 
-__all__ = ["JSON_SCHEMA", "render_json", "result_to_dict", "write_json"]
+__all__ = ["JSON_SCHEMA", "pair_document", "render_json", "result_to_dict", "write_json"]
 
 JSON_SCHEMA = "beam-agents-replay/1"
 """The ``schema`` field of every document."""
@@ -203,7 +203,7 @@ def _document(result: ReplayResult) -> dict[str, Any]:
             "differences": list(result.tool_miss.differences),
         },
         "served_tool_events": list(result.served_tool_events),
-        "events": _Lazy(result.events, _pair_dict),
+        "events": _Lazy(result.events, pair_document),
         "events_reached_only": result.events_reached_only,
         "intents": [
             {
@@ -228,7 +228,9 @@ def _document(result: ReplayResult) -> dict[str, Any]:
     }
 
 
-def _pair_dict(pair: EventPair) -> dict[str, Any]:
+def pair_document(pair: EventPair) -> dict[str, Any]:
+    """One traced/replayed pair as the document's ``events`` hold it: the one encoding of a
+    pair (the TUI's ``c`` copies exactly this)."""
     return {
         "index": pair.index,
         "differs": pair.differs,

@@ -7,29 +7,15 @@ decide nothing. Text from the inputs is escaped, then made safe in Markdown.
 
 from __future__ import annotations
 
-from typing import Any
-
 from beam_agents import trace_events as te
 from beam_agents._protos import TraceEvent
 from beam_agents.replay.reporting.escape import escape
 from beam_agents.replay.reporting.labels import VERDICT_TITLES, key_text, utc_time
 from beam_agents.replay.reporting.text import digest_note
-from beam_agents.replay.result import EventPair, ReplayResult
-from beam_agents.trace_data import event_to_dict
+from beam_agents.replay.result import ReplayResult
 
 MARKDOWN_EVENT_ROWS = 200
 """Timeline rows in the Markdown report around the notable ones (the JSON has all of them)."""
-
-
-def pair_data(pair: EventPair) -> dict[str, Any]:
-    """An ``EventPair`` as JSON-able data (what ``c`` copies to the clipboard)."""
-    return {
-        "index": pair.index,
-        "differs": pair.differs,
-        "differing_fields": list(pair.differing_fields),
-        "traced": None if pair.traced is None else event_to_dict(pair.traced),
-        "replayed": None if pair.replayed is None else event_to_dict(pair.replayed),
-    }
 
 
 def _md(value: str) -> str:

@@ -37,7 +37,6 @@ __all__ = [
     "render_error",
     "render_report",
     "request_components_differing",
-    "safe_text",
     "value_lines",
     "value_text",
 ]
@@ -46,13 +45,8 @@ NOT_DIFFED = "(no traced counterpart — reported, not diffed)"
 NOT_TRACED = "(not traced: the trace predates output and memory digests — reported, not diffed)"
 
 
-def safe_text(text: str) -> str:
-    """``text`` shown safely: :func:`beam_agents.replay.reporting.escape.escape` (the one escaper)."""
-    return escape(text)
-
-
 def _unknown(value: object) -> str:
-    return "-" if value is None or value == "" else safe_text(str(value))
+    return "-" if value is None or value == "" else escape(str(value))
 
 
 def _digest_line(digest: BlobDigest) -> str:
@@ -109,7 +103,7 @@ def _intent_line(row: IntentRow) -> str:
     )
     tail = f"  ({', '.join(extra)})" if extra else ""
     return (
-        f"    {safe_text(row.intent_id)}  {safe_text(row.tool)}  "
+        f"    {escape(row.intent_id)}  {escape(row.tool)}  "
         f"staged: traced {_yes(row.traced_staged)} / replayed {_yes(row.replayed_staged)}  "
         f"released: traced {_yes(row.traced_released)} / replayed {_yes(row.replayed_released)}"
         f"{tail}{mark}"
@@ -144,7 +138,7 @@ def value_lines(
     order = {Mark.DIFFERS: 0, Mark.VERIFIED: 1, Mark.UNVERIFIABLE: 2}
     values.sort(key=lambda v: order[v.mark])
     return [
-        f"{indent}{safe_text(v.path)}: {value_text(v, width=width)}  {mark_text(v)}" for v in values
+        f"{indent}{escape(v.path)}: {value_text(v, width=width)}  {mark_text(v)}" for v in values
     ]
 
 
@@ -162,7 +156,7 @@ def _failure_lines(result: ReplayResult, *, width: int | None = VALUE_WIDTH) -> 
         return []
     lines = ["  the re-run failed:"]
     for v in failed:
-        lines.append(f"    {safe_text(v.path)}: {value_text(v, width=width)}  {mark_text(v)}")
+        lines.append(f"    {escape(v.path)}: {value_text(v, width=width)}  {mark_text(v)}")
     return lines
 
 
@@ -170,7 +164,7 @@ def _divergence_lines(
     div: Divergence, result: ReplayResult, *, width: int | None = VALUE_WIDTH
 ) -> list[str]:
     lines = [
-        f"  first divergence: event {div.index} {safe_text(div.kind)} {safe_text(repr(div.name))}"
+        f"  first divergence: event {div.index} {escape(div.kind)} {escape(repr(div.name))}"
     ]
     if div.missing:
         lines.append("    missing: the trace has this event; the re-run ended before it")
@@ -178,8 +172,8 @@ def _divergence_lines(
         lines.append("    extra: the re-run produced this event; the trace ends before it")
     for row in div.fields:
         lines.append(
-            f"    {safe_text(row.path)}: traced {safe_text(row.traced)}  "
-            f"replayed {safe_text(row.replayed)}"
+            f"    {escape(row.path)}: traced {escape(row.traced)}  "
+            f"replayed {escape(row.replayed)}"
         )
     shown = value_lines(result, div.index, width=width)
     if shown:
@@ -187,7 +181,7 @@ def _divergence_lines(
         lines.extend(shown)
     if div.detail:
         lines.append("    detail:")
-        lines.extend(f"      {safe_text(line)}" for line in div.detail.splitlines())
+        lines.extend(f"      {escape(line)}" for line in div.detail.splitlines())
     return lines
 
 
@@ -218,7 +212,7 @@ def _miss_request_lines(
     ]
     for v in values:
         flag = "≠" if v.path in differing else " "
-        lines.append(f"    {flag} {safe_text(v.path)}: {value_text(v, width=width)}")
+        lines.append(f"    {flag} {escape(v.path)}: {value_text(v, width=width)}")
     return lines
 
 
@@ -226,10 +220,10 @@ def _miss_lines(
     miss: CacheMiss, result: ReplayResult | None = None, *, width: int | None = VALUE_WIDTH
 ) -> list[str]:
     lines = [
-        f"  cache miss: event {miss.event_index} LLM_CALL model {safe_text(repr(miss.model))} "
-        f"({safe_text(miss.status)})",
-        f"    cache key:        {safe_text(miss.cache_key)}",
-        f"    traced cache key: {safe_text(miss.traced_cache_key or '-')}"
+        f"  cache miss: event {miss.event_index} LLM_CALL model {escape(repr(miss.model))} "
+        f"({escape(miss.status)})",
+        f"    cache key:        {escape(miss.cache_key)}",
+        f"    traced cache key: {escape(miss.traced_cache_key or '-')}"
         + (
             "  (same key: the response is gone)"
             if miss.traced_cache_key == miss.cache_key
@@ -241,10 +235,10 @@ def _miss_lines(
     else:
         differs = ", ".join(miss.nearest.differences) or "nothing (the same request)"
         lines.append(
-            f"    nearest entry:    {safe_text(miss.nearest.cache_key)} model "
-            f"{safe_text(repr(miss.nearest.model))}"
+            f"    nearest entry:    {escape(miss.nearest.cache_key)} model "
+            f"{escape(repr(miss.nearest.model))}"
         )
-        lines.append(f"    differs in:       {safe_text(differs)}")
+        lines.append(f"    differs in:       {escape(differs)}")
     if result is not None:
         lines.extend(_miss_request_lines(result, miss, width=width))
     return lines
@@ -252,19 +246,19 @@ def _miss_lines(
 
 def _tool_miss_lines(miss: ToolCacheMiss) -> list[str]:
     lines = [
-        f"  tool cache miss: event {miss.event_index} TOOL_CALL {safe_text(repr(miss.tool))} "
+        f"  tool cache miss: event {miss.event_index} TOOL_CALL {escape(repr(miss.tool))} "
         f"({miss.status})",
         f"    args sha256:        {miss.args_sha256}",
         f"    traced args sha256: {miss.traced_args_sha256 or '-'}",
     ]
     if miss.nearest_args_sha256 is None:
         lines.append(
-            f"    nearest recorded:   none (no recorded call of {safe_text(repr(miss.tool))})"
+            f"    nearest recorded:   none (no recorded call of {escape(repr(miss.tool))})"
         )
     else:
         lines.append(f"    nearest recorded:   args sha256 {miss.nearest_args_sha256}")
         differs = ", ".join(miss.differences) or "nothing (the same arguments)"
-        lines.append(f"    differs in:         {safe_text(differs)}")
+        lines.append(f"    differs in:         {escape(differs)}")
     return lines
 
 
@@ -285,7 +279,7 @@ def _served_tool_lines(result: ReplayResult, *, width: int | None = VALUE_WIDTH)
         args = call.args_sha256 if call.args_sha256 is not None else "-"
         value = call.result_sha256 if call.result_sha256 is not None else "-"
         lines.append(
-            f"    event {index} TOOL_CALL {safe_text(repr(event.name))}  cache hit  "
+            f"    event {index} TOOL_CALL {escape(repr(event.name))}  cache hit  "
             f"args sha256={args}  result sha256={value}"
         )
         lines.extend(
@@ -307,7 +301,7 @@ def render_report(result: ReplayResult, *, full_values: bool = False) -> str:
     h = result.header
     lines = [
         f"beam-agents-replay {h.version}",
-        f"  agent:  {safe_text(h.agent_path)}",
+        f"  agent:  {escape(h.agent_path)}",
         f"  key:    {h.entity_key.hex() if h.entity_key is not None else '-'}"
         f"  seq: {_unknown(h.seq)}  now_ms: {_unknown(h.now_ms)}",
         f"  kind:   {_unknown(h.kind)}",
@@ -324,11 +318,11 @@ def render_report(result: ReplayResult, *, full_values: bool = False) -> str:
             "  memory blob: none — the re-run failed or stopped before the end, and commits nothing"
         )
     # A refusal (migration gap, continuation gone) carries its advice in ``error``.
-    lines.append(f"  reason: {safe_text(result.error or result.reason)}")
+    lines.append(f"  reason: {escape(result.error or result.reason)}")
     lines.extend(_failure_lines(result, width=width))
     if result.values_error:
         lines.append(
-            f"  values: not shown — decoding them failed ({safe_text(result.values_error)}); "
+            f"  values: not shown — decoding them failed ({escape(result.values_error)}); "
             "the verdict does not depend on them. Please report this"
         )
     if result.first_divergence is not None:
@@ -345,26 +339,26 @@ def render_report(result: ReplayResult, *, full_values: bool = False) -> str:
         )
         lines.extend(served)
     for attempt in result.network_attempts:
-        lines.append(f"  network blocked: {safe_text(attempt)}")
-    lines.append(f"  registry: {safe_text(h.registry_path)}")
-    policy = "default" if h.hitl_source == "default" else f"--hitl {safe_text(h.hitl_source)}"
-    lines.append(f"  hitl policy: {policy} ({safe_text(h.hitl_policy) or '-'})")
+        lines.append(f"  network blocked: {escape(attempt)}")
+    lines.append(f"  registry: {escape(h.registry_path)}")
+    policy = "default" if h.hitl_source == "default" else f"--hitl {escape(h.hitl_source)}"
+    lines.append(f"  hitl policy: {policy} ({escape(h.hitl_policy) or '-'})")
     trigger = f"  trigger: {_unknown(h.trigger)}"
     if h.envelope_id:
-        trigger += f"  envelope_id: {safe_text(h.envelope_id)}"
+        trigger += f"  envelope_id: {escape(h.envelope_id)}"
     if h.continuation_source:
-        trigger += f"  continuation: {safe_text(h.continuation_source)}"
+        trigger += f"  continuation: {escape(h.continuation_source)}"
     lines.append(trigger)
     if h.provider:
         lines.append(
-            f"  provider: {safe_text(h.provider)} (replay's provider of that name serves nothing)"
+            f"  provider: {escape(h.provider)} (replay's provider of that name serves nothing)"
         )
     if h.snapshot_seq is not None:
         migrations = ", ".join(h.migrations_applied) or "none"
         lines.append(
             f"  snapshot: seq {h.snapshot_seq}  at_ms {h.snapshot_at_ms}  request_id "
             f"{_unknown(h.snapshot_request_id)}  schema v{h.state_schema_version}  "
-            f"migrations: {safe_text(migrations)}"
+            f"migrations: {escape(migrations)}"
         )
     if result.events:
         traced, replayed, differing = pair_counts(result.events)
@@ -384,4 +378,4 @@ def render_report(result: ReplayResult, *, full_values: bool = False) -> str:
 def render_error(result: ReplayResult) -> str:
     """The one-paragraph message (stderr) of a usage error."""
     assert result.verdict is Verdict.USAGE_ERROR
-    return f"beam-agents-replay: error: {safe_text(result.error or result.reason)}\n"
+    return f"beam-agents-replay: error: {escape(result.error or result.reason)}\n"

@@ -1,0 +1,47 @@
+"""``ReplayInputs``: one replay's inputs as objects, what the engine runs on.
+
+Two callers make one: the command line's adapter (``engine.load_options``: files read,
+``module:ATTR`` paths imported) and ``Replayer`` (the objects it was handed, taken as
+they are: a message is never serialized to be parsed again).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from beam_agents._protos import AgentEnvelope, StateSnapshot
+from beam_agents.agent import Agent
+from beam_agents.hitl import HitlPolicy
+from beam_agents.key_state import KeyState
+from beam_agents.replay.inputs.traces import TraceSource
+from beam_agents.replay.naming import Naming
+from beam_agents.replay.options import Source
+from beam_agents.tools import ToolRegistry
+
+__all__ = ["ReplayInputs"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplayInputs:
+    """Everything one replay reads, loaded and checked."""
+
+    snapshot: StateSnapshot
+    """The snapshot as parsed (the engine only reads it)."""
+    state: KeyState
+    """Its state at the current layouts (the re-run works on a copy)."""
+    blob_versions: dict[str, int]
+    """The version each blob was stored at."""
+    event: AgentEnvelope | None
+    """The triggering envelope given; None for a HITL timeout, or when ``events`` is."""
+    events: tuple[Source, ...]
+    """Topic dumps to pick the triggering envelope from (``--events``)."""
+    traces: tuple[TraceSource, ...]
+    agent: Agent
+    registry: ToolRegistry
+    hitl: HitlPolicy
+    seq: int | None
+    """The traced activation to replay; None: the key's highest traced one."""
+    what_if: bool
+    time_limit: float | None
+    naming: Naming
+    """How the caller named the inputs: the words refusals use for them."""
