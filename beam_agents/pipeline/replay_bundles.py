@@ -109,7 +109,7 @@ class ReplayBundlesOutputs(NamedTuple):
 
     results: PCollection[dict[str, Any]]
     """One row per activation (also one per unreadable bundle): path, seq, entity_key (hex),
-    verdict, exit_code, cause, detail, seconds — a row of ``check --json``
+    verdict, exit_code, cause_kind, cause, detail, seconds — a row of ``check --json``
     (``CheckRow.document``)."""
     counts: PCollection[tuple[tuple[str, str], int]]
     """``((verdict, cause), number of rows)``: the groups of ``check``'s table."""

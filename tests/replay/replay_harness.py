@@ -27,6 +27,9 @@ from beam_agents.testing import PipelineKey, export_request_envelope
 from beam_agents.tool_cache import ToolCachePolicy
 from beam_agents.trace_stream import write_trace_stream
 
+AGENTS = Path(__file__).resolve().parent / "agents"
+"""The helper agents' folder: on PYTHONPATH (and the working directory) of the CLI runs."""
+
 T0 = 1_734_000_000_000
 KEY = b"customer-42"
 

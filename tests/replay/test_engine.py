@@ -613,3 +613,20 @@ def test_a_bug_in_the_engine_is_reported_as_internal_never_as_a_verdict(
     result = replay(options(history.export(), history.trace_bytes(), event=event))
     assert result.verdict is Verdict.USAGE_ERROR and result.exit_code == 2
     assert "internal error" in result.error and "KeyError" in result.error
+
+
+def test_the_result_says_what_stopped_it_as_a_typed_cause(history: KeyHistory) -> None:
+    """``ReplayResult.stop``: what groups results (check's causes) reads this, never the
+    reason's words."""
+    from beam_agents.replay.result import StopCause
+
+    event = ask()
+    history.send(event)
+    snapshot, traces = history.export(), history.trace_bytes()
+    assert replay(options(snapshot, traces, event=event)).stop is None
+    changed = replay(options(snapshot, traces, event=event, registry="replay_agents:TOOLS_CHANGED_LOOKUP"))
+    assert changed.verdict is Verdict.DIVERGED and changed.stop is None
+    missed = replay(options(snapshot, traces, event=event, agent="replay_agents:AGENT_NEW_PROMPT"))
+    assert (missed.verdict, missed.stop) == (Verdict.IRREPRODUCIBLE, StopCause.CACHE_MISS)
+    refused = replay(options(snapshot, b"", event=event))
+    assert (refused.verdict, refused.stop) == (Verdict.USAGE_ERROR, StopCause.REFUSED)

@@ -77,3 +77,29 @@ def test_an_input_of_the_wrong_type_is_a_usage_error_naming_it_not_an_internal_e
         result = replayer.replay(snapshot, history.trace_bytes(), event_arg)  # type: ignore[arg-type]
         assert result.verdict is Verdict.USAGE_ERROR and result.exit_code == 2
         assert result.error.startswith(message) and "internal error" not in result.error
+
+
+def test_messages_go_straight_into_the_engine_never_serialized_to_be_parsed_again(
+    history: KeyHistory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Replayer serialized the snapshot, the envelope and the trace events only to parse them
+    again; the parsers are not reached now, and the result is the one bytes give."""
+    from beam_agents.replay.inputs import envelopes, snapshot, traces
+
+    event = ask()
+    history.send(event)
+    message = StateSnapshot.FromString(history.export())
+    replayer = Replayer(agent=ra.AGENT, registry=ra.TOOLS)
+    from_bytes = replayer.replay(history.export(), history.trace_bytes(), event.SerializeToString())
+
+    def unreachable(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a message was serialized to be parsed again")
+
+    monkeypatch.setattr(snapshot, "load_snapshot_for_replay", unreachable)
+    monkeypatch.setattr(envelopes, "read_source", unreachable)
+    monkeypatch.setattr(traces, "read_trace_stream", unreachable)
+    from_messages = replayer.replay(message, list(history.trace), event)
+    assert from_messages.verdict is Verdict.REPRODUCED, from_messages.error
+    assert from_messages == from_bytes
+    # The agent gets a copy of the event: the caller's message is not handed to agent code.
+    assert event.envelope_id and from_messages.header.envelope_id == event.envelope_id

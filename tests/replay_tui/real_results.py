@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPLAY_TESTS = Path(__file__).resolve().parent.parent / "replay"
-if str(REPLAY_TESTS) not in sys.path:
-    # replay_agents must be importable as "replay_agents:AGENT", as the replay suite has it.
-    sys.path.insert(0, str(REPLAY_TESTS))
+for _path in (REPLAY_TESTS, REPLAY_TESTS / "agents"):
+    if str(_path) not in sys.path:
+        # replay_agents must be importable as "replay_agents:AGENT", as the replay suite has it.
+        sys.path.insert(0, str(_path))
 
 import replay_agents  # noqa: E402
 from replay_harness import T0, KeyHistory  # noqa: E402

@@ -20,11 +20,12 @@ from typing import Any
 import last_resort_agents as lra
 import pytest
 from incident_history import Incident
+from replay_harness import AGENTS
 
 from beam_agents.replay.isolation.watchdog import KILLED_STATUS
 
 SCRIPT = str(Path(sys.executable).parent / "beam-agents-replay")
-HERE = Path(__file__).parent
+HERE = AGENTS  # the helper agents: on PYTHONPATH, and the working directory
 PARAGRAPH = "beam-agents-replay: stopped: agent code was still running 1 s after it started"
 ABANDONED = "beam-agents-replay: stopped: agent code that ran past its time limit of 0.5 s"
 

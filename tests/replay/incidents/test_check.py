@@ -12,6 +12,7 @@ from incident_history import Incident
 from beam_agents.cli import main
 from beam_agents.replay.incidents.check import check_bundles
 from beam_agents.replay.incidents.check_render import render_junit
+from beam_agents.replay.incidents.check_rows import CheckCause
 from beam_agents.replay.result import Verdict
 
 
@@ -222,3 +223,48 @@ def test_a_divergence_into_another_event_is_grouped_by_the_two_kinds(tmp_path: P
     assert row.verdict is Verdict.DIVERGED
     assert row.cause == "LLM_CALL 'replay-test-model': the re-run has ACTIVATION_END here"
     assert "differs: kind, name, attributes[" in row.detail  # the full reason stays in the detail
+
+
+def test_a_cause_never_loses_letters_to_the_file_name(
+    folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cause was the reason with the file's path replaced by FILE: a bundle named e
+    diverged at "TOOL_CALL 'lookup_ordFILEr'". A refusal now says its cause where it is made,
+    and a replay's cause is built from its typed facts."""
+    monkeypatch.chdir(tmp_path)
+    Path("e").write_bytes((folder / "tool.bundle").read_bytes())
+    Path("d").write_bytes((folder / "cut.bundle").read_bytes())
+    Path("u").write_bytes((folder / "snapshot.bundle").read_bytes())
+    named = {r.path: (r.verdict, r.kind, r.cause) for r in check_bundles(["e", "d", "u"]).rows}
+    assert named == {
+        "e": (
+            Verdict.DIVERGED,
+            CheckCause.DIVERGED,
+            "TOOL_CALL 'lookup_order': attributes['beam_agents.result_sha256']",
+        ),
+        "d": (Verdict.USAGE_ERROR, CheckCause.REFUSED, "bundle FILE is truncated or corrupt"),
+        "u": (Verdict.USAGE_ERROR, CheckCause.REFUSED, "bundle FILE is not an incident bundle"),
+    }
+    # The detail still names the file.
+    assert any(r.detail.startswith("bundle d ") for r in check_bundles(["d"]).rows)
+
+
+def test_a_cause_is_built_from_the_results_stop_never_read_back_out_of_its_reason() -> None:
+    """A time-limit row was recognized by its reason's first words and cut where they said."""
+    from beam_agents.replay.incidents.check_rows import result_row
+    from beam_agents.replay.isolation.time_limit import RAN_PAST
+    from beam_agents.replay.result import ReplayHeader, ReplayResult, StopCause
+
+    header = ReplayHeader(version="1", agent_path="a:A", registry_path="a:T")
+
+    def row(stop: StopCause, reason: str) -> tuple[CheckCause, str]:
+        result = ReplayResult(verdict=Verdict.IRREPRODUCIBLE, reason=reason, header=header, stop=stop)
+        made = result_row("x.bundle", 1, b"k", result, 0.1, time_limit=5.0)
+        return made.kind, made.cause
+
+    assert row(StopCause.TIME_LIMIT, "anything at all") == (
+        CheckCause.TIME_LIMIT,
+        f"{RAN_PAST} 5 s",
+    )
+    looks_like_it = f"{RAN_PAST} 9 s and was not judged: network blocked"
+    assert row(StopCause.BLOCKED, looks_like_it) == (CheckCause.BLOCKED, looks_like_it)

@@ -170,3 +170,16 @@ def test_recorded_tool_results_are_judged_like_responses() -> None:
         )  # fmt: skip
         expected = Verdict.REPRODUCED if row.replay == ls.CACHED else Verdict.IRREPRODUCIBLE
         assert result.verdict is expected, result.reason
+
+
+def test_a_key_is_labelled_as_every_surface_labels_it() -> None:
+    """ls showed a key's text only when it was ASCII; the TUI and the Markdown report when it
+    is printable UTF-8. One label set now (``reporting.labels``)."""
+    from beam_agents.replay.reporting.labels import key_label
+
+    key = "café-7".encode()
+    h = history(key=key)
+    h.send(ask("bonjour", T0, key=key))
+    text = ls.render_listing(ls.list_activations([h.trace_bytes()]))
+    assert f"key {key.hex()} (café-7): 1 traced activation(s)" in text
+    assert key_label(key) == f"{key.hex()} (café-7)"

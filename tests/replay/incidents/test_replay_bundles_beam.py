@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,14 @@ from beam_agents.replay.incidents.check import check_bundles
 from beam_agents.replay.incidents.check_rows import CheckRow
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def _workers_import_this_module(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runner's worker processes unpickle ``_Collect`` by this module's name: they find
+    it on PYTHONPATH, which they inherit (the helper agents' folder is there already)."""
+    here = str(Path(__file__).resolve().parent)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
 
 
 class _Collect(beam.DoFn):  # type: ignore[misc]

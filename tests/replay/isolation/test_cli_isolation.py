@@ -22,9 +22,10 @@ import isolation_agents as ia
 import pytest
 import replay_agents as ra
 from incident_history import Incident
+from replay_harness import AGENTS
 
 SCRIPT = str(Path(sys.executable).parent / "beam-agents-replay")
-HERE = Path(__file__).parent
+HERE = AGENTS  # the helper agents: on PYTHONPATH, and the working directory
 
 
 @pytest.fixture(scope="module")
@@ -254,6 +255,7 @@ def test_ls_and_convert_bq_run_isolated_for_their_whole_life(
     # The console script's main(), then what code in that process could try afterwards.
     program = f"""
 import socket, subprocess, sys
+from replay_harness import AGENTS
 from beam_agents.cli import main
 sys.argv = ["beam-agents-replay", *{args!r}]
 code = main()
