@@ -41,7 +41,8 @@ from beam_agents._protos import (
 from beam_agents.agent import Agent, Done, Suspend, Timeout
 from beam_agents.blobs import unwrap_blob
 from beam_agents.capture import CaptureKind, ValueCapture
-from beam_agents.context import AgentContext, ProviderFailure, ToolMiss, error_type_name
+from beam_agents.context import AgentContext, ProviderFailure, ToolMiss
+from beam_agents.context import error_type_name as _error_type
 from beam_agents.errors import AgentResultError, CorruptBlobError
 from beam_agents.event_log import EventLog
 from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
@@ -290,7 +291,7 @@ def run_activation(
         return _run(agent, ctx, state, work, trigger, kind, hitl, capture, hooks.encode_cache_cells)
     except Exception as exc:
         index = ctx.record(
-            TraceEvent.ACTIVATION_FAILED, error_type_name(exc), {te.ATTR_ERROR_TYPE: error_type_name(exc)}
+            TraceEvent.ACTIVATION_FAILED, _error_type(exc), {te.ATTR_ERROR_TYPE: _error_type(exc)}
         )
         if capture is not None:
             capture.add(index, CaptureKind.ERROR, exc)
@@ -298,7 +299,7 @@ def run_activation(
             seq=seq,
             kind=kind,
             trace=_frozen_trace(ctx.events),
-            error_type=error_type_name(exc),
+            error_type=_error_type(exc),
             error=exc,
             provider_failures=tuple(ctx.provider_failures),
             tool_misses=tuple(ctx.tool_misses),
