@@ -243,6 +243,7 @@ def run_activation(
     tool_cache_policy: ToolCachePolicy = DEFAULT_TOOL_CACHE_POLICY,
     decision: TriggerDecision | None = None,
     replay: ReplayHooks | None = None,
+    contain_base_exceptions: bool = False,
 ) -> ActivationResult:
     """Run one activation of ``agent`` for ``entity_key`` at ``seq`` on the clock ``now_ms``.
 
@@ -252,6 +253,10 @@ def run_activation(
     Its action must be START or RESUME, and it alone says which of the two runs.
     ``replay`` is what replay changes in the run (``ReplayHooks``); the pipeline
     passes none.
+    ``contain_base_exceptions=True`` is for the pipeline: a ``BaseException`` that is
+    not an ``Exception`` (``SystemExit``, ``KeyboardInterrupt``, ``GeneratorExit``)
+    raised by agent code fails this activation like any error, instead of taking its
+    worker down with it. Left False, it propagates (replay's guard stops a re-run so).
     """
     if decision is None:
         decision = classify_trigger(state, trigger)
@@ -289,7 +294,9 @@ def run_activation(
     running = _running.ACTIVATION.set(ctx)
     try:
         return _run(agent, ctx, state, work, trigger, kind, hitl, capture, hooks.encode_cache_cells)
-    except Exception as exc:
+    except BaseException as exc:
+        if not isinstance(exc, Exception) and not contain_base_exceptions:
+            raise
         index = ctx.record(
             TraceEvent.ACTIVATION_FAILED, _error_type(exc), {te.ATTR_ERROR_TYPE: _error_type(exc)}
         )
@@ -382,6 +389,7 @@ def _run(
     released: list[ToolIntent] = []
     outcome: Done | Suspend | None = None
     outcome_name: Outcome
+    ran_agent_code = True  # False only for an approval handled without agent code
 
     if kind is ActivationKind.RESUME:
         record = ResumeRecord(seq=ctx.seq, pending=[_copy_intent(i) for i in state.pending])
@@ -396,6 +404,7 @@ def _run(
         intent = next(i for i in work.pending if i.intent_id == approval.intent_id)
         work.pending = [i for i in work.pending if i.intent_id != approval.intent_id]
         awaited = pre_cont is not None and approval.intent_id in pre_cont.awaiting_intent_ids
+        ran_agent_code = not approval.approved and awaited
         if approval.approved:
             released.append(intent)
         elif awaited:
@@ -415,7 +424,7 @@ def _run(
     approval_requests: list[ToolIntent] = []
     continuation: Continuation | None = work.continuation
     outputs: tuple[bytes, ...] = ()
-    if outcome is None:
+    if outcome is None and not ran_agent_code:
         outcome_name = Outcome.RELEASED if released else Outcome.REJECTED
     elif isinstance(outcome, Done):
         outcome_name = Outcome.DONE
@@ -430,10 +439,11 @@ def _run(
             pre_cont.step_index + 1 if kind is ActivationKind.RESUME and pre_cont is not None else 0
         )
         continuation = _suspend(ctx, work, pre_cont, outcome, hitl, step_index)
-    else:
+    else:  # None included: an agent that forgot to return must not commit as if done
         raise AgentResultError(
             f"{type(agent).__name__}.{kind.value} returned "
             f"{type(outcome).__name__}; it must return Done(...) or Suspend(...)"
+            + (" (a missing return statement?)" if outcome is None else "")
         )
 
     for intent in ctx.staged_intents:

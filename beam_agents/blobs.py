@@ -23,6 +23,7 @@ from google.protobuf.message import DecodeError
 from beam_agents import canonical_json
 from beam_agents._protos import (
     Continuation,
+    KeyHold,
     LlmCacheBody,
     PendingIntents,
     ResumeHistory,
@@ -54,6 +55,7 @@ _EMPTY_BODIES: Mapping[str, bytes] = {
     "pending": b"",
     "resume_history": b"",
     "tool_cache": b"",
+    "hold": b"",
 }
 
 
@@ -610,3 +612,26 @@ def dump_resume_history(records: Sequence[ResumeRecord]) -> bytes:
         kept.append(copy)
     body = ResumeHistory(records=kept).SerializeToString(deterministic=True)
     return encode_blob("resume_history", body)
+
+
+# --- hold --------------------------------------------------------------------------------
+
+
+def load_hold(raw: bytes) -> tuple[KeyHold | None, list[str]]:
+    """The trigger a key holds (a retry pending) from its ``hold`` cell (empty cell: None).
+
+    Returns:
+        ``(hold or None, applied migration steps)``.
+    """
+    if raw == b"":
+        return None, []
+    version, body = unwrap_blob("hold", raw)
+    current_body, steps = migrate("hold", version, body)
+    return parse_proto(KeyHold, "hold", current_body), steps
+
+
+def dump_hold(hold: KeyHold | None) -> bytes:
+    """A ``hold`` cell; None (the key holds nothing) is the empty cell ``b""``."""
+    if hold is None:
+        return b""
+    return encode_blob("hold", hold.SerializeToString(deterministic=True))

@@ -17,6 +17,7 @@ from beam_agents.errors import ConfigError
 from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
 from beam_agents.llm_cache import DEFAULT_CACHE_POLICY, CachePolicy
 from beam_agents.provider import Provider
+from beam_agents.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from beam_agents.sinks.uri import Role, SinkUri, check_sink_options, parse_sink_uri
 from beam_agents.tool_cache import DEFAULT_TOOL_CACHE_POLICY, ToolCachePolicy
 
@@ -54,8 +55,14 @@ class AgentConfig:
     capacity in entries and bytes, TTL."""
     sink_options: Mapping[str, str] = field(default_factory=dict)
     """Options passed to every sink this config opens (e.g. producer settings)."""
+    retry: RetryPolicy = DEFAULT_RETRY_POLICY
+    """What a key does with a trigger whose activation failed: a transient provider
+    failure is tried again later on the key (its later envelopes wait behind it), anything
+    else and the last attempt go to ``.errors`` (docs/pipeline.md, *When an activation
+    fails*)."""
     inbox_limit: int = DEFAULT_INBOX_LIMIT
-    """Start events a suspended key may hold waiting; more go to ``.errors``."""
+    """Envelopes a key may hold waiting (behind its suspension or a pending retry); more go
+    to ``.errors``."""
     max_in_flight: int = 1
     """Activations of *different* keys one DoFn instance runs at once (threads). 1: one
     after another, as they arrive. More: while one key's activation waits on its model,
@@ -76,6 +83,8 @@ class AgentConfig:
             raise ConfigError(
                 f"AgentConfig.tool_cache must be a ToolCachePolicy, got {self.tool_cache!r}"
             )
+        if not isinstance(self.retry, RetryPolicy):
+            raise ConfigError(f"AgentConfig.retry must be a RetryPolicy, got {self.retry!r}")
         if (
             isinstance(self.inbox_limit, bool)
             or not isinstance(self.inbox_limit, int)

@@ -1,9 +1,12 @@
-"""The dead-letter record of ``RunAgent.errors``: an input the pipeline refused, and why.
+"""The dead-letter record of ``RunAgent.errors``: an input the pipeline refused or gave up on.
 
 A refused input never stops the pipeline and never changes a key's state; it
 comes out on ``.errors`` as an ``ErrorRecord`` carrying the raw bytes, so an
 operator can fix and re-publish it. ``code`` is for machines (alerts, routing),
-``reason`` for people.
+``reason`` for people. So does a trigger whose activation failed for good
+(``activation_failed``, ``retries_exhausted``): its record also names the seq of the
+last failed activation (the one to replay), the error, and every attempt with the
+retry policy's decision after it.
 
 Beam-free: the record is a plain frozen dataclass (pickled by Beam's default
 coder) and can be read by tools that never import Apache Beam.
@@ -12,7 +15,9 @@ coder) and can be read by tools that never import Apache Beam.
 from __future__ import annotations
 
 import base64
+import binascii
 import enum
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +42,13 @@ class ErrorCode(enum.StrEnum):
     STATE_UNREADABLE = "state_unreadable"
     """The key's committed state cannot be loaded by this binary (a blob newer than the
     package, a migration gap, corrupt bytes); the trigger is refused, the state left as is."""
+    ACTIVATION_FAILED = "activation_failed"
+    """The trigger's activation failed for a reason a retry cannot cure: agent code raised
+    (``BaseException`` included) or returned what is not ``Done``/``Suspend``, the provider
+    refused the request or gave no answer. Dead-lettered at once; nothing was committed."""
+    RETRIES_EXHAUSTED = "retries_exhausted"
+    """The trigger's activation failed transiently (rate limit, timeout, provider
+    unavailable) on every one of ``RetryPolicy.max_attempts`` attempts."""
 
 
 # The members under their historical module-level names.
@@ -46,9 +58,61 @@ NO_BODY = ErrorCode.NO_BODY
 REJECTED_TRIGGER = ErrorCode.REJECTED_TRIGGER
 INBOX_OVERFLOW = ErrorCode.INBOX_OVERFLOW
 STATE_UNREADABLE = ErrorCode.STATE_UNREADABLE
+ACTIVATION_FAILED = ErrorCode.ACTIVATION_FAILED
+RETRIES_EXHAUSTED = ErrorCode.RETRIES_EXHAUSTED
 
 ERROR_CODES: tuple[ErrorCode, ...] = tuple(ErrorCode)
 """Every ``ErrorRecord.code``, in declaration order."""
+
+RESENDABLE_CODES: frozenset[ErrorCode] = frozenset(
+    {ACTIVATION_FAILED, RETRIES_EXHAUSTED, INBOX_OVERFLOW, STATE_UNREADABLE}
+)
+"""The codes whose envelope may succeed when re-published as it is, once the cause is
+fixed (agent code, the provider, a full inbox, an old binary). The others would be
+refused the same way again: the envelope itself must change."""
+
+MAX_ERROR_TEXT = 2000
+"""The most characters of an error's message a record keeps (per attempt: 500)."""
+MAX_ATTEMPT_TEXT = 500
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One failed activation of a trigger, and what the retry policy decided after it."""
+
+    seq: int
+    """The activation's seq (replay it with ``--seq``)."""
+    now_ms: int
+    """Its activation clock (the envelope's event time, or the retry's due time)."""
+    error_type: str
+    """The error's type, as traced on ``ACTIVATION_FAILED``."""
+    error: str
+    """The error's message (cut to ``MAX_ATTEMPT_TEXT`` characters)."""
+    transient: bool
+    """Whether the failure was transient (``beam_agents.retry.is_transient``)."""
+    wait_ms: int
+    """The wait the policy chose before the next attempt; 0: it gave the trigger up."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "now_ms": self.now_ms,
+            "error_type": self.error_type,
+            "error": self.error,
+            "transient": self.transient,
+            "wait_ms": self.wait_ms,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Attempt:
+        return cls(
+            seq=int(data["seq"]),
+            now_ms=int(data["now_ms"]),
+            error_type=str(data["error_type"]),
+            error=str(data["error"]),
+            transient=bool(data["transient"]),
+            wait_ms=int(data["wait_ms"]),
+        )
 
 
 @dataclass(frozen=True)
@@ -63,13 +127,30 @@ class ErrorRecord:
     envelope_id: str = ""
     """The envelope's id; empty when it could not be parsed (or for a HITL timer)."""
     raw: bytes = b""
-    """The refused envelope's bytes exactly as read; empty when the element was not bytes."""
+    """The refused envelope's bytes exactly as read; empty when the element was not bytes
+    (or, for a failed HITL timeout resume, which has no envelope)."""
+    seq: int = 0
+    """For ``activation_failed`` / ``retries_exhausted``: the seq of the last failed
+    activation (``beam-agents-replay --seq``); 0 for a refused input (none ran)."""
+    error_type: str = ""
+    """The last failure's error type, as traced on its ``ACTIVATION_FAILED``."""
+    error: str = ""
+    """The last failure's message (cut to ``MAX_ERROR_TEXT`` characters)."""
+    attempts: tuple[Attempt, ...] = ()
+    """Every failed activation of the trigger, oldest first, with the policy's decisions."""
 
     def __post_init__(self) -> None:
         # A plain string names a code too ("key_mismatch"); an unknown one is refused here,
         # not by the alerting that routes on it.
         if not isinstance(self.code, ErrorCode):
             object.__setattr__(self, "code", ErrorCode(self.code))
+        object.__setattr__(self, "attempts", tuple(self.attempts))
+
+    @property
+    def resendable(self) -> bool:
+        """True when re-publishing ``raw`` as it is may succeed once the cause is fixed
+        (``RESENDABLE_CODES``, and the record carries an envelope)."""
+        return self.code in RESENDABLE_CODES and bool(self.raw)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (``raw`` and ``entity_key`` base64), for a dead-letter topic."""
@@ -79,8 +160,46 @@ class ErrorRecord:
             "entity_key_b64": base64.b64encode(self.entity_key).decode("ascii"),
             "envelope_id": self.envelope_id,
             "raw_b64": base64.b64encode(self.raw).decode("ascii"),
+            "seq": self.seq,
+            "error_type": self.error_type,
+            "error": self.error,
+            "attempts": [attempt.to_dict() for attempt in self.attempts],
         }
 
     def to_json_bytes(self) -> bytes:
         """``to_dict()`` as canonical JSON bytes: the same record always gives the same bytes."""
         return canonical_json.dumps(self.to_dict())
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ErrorRecord:
+        """The record ``to_dict()`` gave (what a dead-letter topic holds), read back.
+
+        Raises:
+            ValueError: ``data`` is not such a dict (a missing field, bad base64, an
+                unknown code), naming what is wrong.
+        """
+        try:
+            return cls(
+                ErrorCode(data["code"]),
+                str(data["reason"]),
+                entity_key=base64.b64decode(data["entity_key_b64"], validate=True),
+                envelope_id=str(data["envelope_id"]),
+                raw=base64.b64decode(data["raw_b64"], validate=True),
+                seq=int(data.get("seq", 0)),
+                error_type=str(data.get("error_type", "")),
+                error=str(data.get("error", "")),
+                attempts=tuple(Attempt.from_dict(a) for a in data.get("attempts", ())),
+            )
+        except (KeyError, TypeError, ValueError, binascii.Error) as exc:
+            raise ValueError(f"not a dead-letter record ({type(exc).__name__}: {exc})") from None
+
+    @classmethod
+    def from_json_bytes(cls, data: bytes | str) -> ErrorRecord:
+        """The record ``to_json_bytes()`` gave, read back (see ``from_dict``)."""
+        try:
+            parsed = json.loads(data)
+        except ValueError as exc:
+            raise ValueError(f"not a dead-letter record: not JSON ({exc})") from None
+        if not isinstance(parsed, dict):
+            raise ValueError(f"not a dead-letter record: JSON {type(parsed).__name__}")
+        return cls.from_dict(parsed)

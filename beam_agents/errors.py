@@ -11,12 +11,13 @@
     │   └── RecordedResultError          a recorded tool returned a non-JSON or oversize result
     ├── ProviderError                    the model provider could not answer
     │   ├── CacheMissError               the provider that serves nothing was reached (replay)
-    │   └── ProviderCallError            a real provider's call failed (beam_agents.providers)
-    │       ├── ProviderRateLimitError   429: slow down (retryable)
-    │       ├── ProviderTimeoutError     no answer in time (retryable)
-    │       ├── ProviderUnavailableError 5xx, overloaded, or no connection (retryable)
-    │       ├── ProviderRequestError     4xx: the request or the credentials are wrong (not retryable)
-    │       └── ProviderResponseError    an answer that cannot be read as an LlmResponse
+    │   └── ProviderCallError            a provider's call failed; ``transient`` says if a retry may help
+    │       ├── ProviderRateLimitError   429: slow down (transient)
+    │       ├── ProviderTimeoutError     no answer in time, or the call's deadline passed (transient)
+    │       ├── ProviderUnavailableError 5xx, overloaded, or no connection (transient)
+    │       ├── ProviderRequestError     4xx, or a request the provider refuses to send (permanent)
+    │       └── ProviderResponseError    an answer that is not one: wrong shape, not JSON, too
+    │                                    deep, too large (permanent)
     ├── ToolNotRecordedError             a recorded tool's result is not in the tool cache (replay)
     ├── NetworkBlockedError              a connection attempted while the network is blocked (replay)
     ├── StateError                       a state blob cannot be used
@@ -132,15 +133,19 @@ class ToolNotRecordedError(BeamAgentsError):
 
 
 class ProviderCallError(ProviderError):
-    """A real provider's call failed; the SDK's own error is the ``__cause__``.
+    """A provider's call failed; the SDK's own error (if any) is the ``__cause__``.
 
-    Raised by ``beam_agents.providers`` after the SDK's own retries are spent. The
-    activation records the subclass's name as the LLM_CALL's ``error_type``; agent code
-    may catch it (``except ProviderCallError as exc: if exc.retryable: ...``).
+    Raised by ``beam_agents.providers`` once the call's own attempts are spent (and by
+    any provider that maps its client's errors to these types). The activation records
+    the subclass's name as the LLM_CALL's ``error_type``. ``transient`` says whether the
+    same request may succeed later: ``RunAgent`` retries an activation that failed with a
+    transient one on the key (``AgentConfig.retry``) and dead-letters one that failed
+    with a permanent one at once. Agent code may catch it too
+    (``except ProviderCallError as exc: if exc.transient: ...``).
     """
 
-    retryable: bool = False
-    """True when the same request may succeed later (rate limit, timeout, 5xx)."""
+    transient: bool = False
+    """True when the same request may succeed later (rate limit, timeout, 5xx, no connection)."""
 
     def __init__(
         self,
@@ -149,6 +154,7 @@ class ProviderCallError(ProviderError):
         *,
         status: int | None = None,
         request_id: str | None = None,
+        attempts: int = 1,
     ) -> None:
         self.provider = provider
         """The provider's ``name``."""
@@ -157,35 +163,46 @@ class ProviderCallError(ProviderError):
         self.request_id = request_id
         """The provider's request id (quote it to the provider's support), when it sent one."""
         self.detail = message
+        self.attempts = attempts
+        """How many HTTP attempts the call made before giving up (1: it was not retried)."""
         where = f" (HTTP {status})" if status is not None else ""
         rid = f" [request id {request_id}]" if request_id else ""
-        super().__init__(f"provider {provider!r}{where}: {message}{rid}")
+        tries = f" after {attempts} attempts" if attempts > 1 else ""
+        super().__init__(f"provider {provider!r}{where}{tries}: {message}{rid}")
+
+    @property
+    def retryable(self) -> bool:
+        """The same as ``transient`` (its earlier name)."""
+        return self.transient
 
 
 class ProviderRateLimitError(ProviderCallError):
     """The provider refused the call for now (HTTP 429): too many requests or tokens."""
 
-    retryable = True
+    transient = True
 
 
 class ProviderTimeoutError(ProviderCallError):
-    """The provider did not answer within the timeout (or said 408)."""
+    """No answer within ``timeout_s`` (or HTTP 408), or the call's deadline passed first."""
 
-    retryable = True
+    transient = True
 
 
 class ProviderUnavailableError(ProviderCallError):
     """The provider failed (HTTP 5xx, overloaded) or could not be reached at all."""
 
-    retryable = True
+    transient = True
 
 
 class ProviderRequestError(ProviderCallError):
-    """The provider refused the request itself (HTTP 4xx: bad request, auth, unknown model)."""
+    """The provider refused the request itself (HTTP 4xx: bad request, auth, unknown model),
+    or the request is one this provider refuses to send (a stream, material its protocol
+    cannot carry)."""
 
 
 class ProviderResponseError(ProviderCallError):
-    """The provider answered, but not with something that reads as an ``LlmResponse``."""
+    """The provider answered, but not with an answer: a body without the vendor's response
+    shape, not JSON, nested too deep, or larger than the provider's ``max_response_bytes``."""
 
 
 class NetworkBlockedError(BeamAgentsError):

@@ -19,6 +19,19 @@ what to emit, in order, and where the key's HITL timer must be set. Per input:
                     ``hitl_timeout``; a stale one (the suspension ended or was
                     replaced) changes nothing.
 
+When an activation fails (it commits nothing but its SEQ and trace), the retry
+policy (``beam_agents.retry``) decides what becomes of its trigger: a transient
+failure with attempts left makes the key **hold** the trigger (the ``hold`` cell, a
+``KeyHold``) and sets its retry timer at the next attempt's due time; anything else
+is dead-lettered (``activation_failed`` / ``retries_exhausted`` on ``.errors``, with
+every attempt). While a key holds a trigger, every later envelope but an export waits
+behind it in the inbox, in arrival order, and a HITL deadline that passes is noted in
+the hold and handled in its place among them. When the retry timer fires
+(``RetryDue``), the trigger runs again as a new activation with the next SEQ, on the
+due time as its clock; once it commits or is given up, the waiting envelopes run.
+So every input envelope ends committed, waiting (inbox, hold, suspension) or
+dead-lettered: never lost.
+
 Triggers are classified by ``classify_trigger``; the activation itself is the
 ``Activate`` callable the step is built with (``run_activation`` with the
 pipeline's configuration, see ``activation_runner``). ``AgentDoFn`` is an adapter
@@ -35,9 +48,10 @@ from typing import Any, NamedTuple, Protocol
 
 from google.protobuf.message import DecodeError
 
-from beam_agents._protos import AgentEnvelope
+from beam_agents._protos import AgentEnvelope, FailedAttempt, KeyHold, RetryPending
 from beam_agents.activation import (
     ActivationCommit,
+    ActivationFailure,
     ActivationResult,
     TriggerAction,
     TriggerDecision,
@@ -47,12 +61,18 @@ from beam_agents.activation import (
     trigger_name,
 )
 from beam_agents.agent import Agent, Timeout
+from beam_agents.blobs import dump_hold, load_hold
 from beam_agents.dead_letter import (
+    ACTIVATION_FAILED,
     INBOX_OVERFLOW,
     MALFORMED_ENVELOPE,
+    MAX_ATTEMPT_TEXT,
+    MAX_ERROR_TEXT,
     NO_BODY,
     REJECTED_TRIGGER,
+    RETRIES_EXHAUSTED,
     STATE_UNREADABLE,
+    Attempt,
     ErrorCode,
     ErrorRecord,
 )
@@ -61,6 +81,7 @@ from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
 from beam_agents.key_state import KeyState, StateCells, load_key_state, make_snapshot
 from beam_agents.llm_cache import DEFAULT_CACHE_POLICY, CachePolicy
 from beam_agents.provider import Provider
+from beam_agents.retry import DEFAULT_RETRY_POLICY, RetryPolicy, is_transient
 from beam_agents.tool_cache import DEFAULT_TOOL_CACHE_POLICY, ToolCachePolicy
 from beam_agents.tools import ToolRegistry
 from beam_agents.trace_events import serialize_trace_event
@@ -100,6 +121,13 @@ class HitlDeadline:
 
 
 @dataclass(frozen=True)
+class RetryDue:
+    """The key's retry timer firing at event time ``fired_ms``: try the held trigger again."""
+
+    fired_ms: int
+
+
+@dataclass(frozen=True)
 class TimerTarget:
     """Where the key's HITL timer must be set after a step."""
 
@@ -121,9 +149,18 @@ class StepResult(NamedTuple):
     timer: TimerTarget | None = None
     """Where to set the HITL timer now; None: leave it as it is."""
     queued: bool = False
-    """The envelope was appended to the key's inbox."""
+    """The envelope was appended to the key's inbox (behind its suspension or its hold)."""
     stale_timer: bool = False
-    """The deadline was for a suspension that has since ended or been replaced."""
+    """The deadline was for a suspension that has since ended or been replaced (or the
+    retry firing for a hold that is no longer there)."""
+    retry_timer: TimerTarget | None = None
+    """Where to set the retry timer now (a hold's next attempt); None: leave it as it is."""
+    retries: tuple[int, ...] = ()
+    """For each failed activation whose trigger the key now holds for another attempt, the
+    wait (ms of event time) the retry policy chose before it."""
+    deferred_deadline: bool = False
+    """The HITL deadline fired while the key held a trigger: noted in the hold, handled
+    once the hold is resolved."""
 
     def of(self, where: Emit) -> tuple[Any, ...]:
         """The emitted elements that go to ``where``, in order."""
@@ -175,23 +212,36 @@ class KeyStore(Protocol):
         ...
 
     def read_inbox(self) -> list[bytes]:
-        """Raw envelopes of start events waiting for the key to stop being suspended."""
+        """Raw envelopes waiting behind the key's suspension (events) or its hold (any)."""
         ...
 
     def write_inbox(self, inbox: list[bytes]) -> None: ...
+
+    def read_hold(self) -> bytes:
+        """The ``hold`` cell: the trigger the key holds for a retry (``b""``: none)."""
+        ...
+
+    def write_hold(self, hold: bytes) -> None:
+        """Write the ``hold`` cell (``b""``: clear it)."""
+        ...
 
 
 class MemoryKeyStore:
     """A ``KeyStore`` held in memory (a new key's by default)."""
 
-    __slots__ = ("cells", "inbox", "seq")
+    __slots__ = ("cells", "hold", "inbox", "seq")
 
     def __init__(
-        self, seq: int = 0, cells: StateCells | None = None, inbox: list[bytes] | None = None
+        self,
+        seq: int = 0,
+        cells: StateCells | None = None,
+        inbox: list[bytes] | None = None,
+        hold: bytes = b"",
     ) -> None:
         self.seq = seq
         self.cells = StateCells() if cells is None else cells
         self.inbox = [] if inbox is None else inbox
+        self.hold = hold
 
     def read_seq(self) -> int:
         return self.seq
@@ -210,6 +260,12 @@ class MemoryKeyStore:
 
     def write_inbox(self, inbox: list[bytes]) -> None:
         self.inbox = list(inbox)
+
+    def read_hold(self) -> bytes:
+        return self.hold
+
+    def write_hold(self, hold: bytes) -> None:
+        self.hold = hold
 
 
 class Activate(Protocol):
@@ -260,6 +316,8 @@ def activation_runner(
             cache_policy=cache_policy,
             tool_cache_policy=tool_cache_policy,
             decision=decision,
+            # SystemExit and the like from agent code fail its activation, not the worker.
+            contain_base_exceptions=True,
         )
 
     return activate
@@ -268,6 +326,14 @@ def activation_runner(
 def deadline_of(state: KeyState) -> int | None:
     """Where a key in ``state`` has its HITL timer set: its suspension's deadline, or nowhere."""
     return None if state.continuation is None else state.continuation.deadline_ms
+
+
+@dataclass(frozen=True)
+class _DeadlineMark:
+    """A HITL deadline that fired while the key held a trigger, in its place among the
+    envelopes that waited behind the hold (the drain handles it there)."""
+
+    fired_ms: int
 
 
 @dataclass
@@ -286,28 +352,46 @@ class _KeyRun:
     """Where the HITL timer is set now (None: not set)."""
     timer_target: int | None
     """Where it must be set when the input is done (None: cleared)."""
+    stored_hold: bytes
+    """The ``hold`` cell as read."""
+    hold: KeyHold | None
+    """The trigger the key holds for a retry, as it will be written (None: nothing)."""
+    retry_at: int | None
+    """Where the retry timer is set now (None: not set)."""
+    retry_target: int | None
+    """Where it must be set when the input is done (None: cleared)."""
     emitted: list[tuple[Emit, Any]] = field(default_factory=list)
     activations: list[ActivationResult] = field(default_factory=list)
+    retries: list[int] = field(default_factory=list)
+    """The waits before another attempt, one per failed activation the key now holds."""
 
 
 class KeyStep:
     """Handles one input of one key at a time (see the module docstring).
 
     ``activate`` runs each activation (``activation_runner(...)``; ``AgentDoFn`` passes
-    its own, which also times it); ``inbox_limit`` bounds the start events a suspended
-    key holds (``AgentConfig.inbox_limit``).
+    its own, which also times it); ``inbox_limit`` bounds the envelopes a key holds
+    waiting (``AgentConfig.inbox_limit``); ``retry`` decides what becomes of a failed
+    activation's trigger (``AgentConfig.retry``).
     """
 
-    __slots__ = ("_activate", "_inbox_limit")
+    __slots__ = ("_activate", "_inbox_limit", "_retry")
 
-    def __init__(self, activate: Activate, *, inbox_limit: int) -> None:
+    def __init__(
+        self, activate: Activate, *, inbox_limit: int, retry: RetryPolicy = DEFAULT_RETRY_POLICY
+    ) -> None:
         self._activate = activate
         self._inbox_limit = inbox_limit
+        self._retry = retry
 
-    def handle(self, key: bytes, item: bytes | HitlDeadline, store: KeyStore) -> StepResult:
-        """Handle ``item`` (envelope bytes or a deadline firing) of ``key`` against ``store``."""
+    def handle(
+        self, key: bytes, item: bytes | HitlDeadline | RetryDue, store: KeyStore
+    ) -> StepResult:
+        """Handle ``item`` (envelope bytes, a HITL deadline or a retry firing) against ``store``."""
         if isinstance(item, HitlDeadline):
             return self.deadline(key, item.fired_ms, store)
+        if isinstance(item, RetryDue):
+            return self.retry_due(key, item.fired_ms, store)
         return self.envelope(key, item, store)
 
     def envelope(self, key: bytes, raw: bytes, store: KeyStore) -> StepResult:
@@ -319,21 +403,25 @@ class KeyStep:
         if envelope.WhichOneof("body") == "export_request":
             # Before loading the state: an export must work even when this binary cannot
             # load the key's blobs (that is when an operator needs the snapshot most), and
-            # it only copies the cells.
+            # it only copies the cells. Nor does it wait behind a hold: it observes the
+            # committed state, which a pending retry has not changed.
             return StepResult(emitted=(_export(key, raw, envelope, store),))
         run = _read(store, timer_at_from_state=True)
         if isinstance(run, StateError):
             return _refused(STATE_UNREADABLE, str(run), key, raw, envelope.envelope_id)
+        if run.hold is not None and trigger_name(envelope) is not Trigger.NONE:
+            # Behind the held trigger, in arrival order, whatever it is.
+            return self._enqueue(key, raw, envelope, store, run.hold)
         decision = classify_trigger(run.state, envelope)
         if decision.action is TriggerAction.REJECT:
             code = NO_BODY if trigger_name(envelope) is Trigger.NONE else REJECTED_TRIGGER
             return _refused(code, decision.reason, key, raw, envelope.envelope_id)
         if decision.action is TriggerAction.QUEUE:
-            return self._enqueue(key, raw, envelope, store)
+            return self._enqueue(key, raw, envelope, store, None)
         was_suspended = run.state.continuation is not None
-        self._run(key, run, envelope, decision, now_ms=envelope.event_time_ms)
-        if was_suspended and run.state.continuation is None:
-            self._drain_inbox(key, run, store)
+        self._run(key, run, envelope, decision, now_ms=envelope.event_time_ms, raw=raw)
+        if run.hold is None and was_suspended and run.state.continuation is None:
+            self._drain(key, run, store)
         return _write(run, store)
 
     def deadline(self, key: bytes, fired_ms: int, store: KeyStore) -> StepResult:
@@ -345,13 +433,70 @@ class KeyStep:
         if cont is None or cont.deadline_ms != fired_ms:
             # A timer set for a suspension that has since ended or been replaced.
             return StepResult(stale_timer=True)
+        hold = run.hold
+        if hold is not None:
+            # The timeout waits its turn behind the held trigger, after the envelopes
+            # that were already waiting (the drain runs it there).
+            if not hold.deferred_deadline_ms:
+                hold.deferred_deadline_ms = fired_ms
+                hold.deferred_after = len(store.read_inbox())
+            return _write(run, store)._replace(deferred_deadline=True)
         trigger = hitl_timeout(cont, fired_ms)
         decision = classify_trigger(run.state, trigger)
         if decision.action is not TriggerAction.RESUME:
             return StepResult()
-        self._run(key, run, trigger, decision, now_ms=fired_ms)
-        if run.state.continuation is None:
-            self._drain_inbox(key, run, store)
+        self._run(key, run, trigger, decision, now_ms=fired_ms, raw=None)
+        if run.hold is None and run.state.continuation is None:
+            self._drain(key, run, store)
+        return _write(run, store)
+
+    def retry_due(self, key: bytes, fired_ms: int, store: KeyStore) -> StepResult:
+        """Handle the retry timer of ``key`` firing at ``fired_ms``: run the held trigger again.
+
+        It runs as a new activation with the next SEQ, on ``fired_ms`` (its due time) as
+        its clock. Once it commits or is given up, the envelopes that waited behind it
+        run (and a HITL deadline that passed meanwhile, in its place among them).
+        """
+        run = _read(store, timer_at_from_state=True)
+        if isinstance(run, StateError):
+            return _unreadable_hold(key, fired_ms, run, store)
+        hold = run.hold
+        if hold is None or not hold.HasField("retry") or hold.retry.due_ms != fired_ms:
+            return StepResult(stale_timer=True)
+        run.retry_at = run.retry_target = None  # it fired: set nowhere now
+        if hold.deferred_deadline_ms:
+            run.timer_at = run.timer_target = None  # the HITL timer fired too, noted in the hold
+        run.hold = None
+        trigger: AgentEnvelope | Timeout
+        raw: bytes | None
+        if hold.timeout:
+            cont = run.state.continuation
+            # Nothing commits while a key holds a trigger: it is still suspended.
+            assert cont is not None, "a held HITL timeout of a key that is not suspended"
+            trigger, raw = hitl_timeout(cont, fired_ms), None
+        else:
+            raw = hold.envelope
+            trigger = AgentEnvelope.FromString(raw)
+        decision = classify_trigger(run.state, trigger)
+        if decision.kind is None:  # nothing has changed since it was held: it cannot happen
+            run.emitted.append(
+                _error(
+                    REJECTED_TRIGGER,
+                    f"held trigger refused on retry: {decision.reason or decision.action.value}",
+                    key,
+                    raw or b"",
+                    trigger.envelope_id if isinstance(trigger, AgentEnvelope) else "",
+                )
+            )
+        else:
+            self._run(key, run, trigger, decision, now_ms=fired_ms, raw=raw, prior=hold)
+        if run.hold is None:
+            deferral = (
+                (hold.deferred_after, _DeadlineMark(hold.deferred_deadline_ms))
+                if hold.deferred_deadline_ms
+                else None
+            )
+            self._drain(key, run, store, deferral)
         return _write(run, store)
 
     def _run(
@@ -362,7 +507,14 @@ class KeyStep:
         decision: TriggerDecision,
         *,
         now_ms: int,
+        raw: bytes | None,
+        prior: KeyHold | None = None,
     ) -> None:
+        """One activation of ``trigger`` (``raw``: its bytes; None for a HITL timeout).
+
+        ``prior`` is the hold it was retried from (its attempts so far), None for a
+        first attempt.
+        """
         seq = run.seq + 1
         result = self._activate(key, seq, run.state, trigger, decision, now_ms=now_ms)
         run.activations.append(result)
@@ -374,6 +526,7 @@ class KeyStep:
             (_TRACE_BATCHES, (key, tuple([serialize_trace_event(event) for event in result.trace])))
         )
         if not isinstance(result, ActivationCommit):
+            self._failed(key, run, result, trigger, now_ms=now_ms, raw=raw, prior=prior)
             return
         run.cells = result.cells
         run.state = result.state
@@ -385,67 +538,234 @@ class KeyStep:
         for intent in result.approval_requests:
             out.append((_APPROVALS, (key, intent.SerializeToString(deterministic=True))))
 
-    def _drain_inbox(self, key: bytes, run: _KeyRun, store: KeyStore) -> None:
-        """Run the key's queued start events in arrival order until one suspends it again.
+    def _failed(
+        self,
+        key: bytes,
+        run: _KeyRun,
+        failure: ActivationFailure,
+        trigger: AgentEnvelope | Timeout,
+        *,
+        now_ms: int,
+        raw: bytes | None,
+        prior: KeyHold | None,
+    ) -> None:
+        """Hold the failed trigger for another attempt, or dead-letter it (the policy says)."""
+        error = failure.error
+        previous = list(prior.retry.attempts) if prior is not None else []
+        transient = is_transient(error)
+        due = self._retry.next_attempt_ms(
+            error, failures=len(previous) + 1, now_ms=now_ms, entity_key=key, seq=failure.seq
+        )
+        attempt = FailedAttempt(
+            seq=failure.seq,
+            now_ms=now_ms,
+            error_type=failure.error_type,
+            error=_message(error, MAX_ATTEMPT_TEXT),
+            transient=transient,
+            wait_ms=0 if due is None else due - now_ms,
+        )
+        attempts = [*previous, attempt]
+        if due is not None:
+            hold = KeyHold(
+                envelope=raw or b"",
+                timeout=raw is None,
+                retry=RetryPending(due_ms=due, attempts=attempts),
+            )
+            if prior is not None and prior.deferred_deadline_ms:
+                hold.deferred_deadline_ms = prior.deferred_deadline_ms
+                hold.deferred_after = prior.deferred_after
+            run.hold = hold
+            run.retry_target = due
+            run.retries.append(attempt.wait_ms)
+            return
+        envelope_id = trigger.envelope_id if isinstance(trigger, AgentEnvelope) else ""
+        what = f"envelope {envelope_id!r}" if raw is not None else "the HITL timeout resume"
+        cause = f"{failure.error_type}: {attempt.error}"
+        if transient:
+            code = RETRIES_EXHAUSTED
+            reason = (
+                f"{what} failed on every one of its {len(attempts)} attempts "
+                f"(RetryPolicy.max_attempts={self._retry.max_attempts}), the last at seq "
+                f"{failure.seq}: {cause}"
+            )
+        else:
+            code = ACTIVATION_FAILED
+            reason = (
+                f"{what} failed at seq {failure.seq} (attempt {len(attempts)}), a failure a "
+                f"retry cannot cure: {cause}"
+            )
+        if raw is None:
+            reason += (
+                "; the key stays suspended with its deadline passed (an awaited tool_result "
+                "still resumes it)"
+            )
+        run.emitted.append(
+            (
+                Emit.ERRORS,
+                ErrorRecord(
+                    code,
+                    reason,
+                    entity_key=key,
+                    envelope_id=envelope_id,
+                    raw=raw or b"",
+                    seq=failure.seq,
+                    error_type=failure.error_type,
+                    error=_message(error, MAX_ERROR_TEXT),
+                    attempts=tuple(
+                        Attempt(a.seq, a.now_ms, a.error_type, a.error, a.transient, a.wait_ms)
+                        for a in attempts
+                    ),
+                ),
+            )
+        )
 
-        Each is its own activation with its own SEQ, on its own envelope's clock.
-        Only a suspended key queues, so a key that was not suspended has an empty inbox.
+    def _drain(
+        self,
+        key: bytes,
+        run: _KeyRun,
+        store: KeyStore,
+        deferral: tuple[int, _DeadlineMark] | None = None,
+    ) -> None:
+        """Run the envelopes waiting in the key's inbox, in arrival order, as far as they can.
+
+        Called when the key stops being suspended or its hold is resolved. Each envelope
+        is handled as a separate element would be (its own activation, SEQ and clock, from
+        the committed bytes, exactly what replay loads from a snapshot taken between the
+        two). Start events wait on while the key is suspended (tool results and approvals
+        do not), and run once it is not; a trigger that fails transiently becomes the
+        key's new hold and the rest wait behind it. ``deferral``: a HITL deadline that
+        fired while the key held a trigger, and how many envelopes were waiting then.
         """
         inbox = store.read_inbox()
-        if not inbox:
+        if not inbox and deferral is None:
             return
-        done = 0
-        for raw in inbox:
-            if run.state.continuation is not None:
-                break
-            done += 1
-            envelope = AgentEnvelope.FromString(raw)
-            # As a separate element would: from the committed bytes, exactly what replay
-            # loads from a snapshot taken between the two.
-            run.state = load_key_state(run.cells)
-            decision = classify_trigger(run.state, envelope)
-            if decision.action is not TriggerAction.START:
-                # Only events queue, and only while suspended; kept for safety, never dropped.
-                run.emitted.append(
-                    _error(
-                        REJECTED_TRIGGER,
-                        f"queued event refused: {decision.reason or decision.action.value}",
-                        key,
-                        raw,
-                        envelope.envelope_id,
-                    )
+        queue: list[bytes | _DeadlineMark] = list(inbox)
+        if deferral is not None:
+            queue.insert(min(deferral[0], len(queue)), deferral[1])
+        kept: list[bytes | _DeadlineMark] = []  # start events waiting for the suspension
+        at = 0
+        while at < len(queue) and run.hold is None:
+            item = queue[at]
+            at += 1
+            was_suspended = run.state.continuation is not None
+            if isinstance(item, _DeadlineMark):
+                self._deferred_timeout(key, run, item.fired_ms)
+            else:
+                envelope = AgentEnvelope.FromString(item)  # only parsed envelopes wait
+                if was_suspended and trigger_name(envelope) is Trigger.EVENT:
+                    kept.append(item)
+                    continue
+                self._waited(key, run, item, envelope)
+            if was_suspended and run.state.continuation is None and kept:
+                queue[at:at] = kept  # they arrived before the rest: they run first
+                kept = []
+        remaining = [*kept, *queue[at:]]
+        waiting = [item for item in remaining if not isinstance(item, _DeadlineMark)]
+        for position, item in enumerate(remaining):
+            if isinstance(item, _DeadlineMark):
+                # The drain stopped at a new hold before the deadline's turn: it moves there.
+                assert run.hold is not None
+                run.hold.deferred_deadline_ms = item.fired_ms
+                run.hold.deferred_after = position
+        if waiting != inbox:
+            store.write_inbox(waiting)
+
+    def _waited(self, key: bytes, run: _KeyRun, raw: bytes, envelope: AgentEnvelope) -> None:
+        """One envelope that waited in the inbox, handled now as it would have been then."""
+        # As a separate element would: from the committed bytes, exactly what replay
+        # loads from a snapshot taken between the two.
+        run.state = load_key_state(run.cells)
+        decision = classify_trigger(run.state, envelope)
+        if decision.kind is None:
+            # A result or approval the state now refuses (its intent resolved meanwhile).
+            run.emitted.append(
+                _error(
+                    REJECTED_TRIGGER,
+                    f"queued {trigger_name(envelope).value} refused: "
+                    f"{decision.reason or decision.action.value}",
+                    key,
+                    raw,
+                    envelope.envelope_id,
                 )
-                continue
-            self._run(key, run, envelope, decision, now_ms=envelope.event_time_ms)
-        store.write_inbox(inbox[done:])
+            )
+            return
+        self._run(key, run, envelope, decision, now_ms=envelope.event_time_ms, raw=raw)
+
+    def _deferred_timeout(self, key: bytes, run: _KeyRun, fired_ms: int) -> None:
+        """A HITL deadline that fired while the key held a trigger, handled in its turn."""
+        cont = run.state.continuation
+        if cont is None or cont.deadline_ms != fired_ms:
+            return  # the suspension ended (or was replaced) meanwhile: stale, as a timer would be
+        run.state = load_key_state(run.cells)
+        trigger = hitl_timeout(cont, fired_ms)
+        decision = classify_trigger(run.state, trigger)
+        if decision.action is TriggerAction.RESUME:
+            self._run(key, run, trigger, decision, now_ms=fired_ms, raw=None)
 
     def _enqueue(
-        self, key: bytes, raw: bytes, envelope: AgentEnvelope, store: KeyStore
+        self,
+        key: bytes,
+        raw: bytes,
+        envelope: AgentEnvelope,
+        store: KeyStore,
+        hold: KeyHold | None,
     ) -> StepResult:
         inbox = store.read_inbox()
         limit = self._inbox_limit
         if len(inbox) >= limit:
-            return _refused(
-                INBOX_OVERFLOW,
-                f"key {key.hex()} is suspended and its inbox already holds {len(inbox)} "
-                f"start events (AgentConfig.inbox_limit={limit}); this event was not queued",
-                key,
-                raw,
-                envelope.envelope_id,
-            )
+            if hold is None:
+                reason = (
+                    f"key {key.hex()} is suspended and its inbox already holds {len(inbox)} "
+                    f"start events (AgentConfig.inbox_limit={limit}); this event was not queued"
+                )
+            else:
+                reason = (
+                    f"key {key.hex()} is waiting to retry {_held_name(hold)} and its inbox "
+                    f"already holds {len(inbox)} envelopes (AgentConfig.inbox_limit={limit}); "
+                    "this envelope was not queued"
+                )
+            return _refused(INBOX_OVERFLOW, reason, key, raw, envelope.envelope_id)
         store.write_inbox([*inbox, raw])
         return StepResult(queued=True)
 
 
+def _held_name(hold: KeyHold) -> str:
+    """The held trigger and its retry, in a few words (for refusals)."""
+    what = (
+        "its HITL timeout resume"
+        if hold.timeout
+        else f"envelope {AgentEnvelope.FromString(hold.envelope).envelope_id!r}"
+    )
+    failed = len(hold.retry.attempts)
+    return f"{what} ({failed} failed attempt{'s' if failed != 1 else ''}, next at {hold.retry.due_ms})"
+
+
+def _message(error: BaseException, limit: int) -> str:
+    """The error's message for a record, at most ``limit`` characters (never raises)."""
+    try:
+        text = str(error)
+    except Exception:  # agent code's own __str__ can raise too
+        text = f"<{type(error).__name__} whose str() raised>"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def _read(store: KeyStore, *, timer_at_from_state: bool) -> _KeyRun | StateError:
     cells = store.read_cells()
+    stored_hold = store.read_hold()
     try:
         state = load_key_state(cells)
+        hold = load_hold(stored_hold)[0] if stored_hold else None
     except StateError as exc:
         return exc
     # While suspended the timer is set at the continuation's deadline (every commit
-    # that suspends sets it); once it has fired it is set nowhere.
+    # that suspends sets it); once it has fired it is set nowhere (also when it fired
+    # while the key held a trigger: the hold notes it).
     timer_at = deadline_of(state) if timer_at_from_state else None
+    retry_at: int | None = None
+    if hold is not None:
+        if hold.deferred_deadline_ms:
+            timer_at = None
+        retry_at = hold.retry.due_ms if hold.HasField("retry") else None
     return _KeyRun(
         seq=store.read_seq(),
         stored=cells,
@@ -453,17 +773,57 @@ def _read(store: KeyStore, *, timer_at_from_state: bool) -> _KeyRun | StateError
         state=state,
         timer_at=timer_at,
         timer_target=timer_at,
+        stored_hold=stored_hold,
+        hold=hold,
+        retry_at=retry_at,
+        retry_target=retry_at,
     )
 
 
 def _write(run: _KeyRun, store: KeyStore) -> StepResult:
     store.write_seq(run.seq)
     store.write_changed(run.stored, run.cells)
+    hold = b"" if run.hold is None else dump_hold(run.hold)
+    if hold != run.stored_hold:
+        store.write_hold(hold)
     return StepResult(
         emitted=tuple(run.emitted),
         activations=tuple(run.activations),
         timer=None if run.timer_target == run.timer_at else TimerTarget(run.timer_target),
+        retry_timer=None if run.retry_target == run.retry_at else TimerTarget(run.retry_target),
+        retries=tuple(run.retries),
     )
+
+
+def _unreadable_hold(key: bytes, fired_ms: int, error: StateError, store: KeyStore) -> StepResult:
+    """The retry timer fired, but the key's state cannot be loaded by this binary.
+
+    Nothing can run: the held envelope and every one waiting behind it go to ``.errors``
+    (``state_unreadable``, each with its bytes, to re-send once a binary that reads the
+    state runs), and the hold and inbox are cleared, so that nothing stays stuck behind
+    a retry that cannot happen. The blob cells are left as they are.
+    """
+    held = b""
+    try:
+        hold = load_hold(store.read_hold())[0]
+    except StateError:
+        hold = None
+    if hold is not None and hold.HasField("retry") and hold.retry.due_ms != fired_ms:
+        return StepResult(stale_timer=True)
+    if hold is not None:
+        held = hold.envelope
+    emitted: list[tuple[Emit, Any]] = []
+    for raw in [held, *store.read_inbox()] if held else store.read_inbox():
+        try:
+            envelope_id = AgentEnvelope.FromString(raw).envelope_id
+        except DecodeError:
+            envelope_id = ""
+        emitted.append(
+            _error(STATE_UNREADABLE, f"retry at {fired_ms}: {error}", key, raw, envelope_id)
+        )
+    store.write_hold(b"")
+    store.write_inbox([])
+    return StepResult(emitted=tuple(emitted))
 
 
 def _export(key: bytes, raw: bytes, envelope: AgentEnvelope, store: KeyStore) -> tuple[Emit, Any]:
@@ -505,6 +865,7 @@ __all__ = [
     "KeyStep",
     "KeyStore",
     "MemoryKeyStore",
+    "RetryDue",
     "StepResult",
     "TimerTarget",
     "activation_runner",

@@ -20,6 +20,8 @@ Layouts, by kind (``body`` of the ``VersionedBlob``):
   its own ``schema_version``; its pending intents are at ``pending`` v1).
 - ``tool_cache`` v1: ``ToolCacheBody`` (recorded tool results; its own chain,
   starting here).
+- ``hold`` v1: ``KeyHold`` (the trigger a key holds while a retry is pending; a
+  pipeline cell like the inbox, never part of a snapshot).
 
 A migration is a frozen historical fact: it encodes what an old writer did, so
 it never reads a constant that a later release might change.
@@ -221,6 +223,7 @@ REGISTRY = MigrationRegistry(
         "pending": 1,
         "resume_history": 1,
         "tool_cache": 1,
+        "hold": 1,
     }
 )
 """The package's registry: every state cell's kind, its current version and its steps."""

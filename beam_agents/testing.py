@@ -8,7 +8,8 @@ These are the helpers beam-agents' own tests use; they are deterministic and off
 ``run_activation`` (what the DoFn and replay both call) and ``KeyState`` (a key's
 state; ``KeyState()`` is a new key's) are re-exported, for tests of one activation.
 ``PipelineKey`` runs a key's whole history the way ``RunAgent`` does (SEQ, commit,
-HITL timer, inbox, exports), through the pipeline's own per-key step, without Beam.
+HITL and retry timers, inbox, hold, exports), through the pipeline's own per-key step,
+without Beam.
 docs/agent-api.md lists every helper with its signature.
 """
 
@@ -26,6 +27,7 @@ from beam_agents._protos import (
     Approval,
     ChatMessage,
     Event,
+    KeyHold,
     LlmRequest,
     LlmResponse,
     ToolResult,
@@ -33,6 +35,7 @@ from beam_agents._protos import (
 )
 from beam_agents.activation import run_activation
 from beam_agents.agent import Agent
+from beam_agents.blobs import load_hold
 from beam_agents.config import AgentConfig
 from beam_agents.errors import AgentDefinitionError
 from beam_agents.key_state import KeyState, StateCells, load_key_state
@@ -219,11 +222,12 @@ def fixture_registry(registry: ToolRegistry, /, **fixtures: Callable[..., Any]) 
 
 
 class PipelineKey:
-    """One key as ``RunAgent`` holds it: its SEQ, state cells, inbox and HITL timer.
+    """One key as ``RunAgent`` holds it: its SEQ, state cells, inbox, hold and two timers.
 
-    ``send(envelope)`` and ``fire_timer()`` hand it one input at a time to the
-    pipeline's own per-key step (``beam_agents.key_step``, what ``AgentDoFn`` runs for
-    each element and timer firing), without Beam, and return the ``StepResult``:
+    ``send(envelope)``, ``fire_timer()``, ``fire_retry()`` and ``advance_to(ms)`` hand it
+    one input at a time to the pipeline's own per-key step (``beam_agents.key_step``,
+    what ``AgentDoFn`` runs for each element and timer firing), without Beam, and return
+    the ``StepResult``:
     what the pipeline would emit (``.outputs``, ``.intents``, ``.approvals``,
     ``.snapshots``, ``.errors``; all of it in order in ``.emitted``) and the
     activations that ran (``.activations``: ``ActivationCommit``/``ActivationFailure``). The provider is built
@@ -244,6 +248,8 @@ class PipelineKey:
         """The key's SEQ, cells and inbox (``MemoryKeyStore``: plain attributes)."""
         self.timer_ms: int | None = None
         """Where the key's HITL timer is set (None: not set)."""
+        self.retry_timer_ms: int | None = None
+        """Where the key's retry timer is set: its held trigger's next attempt (None: not set)."""
         activate = activation_runner(
             agent,
             registry,
@@ -252,7 +258,7 @@ class PipelineKey:
             cache_policy=config.cache,
             tool_cache_policy=config.tool_cache,
         )
-        self._step = KeyStep(activate, inbox_limit=config.inbox_limit)
+        self._step = KeyStep(activate, inbox_limit=config.inbox_limit, retry=config.retry)
 
     @property
     def seq(self) -> int:
@@ -271,8 +277,13 @@ class PipelineKey:
 
     @property
     def inbox(self) -> list[bytes]:
-        """Raw envelopes queued while the key is suspended, in arrival order."""
+        """Raw envelopes waiting behind the key's suspension or its hold, in arrival order."""
         return list(self.store.inbox)
+
+    @property
+    def hold(self) -> KeyHold | None:
+        """The trigger the key holds for a retry (its attempts, its next due time), or None."""
+        return load_hold(self.store.hold)[0]
 
     def send(self, envelope: AgentEnvelope | bytes) -> StepResult:
         """Hand the key one envelope (or its bytes, as read from a source).
@@ -320,7 +331,37 @@ class PipelineKey:
         self.timer_ms = None
         return self._apply(self._step.deadline(self.entity_key, fired_ms, self.store))
 
+    def fire_retry(self) -> StepResult:
+        """Fire the retry timer where it is set: the held trigger's next attempt runs."""
+        fired_ms = self.retry_timer_ms
+        if fired_ms is None:
+            raise ValueError(
+                f"PipelineKey {self.entity_key!r} has no retry timer set (only an activation "
+                "that fails transiently with attempts left sets one, and firing spends it)"
+            )
+        self.retry_timer_ms = None
+        return self._apply(self._step.retry_due(self.entity_key, fired_ms, self.store))
+
+    def advance_to(self, watermark_ms: int) -> list[StepResult]:
+        """Move the watermark to ``watermark_ms``: fire every timer due by then, earliest
+        first (a retry before a HITL deadline at the same time), as the runner would."""
+        fired: list[StepResult] = []
+        while True:
+            due = [
+                (at, order, fire)
+                for at, order, fire in (
+                    (self.retry_timer_ms, 0, self.fire_retry),
+                    (self.timer_ms, 1, self.fire_timer),
+                )
+                if at is not None and at <= watermark_ms
+            ]
+            if not due:
+                return fired
+            fired.append(min(due, key=lambda d: (d[0], d[1]))[2]())
+
     def _apply(self, result: StepResult) -> StepResult:
         if result.timer is not None:
             self.timer_ms = result.timer.at_ms
+        if result.retry_timer is not None:
+            self.retry_timer_ms = result.retry_timer.at_ms
         return result

@@ -35,6 +35,7 @@ from beam_agents.blobs import (
     dump_resume_history,
     encode_blob,
     load_continuation,
+    load_hold,
     load_llm_cache,
     load_memory,
     load_pending,
@@ -367,6 +368,7 @@ LOADERS: dict[str, Callable[[bytes], object]] = {
     "pending": load_pending,
     "resume_history": load_resume_history,
     "tool_cache": load_tool_cache,
+    "hold": load_hold,
 }
 
 

@@ -26,7 +26,7 @@ def test_json_form_is_canonical_and_carries_the_raw_bytes() -> None:
 def test_records_pickle_for_beam_and_codes_are_distinct() -> None:
     record = ErrorRecord(ERROR_CODES[0], "why")
     assert pickle.loads(pickle.dumps(record)) == record
-    assert len(set(ERROR_CODES)) == len(ERROR_CODES) == 6
+    assert len(set(ERROR_CODES)) == len(ERROR_CODES) == 8
 
 
 def test_a_code_given_as_text_becomes_its_member_and_an_unknown_one_is_refused() -> None:

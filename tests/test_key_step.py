@@ -249,8 +249,15 @@ def test_a_failed_activation_takes_its_seq_and_emits_its_trace_but_commits_nothi
     failed = step.handle(KEY, raw(event_envelope(KEY, "fail", time_ms=T0)), store)
     [failure] = failed.activations
     assert isinstance(failure, ActivationFailure) and failure.seq == 1
-    assert [tag for tag, _ in failed.emitted] == [Emit.TRACE_BATCHES]
-    assert store.seq == 1 and store.cells == StateCells()
+    # Its trace, then its envelope dead-lettered (agent code broke: no retry can cure it).
+    assert [tag for tag, _ in failed.emitted] == [Emit.TRACE_BATCHES, Emit.ERRORS]
+    [record] = failed.errors
+    assert (record.code, record.seq, record.error_type) == (
+        "activation_failed",
+        1,
+        "RuntimeError",
+    )
+    assert store.seq == 1 and store.cells == StateCells() and store.hold == b""
     ok = step.handle(KEY, raw(event_envelope(KEY, "ok", time_ms=T0 + 1)), store)
     assert ok.outputs == (b"fine",) and store.seq == 2
 

@@ -15,6 +15,7 @@ import pytest
 
 from beam_agents import canonical_json
 from beam_agents._protos import (
+    AgentEnvelope,
     Continuation,
     LlmCacheBody,
     LlmRequest,
@@ -95,6 +96,7 @@ def test_current_versions_and_state_schema_version() -> None:
         "pending": 1,
         "resume_history": 1,
         "tool_cache": 1,
+        "hold": 1,
     }
     assert STATE_SCHEMA_VERSION == 2
 
@@ -376,3 +378,15 @@ def test_a_memory_body_starting_with_a_bom_is_corrupt_as_json_says() -> None:
 @pytest.mark.parametrize("body", [b'{"a": [1, 2.5, "\\u00fc"], "b": {"c": null}}', b"{}", b" {} "])
 def test_a_memory_body_parses_as_json_loads_parses_it(body: bytes) -> None:
     assert parse_json_object("memory", body) == json.loads(body)
+
+
+def test_hold_v1_golden_is_current_and_loads_its_retry() -> None:
+    from beam_agents.blobs import dump_hold, load_hold
+
+    raw = golden("hold", 1).SerializeToString()
+    hold, steps = load_hold(raw)
+    assert steps == [] and hold is not None
+    assert [a.seq for a in hold.retry.attempts] == [8, 9]
+    assert hold.retry.due_ms == 1_734_000_030_000 and hold.deferred_after == 1
+    assert AgentEnvelope.FromString(hold.envelope).envelope_id == "msg-zoë-7"
+    assert dump_hold(hold) == raw, "a current golden is dumped back byte for byte"

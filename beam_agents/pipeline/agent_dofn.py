@@ -3,11 +3,11 @@
 Input: ``(entity_key, envelope bytes)`` in the global window (``RunAgent`` routes
 and keys them). Per key it holds the state cells below and one event-time timer.
 What it does with each envelope and each timer firing is ``beam_agents.key_step``
-(classify, SEQ, run, commit, HITL timer target, inbox, export; Beam-free and
-shared with ``beam_agents.testing.PipelineKey``): this module is only an adapter
-between that step and Beam, its state cells and timer on one side (``_CellStore``),
-its tagged outputs and metrics on the other, serially or in concurrent lanes
-(``AgentConfig.max_in_flight > 1``, below).
+(classify, SEQ, run, commit, HITL and retry timer targets, inbox, hold, export;
+Beam-free and shared with ``beam_agents.testing.PipelineKey``): this module is only an
+adapter between that step and Beam, its state cells and two timers on one side
+(``_CellStore``), its tagged outputs and metrics on the other, serially or in
+concurrent lanes (``AgentConfig.max_in_flight > 1``, below).
 
 Every output element is ``(entity_key, bytes)`` of deterministic serializations,
 except ``trace_batches`` (``(entity_key, tuple of bytes)``: one activation's trace)
@@ -41,6 +41,7 @@ from beam_agents.key_step import (
     HitlDeadline,
     KeyStep,
     MemoryKeyStore,
+    RetryDue,
     StepResult,
     TimerTarget,
     activation_runner,
@@ -58,7 +59,7 @@ from beam_agents.pipeline._beam import (
     beam,
     on_timer,
 )
-from beam_agents.provider import Provider
+from beam_agents.provider import Provider, observe_calls
 from beam_agents.tools import ToolRegistry
 
 METRICS_NAMESPACE = "beam_agents"
@@ -86,7 +87,9 @@ PENDING_SPEC = ReadModifyWriteStateSpec("pending", BytesCoder())
 RESUME_HISTORY_SPEC = ReadModifyWriteStateSpec("resume_history", BytesCoder())
 TOOL_CACHE_SPEC = ReadModifyWriteStateSpec("tool_cache", BytesCoder())
 INBOX_SPEC = ReadModifyWriteStateSpec("inbox", IterableCoder(BytesCoder()))
+HOLD_SPEC = ReadModifyWriteStateSpec("hold", BytesCoder())
 HITL_TIMER_SPEC = TimerSpec("hitl_deadline", TimeDomain.WATERMARK)
+RETRY_TIMER_SPEC = TimerSpec("retry_due", TimeDomain.WATERMARK)
 
 # The DoFn parameters that ask Beam for each cell (module-level: they are shared defaults).
 SEQ_PARAM = beam.DoFn.StateParam(SEQ_SPEC)
@@ -97,7 +100,9 @@ PENDING_PARAM = beam.DoFn.StateParam(PENDING_SPEC)
 RESUME_HISTORY_PARAM = beam.DoFn.StateParam(RESUME_HISTORY_SPEC)
 TOOL_CACHE_PARAM = beam.DoFn.StateParam(TOOL_CACHE_SPEC)
 INBOX_PARAM = beam.DoFn.StateParam(INBOX_SPEC)
+HOLD_PARAM = beam.DoFn.StateParam(HOLD_SPEC)
 HITL_TIMER_PARAM = beam.DoFn.TimerParam(HITL_TIMER_SPEC)
+RETRY_TIMER_PARAM = beam.DoFn.TimerParam(RETRY_TIMER_SPEC)
 KEY_PARAM = beam.DoFn.KeyParam
 TIMESTAMP_PARAM = beam.DoFn.TimestampParam
 WINDOW_PARAM = beam.DoFn.WindowParam
@@ -137,9 +142,13 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
     TOOL_CACHE = TOOL_CACHE_SPEC
     """Results of ``@tool(recorded=True)`` tools (the ``tool_cache`` blob)."""
     INBOX = INBOX_SPEC
-    """Raw envelope bytes of start events waiting for the key to stop being suspended."""
+    """Raw envelope bytes waiting behind the key's suspension (start events) or its hold."""
+    HOLD = HOLD_SPEC
+    """The ``hold`` blob: the trigger the key holds while a retry is pending (a ``KeyHold``)."""
     HITL_TIMER = HITL_TIMER_SPEC
     """Set at the continuation's ``deadline_ms`` while the key is suspended."""
+    RETRY_TIMER = RETRY_TIMER_SPEC
+    """Set at the hold's next attempt (``RetryPending.due_ms``) while the key holds one."""
 
     def __init__(self, agent: Agent, registry: ToolRegistry, config: AgentConfig) -> None:
         super().__init__()
@@ -165,6 +174,8 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
 
     def setup(self) -> None:
         self._provider = self._config.provider_factory()
+        # Providers that report their calls (beam_agents.providers do) feed Beam metrics.
+        observe_calls(self._provider, _ProviderMetrics())
         self._activations = _Metric(Metrics.counter(METRICS_NAMESPACE, "activations"))
         self._failures = _Metric(Metrics.counter(METRICS_NAMESPACE, "activation_failures"))
         self._provider_failures = _Metric(Metrics.counter(METRICS_NAMESPACE, "provider_failures"))
@@ -172,6 +183,9 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
         self._queued = _Metric(Metrics.counter(METRICS_NAMESPACE, "inbox_queued"))
         self._dead_letters = _Metric(Metrics.counter(METRICS_NAMESPACE, "dead_letters"))
         self._stale_timers = _Metric(Metrics.counter(METRICS_NAMESPACE, "stale_hitl_timers"))
+        self._retries = _Metric(Metrics.counter(METRICS_NAMESPACE, "activation_retries"))
+        self._retry_waits = _Metric(Metrics.distribution(METRICS_NAMESPACE, "retry_wait_ms"))
+        self._deferred = _Metric(Metrics.counter(METRICS_NAMESPACE, "deferred_hitl_timeouts"))
         self._latency = _Metric(Metrics.distribution(METRICS_NAMESPACE, "activation_wall_ms"))
         self._run_activation = activation_runner(
             self._agent,
@@ -181,7 +195,9 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
             cache_policy=self._config.cache,
             tool_cache_policy=self._config.tool_cache,
         )
-        self._step = KeyStep(self._activate, inbox_limit=self._config.inbox_limit)
+        self._step = KeyStep(
+            self._activate, inbox_limit=self._config.inbox_limit, retry=self._config.retry
+        )
 
     def start_bundle(self) -> None:
         if self._lanes is not None:  # the previous bundle failed: drop its work unrun
@@ -217,7 +233,9 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
         resume_history_cell: Any = RESUME_HISTORY_PARAM,
         tool_cache_cell: Any = TOOL_CACHE_PARAM,
         inbox_cell: Any = INBOX_PARAM,
+        hold_cell: Any = HOLD_PARAM,
         timer: Any = HITL_TIMER_PARAM,
+        retry_timer: Any = RETRY_TIMER_PARAM,
         timestamp: Any = TIMESTAMP_PARAM,
         window: Any = WINDOW_PARAM,
     ) -> Iterator[Any]:
@@ -233,12 +251,14 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
                 tool_cache_cell,
             ),
             inbox_cell,
+            hold_cell,
         )
+        timers = _Timers(timer, retry_timer)
         if self._lanes is not None:
-            self._lanes.add(key, store, timer, _Item(raw, timestamp, window))
+            self._lanes.add(key, store, timers, _Item(raw, timestamp, window))
             return iter(())
         result = self._stepper().envelope(key, raw, store)
-        _set_timer(timer, result.timer)
+        timers.apply(result)
         return _tagged(self._account(result))
 
     @on_timer(HITL_TIMER_SPEC)  # type: ignore[untyped-decorator]
@@ -254,10 +274,17 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
         resume_history_cell: Any = RESUME_HISTORY_PARAM,
         tool_cache_cell: Any = TOOL_CACHE_PARAM,
         inbox_cell: Any = INBOX_PARAM,
+        hold_cell: Any = HOLD_PARAM,
         timer: Any = HITL_TIMER_PARAM,
+        retry_timer: Any = RETRY_TIMER_PARAM,
         window: Any = WINDOW_PARAM,
     ) -> Iterator[Any]:
-        store = _CellStore(
+        fired_ms = fired_at.micros // 1000
+        return self._on_timer(
+            key,
+            HitlDeadline(fired_ms),
+            fired_at,
+            window,
             seq_cell,
             (
                 memory_cell,
@@ -268,13 +295,66 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
                 tool_cache_cell,
             ),
             inbox_cell,
+            hold_cell,
+            _Timers(timer, retry_timer),
         )
+
+    @on_timer(RETRY_TIMER_SPEC)  # type: ignore[untyped-decorator]
+    def on_retry_due(
+        self,
+        key: Any = KEY_PARAM,
+        fired_at: Any = TIMESTAMP_PARAM,
+        seq_cell: Any = SEQ_PARAM,
+        memory_cell: Any = MEMORY_PARAM,
+        llm_cache_cell: Any = LLM_CACHE_PARAM,
+        continuation_cell: Any = CONTINUATION_PARAM,
+        pending_cell: Any = PENDING_PARAM,
+        resume_history_cell: Any = RESUME_HISTORY_PARAM,
+        tool_cache_cell: Any = TOOL_CACHE_PARAM,
+        inbox_cell: Any = INBOX_PARAM,
+        hold_cell: Any = HOLD_PARAM,
+        timer: Any = HITL_TIMER_PARAM,
+        retry_timer: Any = RETRY_TIMER_PARAM,
+        window: Any = WINDOW_PARAM,
+    ) -> Iterator[Any]:
         fired_ms = fired_at.micros // 1000
+        return self._on_timer(
+            key,
+            RetryDue(fired_ms),
+            fired_at,
+            window,
+            seq_cell,
+            (
+                memory_cell,
+                llm_cache_cell,
+                continuation_cell,
+                pending_cell,
+                resume_history_cell,
+                tool_cache_cell,
+            ),
+            inbox_cell,
+            hold_cell,
+            _Timers(timer, retry_timer),
+        )
+
+    def _on_timer(
+        self,
+        key: bytes,
+        item: HitlDeadline | RetryDue,
+        fired_at: Any,
+        window: Any,
+        seq_cell: Any,
+        blob_cells: tuple[Any, ...],
+        inbox_cell: Any,
+        hold_cell: Any,
+        timers: _Timers,
+    ) -> Iterator[Any]:
+        store = _CellStore(seq_cell, blob_cells, inbox_cell, hold_cell)
         if self._lanes is not None:
-            self._lanes.add(key, store, timer, _Item(HitlDeadline(fired_ms), fired_at, window))
+            self._lanes.add(key, store, timers, _Item(item, fired_at, window))
             return iter(())
-        result = self._stepper().deadline(key, fired_ms, store)
-        _set_timer(timer, result.timer)
+        result = self._stepper().handle(key, item, store)
+        timers.apply(result)
         return _tagged(self._account(result))
 
     # -- the adapter's side of the step ------------------------------------------------------
@@ -315,6 +395,11 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
             self._queued.inc()
         elif result.stale_timer:
             self._stale_timers.inc()
+        elif result.deferred_deadline:
+            self._deferred.inc()
+        for wait_ms in result.retries:
+            self._retries.inc()
+            self._retry_waits.update(wait_ms)
         for tag, _ in result.emitted:
             if tag is _ERRORS:
                 self._dead_letters.inc()
@@ -324,7 +409,7 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
 
 
 def _set_timer(timer: Any, target: TimerTarget | None) -> None:
-    """Move Beam's HITL timer where the step says (None: leave it)."""
+    """Move one of Beam's timers where the step says (None: leave it)."""
     if target is None:
         return
     if target.at_ms is None:
@@ -333,15 +418,31 @@ def _set_timer(timer: Any, target: TimerTarget | None) -> None:
         timer.set(_timestamp(target.at_ms))
 
 
+class _Timers:
+    """A key's two Beam timers: the HITL deadline and the retry of a held trigger."""
+
+    __slots__ = ("hitl", "retry")
+
+    def __init__(self, hitl: Any, retry: Any) -> None:
+        self.hitl = hitl
+        self.retry = retry
+
+    def apply(self, result: StepResult) -> None:
+        """Move both timers where ``result`` says."""
+        _set_timer(self.hitl, result.timer)
+        _set_timer(self.retry, result.retry_timer)
+
+
 class _CellStore:
-    """The Beam state cells of one key, read and written as ``StateCells`` and ints."""
+    """The Beam state cells of one key, read and written as ``StateCells``, ints and bytes."""
 
-    __slots__ = ("_blobs", "_inbox", "_seq")
+    __slots__ = ("_blobs", "_hold", "_inbox", "_seq")
 
-    def __init__(self, seq: Any, blobs: tuple[Any, ...], inbox: Any) -> None:
+    def __init__(self, seq: Any, blobs: tuple[Any, ...], inbox: Any, hold: Any) -> None:
         self._seq = seq
         self._blobs = blobs
         self._inbox = inbox
+        self._hold = hold
 
     def read_seq(self) -> int:
         value = self._seq.read()
@@ -380,6 +481,16 @@ class _CellStore:
             self._inbox.write(inbox)
         else:
             self._inbox.clear()
+
+    def read_hold(self) -> bytes:
+        value = self._hold.read()
+        return value or b""
+
+    def write_hold(self, hold: bytes) -> None:
+        if hold:
+            self._hold.write(hold)
+        else:
+            self._hold.clear()
 
 
 # -- concurrent activations (AgentConfig.max_in_flight > 1) ---------------------------------
@@ -441,11 +552,49 @@ class _Metric:
             tally.append((apply, value))
 
 
+class _ProviderMetrics:
+    """A ``CallObserver`` reporting a provider's HTTP attempts and waits as Beam metrics.
+
+    Per provider ``name``, in the ``beam_agents`` namespace: counters
+    ``provider_attempts.NAME``, ``provider_failed_attempts.NAME`` and
+    ``provider_waits.NAME``; distributions ``provider_latency_ms.NAME`` (each attempt's
+    wall time) and ``provider_wait_ms.NAME`` (each wait before another attempt).
+    """
+
+    def __init__(self) -> None:
+        self._by_provider: dict[str, tuple[_Metric, ...]] = {}
+
+    def _metrics(self, provider: str) -> tuple[_Metric, ...]:
+        found = self._by_provider.get(provider)
+        if found is None:
+            found = (
+                _Metric(Metrics.counter(METRICS_NAMESPACE, f"provider_attempts.{provider}")),
+                _Metric(Metrics.counter(METRICS_NAMESPACE, f"provider_failed_attempts.{provider}")),
+                _Metric(Metrics.distribution(METRICS_NAMESPACE, f"provider_latency_ms.{provider}")),
+                _Metric(Metrics.counter(METRICS_NAMESPACE, f"provider_waits.{provider}")),
+                _Metric(Metrics.distribution(METRICS_NAMESPACE, f"provider_wait_ms.{provider}")),
+            )
+            found = self._by_provider.setdefault(provider, found)
+        return found
+
+    def attempt(self, provider: str, seconds: float, error: BaseException | None) -> None:
+        attempts, failed, latency, _, _ = self._metrics(provider)
+        attempts.inc()
+        if error is not None:
+            failed.inc()
+        latency.update(int(seconds * 1000))
+
+    def wait(self, provider: str, seconds: float) -> None:
+        _, _, _, waits, wait_ms = self._metrics(provider)
+        waits.inc()
+        wait_ms.update(int(seconds * 1000))
+
+
 @dataclass(frozen=True)
 class _Item:
-    """One thing a lane runs: an envelope's bytes or a HITL timer firing."""
+    """One thing a lane runs: an envelope's bytes, or a HITL or retry timer firing."""
 
-    input: bytes | HitlDeadline
+    input: bytes | HitlDeadline | RetryDue
     timestamp: Any
     """The element's (or timer's) timestamp: its outputs carry it."""
     window: Any
@@ -455,21 +604,24 @@ class _Lane:
     """One key's work in one bundle: its items, run in order, one at a time."""
 
     def __init__(
-        self, key: bytes, store: _CellStore, timer: Any, bundle_failed: threading.Event
+        self, key: bytes, store: _CellStore, timers: _Timers, bundle_failed: threading.Event
     ) -> None:
         self.key = key
         self._bundle_failed = bundle_failed
         self._store = store
-        self._timer = timer
+        self._timers = timers
         # Read on the bundle's thread: Beam state is only read or written there.
         self._seq = store.read_seq()
         self._cells = store.read_cells()
-        # Only a suspended key queues, so a key that is not suspended has an empty inbox
-        # (the serial path relies on the same rule): one state read fewer per key.
-        self._inbox = store.read_inbox() if self._cells.continuation else []
-        self._memory = MemoryKeyStore(self._seq, self._cells, self._inbox)
+        self._hold = store.read_hold()
+        # Only a suspended key or one holding a trigger has waiting envelopes (the serial
+        # path relies on the same rule): one state read fewer per key.
+        self._inbox = store.read_inbox() if self._cells.continuation or self._hold else []
+        self._memory = MemoryKeyStore(self._seq, self._cells, self._inbox, self._hold)
         self._timer_target: TimerTarget | None = None
-        """Where the lane's last step that moved the timer left it (None: untouched)."""
+        """Where the lane's last step that moved the HITL timer left it (None: untouched)."""
+        self._retry_target: TimerTarget | None = None
+        """The same for the retry timer."""
         self._items: deque[_Item] = deque()
         self._results: list[tuple[tuple[tuple[Emit, Any], ...], _Item]] = []
         self._tally: list[tuple[Callable[[int], None], int]] = []
@@ -506,6 +658,8 @@ class _Lane:
                 result = dofn._stepper().handle(self.key, item.input, self._memory)
                 if result.timer is not None:
                     self._timer_target = result.timer
+                if result.retry_timer is not None:
+                    self._retry_target = result.retry_timer
                 self._results.append((dofn._account(result), item))
         except BaseException as exc:  # the bundle fails with it (commit_all re-raises)
             with self._lock:
@@ -516,7 +670,7 @@ class _Lane:
             _LANE_THREAD.tally = None
 
     def commit(self) -> Iterator[Any]:
-        """Write the lane's final cells and timer through Beam's objects; yield its outputs."""
+        """Write the lane's final cells and timers through Beam's objects; yield its outputs."""
         for apply, value in self._tally:
             apply(value)
         memory = self._memory
@@ -525,7 +679,10 @@ class _Lane:
         self._store.write_changed(self._cells, memory.cells)
         if memory.inbox != self._inbox:
             self._store.write_inbox(memory.inbox)
-        _set_timer(self._timer, self._timer_target)
+        if memory.hold != self._hold:
+            self._store.write_hold(memory.hold)
+        _set_timer(self._timers.hitl, self._timer_target)
+        _set_timer(self._timers.retry, self._retry_target)
         for pairs, item in self._results:
             for tag, value in pairs:
                 windowed = WindowedValue(value, item.timestamp, (item.window,))
@@ -545,10 +702,10 @@ class _Lanes:
         self._by_key: dict[bytes, _Lane] = {}
         self._failed = threading.Event()
 
-    def add(self, key: bytes, store: _CellStore, timer: Any, item: _Item) -> None:
+    def add(self, key: bytes, store: _CellStore, timers: _Timers, item: _Item) -> None:
         lane = self._by_key.get(key)
         if lane is None:
-            lane = self._by_key[key] = _Lane(key, store, timer, self._failed)
+            lane = self._by_key[key] = _Lane(key, store, timers, self._failed)
         lane.add(item, self._pool, self._dofn)
 
     def abandon(self) -> None:

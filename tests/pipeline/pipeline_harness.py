@@ -271,7 +271,9 @@ class SeededAgentDoFn(AgentDoFn):
         resume_history_cell: Any = dofn_params.RESUME_HISTORY_PARAM,
         tool_cache_cell: Any = dofn_params.TOOL_CACHE_PARAM,
         inbox_cell: Any = dofn_params.INBOX_PARAM,
+        hold_cell: Any = dofn_params.HOLD_PARAM,
         timer: Any = dofn_params.HITL_TIMER_PARAM,
+        retry_timer: Any = dofn_params.RETRY_TIMER_PARAM,
         timestamp: Any = dofn_params.TIMESTAMP_PARAM,
         window: Any = dofn_params.WINDOW_PARAM,
     ) -> Iterator[Any]:
@@ -287,7 +289,9 @@ class SeededAgentDoFn(AgentDoFn):
                 resume_history_cell=resume_history_cell,
                 tool_cache_cell=tool_cache_cell,
                 inbox_cell=inbox_cell,
+                hold_cell=hold_cell,
                 timer=timer,
+                retry_timer=retry_timer,
                 timestamp=timestamp,
                 window=window,
             )

@@ -53,6 +53,7 @@ CELL_NAMES = (
     "resume_history",
     "tool_cache",
     "inbox",
+    "hold",
 )
 
 
@@ -95,10 +96,12 @@ class FakeKey:
         self.dofn = dofn
         self.cells = {name: RecordingCell() for name in CELL_NAMES}
         self.timer = RecordingTimer()
+        self.retry_timer = RecordingTimer()
 
     def _params(self) -> dict[str, Any]:
         params: dict[str, Any] = {f"{name}_cell": cell for name, cell in self.cells.items()}
         params["timer"] = self.timer
+        params["retry_timer"] = self.retry_timer
         return params
 
     def send(self, envelope: Any) -> dict[str, list[Any]]:
@@ -108,6 +111,10 @@ class FakeKey:
     def fire(self, at_ms: int) -> dict[str, list[Any]]:
         fired = Timestamp(micros=at_ms * 1000)
         return _by_tag(self.dofn.on_hitl_deadline(key=KEY, fired_at=fired, **self._params()))
+
+    def fire_retry(self, at_ms: int) -> dict[str, list[Any]]:
+        fired = Timestamp(micros=at_ms * 1000)
+        return _by_tag(self.dofn.on_retry_due(key=KEY, fired_at=fired, **self._params()))
 
     def writes(self) -> dict[str, list[Any]]:
         return {name: list(cell.writes) for name, cell in self.cells.items()}
@@ -449,7 +456,7 @@ def test_the_dofn_emits_exactly_what_the_key_step_returns(
     ]
     assert comparable(from_dofn) == comparable(from_step)
     # The script did reach every path it names.
-    assert {e.code for e in got.errors} == {"rejected_trigger", "no_body"}
+    assert {e.code for e in got.errors} == {"rejected_trigger", "no_body", "activation_failed"}
     assert len(got.snapshots) == 3 and len(got.approvals) == 2
     assert b"4:echo:queued-1:ok:queued-1" in got.outputs_of(KEY)  # drained after the resume
     assert any(o.startswith(b"8:timeout:") for o in got.outputs_of(KEY))

@@ -163,6 +163,121 @@ class StateSnapshot(_message.Message):
 Global___StateSnapshot: _TypeAlias = StateSnapshot  # noqa: Y015
 
 @_typing.final
+class KeyHold(_message.Message):
+    """hold body, current layout: the trigger a key holds because it must run before anything
+    else of the key does. While a key holds one, its later envelopes (export requests
+    excepted) wait behind it in the inbox, in arrival order. Today's only reason is a retry
+    (`retry`); an activation in flight across bundles is meant to be another reason of the
+    same hold, so the key's waiting rules are written once.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENVELOPE_FIELD_NUMBER: _builtins.int
+    TIMEOUT_FIELD_NUMBER: _builtins.int
+    DEFERRED_DEADLINE_MS_FIELD_NUMBER: _builtins.int
+    DEFERRED_AFTER_FIELD_NUMBER: _builtins.int
+    RETRY_FIELD_NUMBER: _builtins.int
+    envelope: _builtins.bytes
+    """The held envelope's bytes exactly as received; empty when the held trigger is the
+    key's HITL timeout resume (then `timeout` is true).
+    """
+    timeout: _builtins.bool
+    deferred_deadline_ms: _builtins.int
+    """A HITL deadline that fired while the key held this trigger (0: none), and how many
+    inbox entries were waiting then: it is handled after those, before the rest.
+    """
+    deferred_after: _builtins.int
+    @_builtins.property
+    def retry(self) -> Global___RetryPending: ...
+    def __init__(
+        self,
+        *,
+        envelope: _builtins.bytes = ...,
+        timeout: _builtins.bool = ...,
+        deferred_deadline_ms: _builtins.int = ...,
+        deferred_after: _builtins.int = ...,
+        retry: Global___RetryPending | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason", "retry", b"retry"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deferred_after", b"deferred_after", "deferred_deadline_ms", b"deferred_deadline_ms", "envelope", b"envelope", "reason", b"reason", "retry", b"retry", "timeout", b"timeout"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_reason: _TypeAlias = _typing.Literal["retry"]  # noqa: Y015
+    _WhichOneofArgType_reason: _TypeAlias = _typing.Literal["reason", b"reason"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_reason) -> _WhichOneofReturnType_reason | None: ...
+
+Global___KeyHold: _TypeAlias = KeyHold  # noqa: Y015
+
+@_typing.final
+class RetryPending(_message.Message):
+    """Why a key holds a trigger: its activation failed transiently and runs again at `due_ms`."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DUE_MS_FIELD_NUMBER: _builtins.int
+    ATTEMPTS_FIELD_NUMBER: _builtins.int
+    due_ms: _builtins.int
+    """When the next attempt runs (the retry timer, event time): that attempt's clock."""
+    @_builtins.property
+    def attempts(self) -> _containers.RepeatedCompositeFieldContainer[Global___FailedAttempt]:
+        """Every failed attempt so far, oldest first."""
+
+    def __init__(
+        self,
+        *,
+        due_ms: _builtins.int = ...,
+        attempts: _abc.Iterable[Global___FailedAttempt] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "due_ms", b"due_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RetryPending: _TypeAlias = RetryPending  # noqa: Y015
+
+@_typing.final
+class FailedAttempt(_message.Message):
+    """One failed activation of a held trigger (what the dead-letter record lists)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQ_FIELD_NUMBER: _builtins.int
+    NOW_MS_FIELD_NUMBER: _builtins.int
+    ERROR_TYPE_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    TRANSIENT_FIELD_NUMBER: _builtins.int
+    WAIT_MS_FIELD_NUMBER: _builtins.int
+    seq: _builtins.int
+    now_ms: _builtins.int
+    """The attempt's activation clock."""
+    error_type: _builtins.str
+    error: _builtins.str
+    """The error's message, cut to a few hundred characters."""
+    transient: _builtins.bool
+    """Whether the failure was transient (RetryPolicy's classification)."""
+    wait_ms: _builtins.int
+    """The wait the policy chose after it (0: none, the trigger was given up)."""
+    def __init__(
+        self,
+        *,
+        seq: _builtins.int = ...,
+        now_ms: _builtins.int = ...,
+        error_type: _builtins.str = ...,
+        error: _builtins.str = ...,
+        transient: _builtins.bool = ...,
+        wait_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "error_type", b"error_type", "now_ms", b"now_ms", "seq", b"seq", "transient", b"transient", "wait_ms", b"wait_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FailedAttempt: _TypeAlias = FailedAttempt  # noqa: Y015
+
+@_typing.final
 class VersionedBlob(_message.Message):
     """The envelope every byte blob in a state cell is stored in: its kind and layout version first."""
 
@@ -172,7 +287,7 @@ class VersionedBlob(_message.Message):
     SCHEMA_VERSION_FIELD_NUMBER: _builtins.int
     BODY_FIELD_NUMBER: _builtins.int
     kind: _builtins.str
-    """"memory", "llm_cache", "continuation", "pending", "resume_history" or "tool_cache"."""
+    """"memory", "llm_cache", "continuation", "pending", "resume_history", "tool_cache" or "hold"."""
     schema_version: _builtins.int
     body: _builtins.bytes
     def __init__(
