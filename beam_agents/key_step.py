@@ -364,6 +364,9 @@ class _KeyRun:
     activations: list[ActivationResult] = field(default_factory=list)
     retries: list[int] = field(default_factory=list)
     """The waits before another attempt, one per failed activation the key now holds."""
+    clock: int = 0
+    """The event time of the input being handled (an envelope's, a timer's firing): an
+    envelope run from the inbox fails on its own clock, but the key reached it now."""
 
 
 class KeyStep:
@@ -419,6 +422,7 @@ class KeyStep:
         if decision.action is TriggerAction.QUEUE:
             return self._enqueue(key, raw, envelope, store, None)
         was_suspended = run.state.continuation is not None
+        run.clock = envelope.event_time_ms
         self._run(key, run, envelope, decision, now_ms=envelope.event_time_ms, raw=raw)
         if run.hold is None and was_suspended and run.state.continuation is None:
             self._drain(key, run, store)
@@ -445,6 +449,7 @@ class KeyStep:
         decision = classify_trigger(run.state, trigger)
         if decision.action is not TriggerAction.RESUME:
             return StepResult()
+        run.clock = fired_ms
         self._run(key, run, trigger, decision, now_ms=fired_ms, raw=None)
         if run.hold is None and run.state.continuation is None:
             self._drain(key, run, store)
@@ -464,6 +469,7 @@ class KeyStep:
         if hold is None or not hold.HasField("retry") or hold.retry.due_ms != fired_ms:
             return StepResult(stale_timer=True)
         run.retry_at = run.retry_target = None  # it fired: set nowhere now
+        run.clock = fired_ms
         if hold.deferred_deadline_ms:
             run.timer_at = run.timer_target = None  # the HITL timer fired too, noted in the hold
         run.hold = None
@@ -553,8 +559,14 @@ class KeyStep:
         error = failure.error
         previous = list(prior.retry.attempts) if prior is not None else []
         transient = is_transient(error)
+        # The wait counts from when the key got to the trigger: an envelope that waited in
+        # the inbox ran on its own (earlier) clock, but its retry must not be due already.
         due = self._retry.next_attempt_ms(
-            error, failures=len(previous) + 1, now_ms=now_ms, entity_key=key, seq=failure.seq
+            error,
+            failures=len(previous) + 1,
+            now_ms=max(now_ms, run.clock),
+            entity_key=key,
+            seq=failure.seq,
         )
         attempt = FailedAttempt(
             seq=failure.seq,
@@ -562,7 +574,7 @@ class KeyStep:
             error_type=failure.error_type,
             error=_message(error, MAX_ATTEMPT_TEXT),
             transient=transient,
-            wait_ms=0 if due is None else due - now_ms,
+            wait_ms=0 if due is None else due - max(now_ms, run.clock),
         )
         attempts = [*previous, attempt]
         if due is not None:

@@ -1,13 +1,18 @@
-"""What the SDK-backed providers share: request material helpers and the error mapping."""
+"""What the SDK-backed providers share: request material helpers, response shape checks and
+the error mapping (the call's bounds and retries are ``_calls``)."""
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Self
+
+import httpx2
 
 from beam_agents import canonical_json
 from beam_agents._protos import SamplingParams
 from beam_agents.errors import (
+    ConfigError,
     ProviderCallError,
     ProviderRateLimitError,
     ProviderRequestError,
@@ -44,12 +49,28 @@ class SdkClientOwner:
         )
 
 
-def extra_fields(params: SamplingParams) -> dict[str, Any]:
+STREAMING_FIELDS = ("stream", "stream_options")
+"""Body fields that ask for a streamed answer, which these providers never read."""
+
+
+def extra_fields(params: SamplingParams, *, provider: str) -> dict[str, Any]:
     """``params.extra`` as request-body fields: each value JSON if it parses, else the string.
 
     ``{"top_k": "40"}`` sends ``"top_k": 40``; ``{"reasoning_effort": "low"}`` sends the
     string. Sorted by name, so the body does not depend on map iteration order.
+
+    Raises:
+        ProviderRequestError: A field asks for a streamed answer (``stream``,
+            ``stream_options``): refused before anything is sent, since the provider
+            reads one whole JSON answer (it would fail later, and misleadingly).
     """
+    streaming = [name for name in STREAMING_FIELDS if name in params.extra]
+    if streaming:
+        raise ProviderRequestError(
+            provider,
+            f"params.extra[{streaming[0]!r}] asks for a streamed answer, which this provider "
+            "does not read (it reads one whole JSON answer); remove it from the LlmRequest",
+        )
     out: dict[str, Any] = {}
     for name in sorted(params.extra):
         text = params.extra[name]
@@ -91,6 +112,115 @@ def parse_json(text: str, *, provider: str, what: str) -> Any:
         ) from None
 
 
+def check_limits(
+    owner: str,
+    *,
+    timeout_s: float,
+    deadline_s: float,
+    max_retries: int,
+    max_response_bytes: int,
+) -> None:
+    """Refuse call limits that cannot bound a call, naming the option (``ConfigError``)."""
+    for name, value in (("timeout_s", timeout_s), ("deadline_s", deadline_s)):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or value <= 0
+        ):
+            raise ConfigError(f"{owner}: {name} must be a positive number of seconds, got {value!r}")
+    if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+        raise ConfigError(f"{owner}: max_retries must be an int of 0 or more, got {max_retries!r}")
+    if (
+        isinstance(max_response_bytes, bool)
+        or not isinstance(max_response_bytes, int)
+        or max_response_bytes < 1024
+    ):
+        raise ConfigError(
+            f"{owner}: max_response_bytes must be an int of 1024 or more, got {max_response_bytes!r}"
+        )
+
+
+class ResponseShape:
+    """Reads a decoded response body field by field, refusing what the vendor never sends.
+
+    Every refusal is a ``ProviderResponseError`` naming the field's path
+    (``choices[0].message.content``) and what it holds instead.
+    """
+
+    def __init__(self, provider: str, vendor: str) -> None:
+        self.provider = provider
+        self.vendor = vendor
+
+    def refuse(self, path: str, expected: str, *value: Any) -> ProviderResponseError:
+        """The error for field ``path``, which should be ``expected``: it holds ``value``,
+        or (no ``value`` given) it is missing."""
+        found = _json_kind(value[0]) if value and value[0] is not _MISSING else "missing"
+        return ProviderResponseError(
+            self.provider,
+            f"the response lacks a documented field of the {self.vendor} response: {path} "
+            f"should be {expected}, and is {found}",
+        )
+
+    def get(
+        self,
+        obj: dict[str, Any],
+        name: str,
+        kind: type | tuple[type, ...],
+        path: str,
+        *,
+        required: bool = False,
+    ) -> Any:
+        """``obj[name]`` if it is a ``kind``; None if absent or null and not ``required``."""
+        value = obj.get(name, _MISSING)
+        if value is _MISSING or value is None:
+            if required:
+                raise self.refuse(path, _kind_name(kind), value)
+            return None
+        if isinstance(value, bool) and bool not in _kinds(kind):
+            raise self.refuse(path, _kind_name(kind), value)
+        if not isinstance(value, kind):
+            raise self.refuse(path, _kind_name(kind), value)
+        return value
+
+    def count(self, obj: dict[str, Any] | None, name: str, path: str) -> int:
+        """A token count: a non-negative int, 0 when absent or null."""
+        if obj is None:
+            return 0
+        value = self.get(obj, name, int, path)
+        if value is None:
+            return 0
+        if value < 0:
+            raise self.refuse(path, "a count of 0 or more", value)
+        return int(value)
+
+
+_MISSING: Any = object()
+
+
+def _kinds(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    names = {dict: "an object", list: "an array", str: "a string", int: "an integer"}
+    return " or ".join(names.get(k, k.__name__) for k in _kinds(kind))
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return f"the string {value[:40]!r}"
+    return f"the number {value!r}"
+
+
 def map_sdk_error(exc: Exception, sdk: Any, provider: str) -> ProviderCallError:
     """The ``ProviderCallError`` for an error the SDK raised (its own retries spent).
 
@@ -127,6 +257,11 @@ def map_sdk_error(exc: Exception, sdk: Any, provider: str) -> ProviderCallError:
     credentials = getattr(sdk, "CredentialsError", None)
     if credentials is not None and isinstance(exc, credentials):
         return ProviderRequestError(provider, f"no usable credentials: {exc}")
+    # Reading the body happens after the SDK's send: its transport errors arrive unwrapped.
+    if isinstance(exc, httpx2.TimeoutException):
+        return ProviderTimeoutError(provider, f"the response timed out while it was read ({exc})")
+    if isinstance(exc, httpx2.TransportError):
+        return ProviderUnavailableError(provider, f"the connection failed while the response was read: {exc}")
     return ProviderCallError(provider, f"{type(exc).__name__}: {exc}")
 
 

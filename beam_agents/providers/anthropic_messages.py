@@ -3,7 +3,9 @@
 ``pip install 'beam-agents[anthropic]'``. As for OpenAI, the request body is built
 field by field from the ``LlmRequest``; the one value the API requires that an
 ``LlmRequest`` may leave unset, ``max_tokens``, comes from the provider's own
-``default_max_tokens`` (a constructor argument, never the SDK's default).
+``default_max_tokens`` (a constructor argument, never the SDK's default). The answer
+is read within the call's bounds (``_calls``) and checked field by field against the
+documented Message shape: a 200 that is not a Message is never an (empty) answer.
 """
 
 from __future__ import annotations
@@ -14,10 +16,26 @@ from typing import Any
 import anthropic
 
 from beam_agents._protos import ChatMessage, LlmRequest, LlmResponse, ToolCall, Usage
-from beam_agents.errors import ConfigError, ProviderRequestError, ProviderResponseError
+from beam_agents.errors import (
+    ConfigError,
+    ProviderCallError,
+    ProviderRequestError,
+    ProviderResponseError,
+)
+from beam_agents.provider import CallObserver
+from beam_agents.providers._calls import (
+    DEFAULT_MAX_RESPONSE_BYTES,
+    CallLimits,
+    CallRunner,
+    budgeted_http_client,
+    parse_json_body,
+    read_capped,
+)
 from beam_agents.providers._common import (
+    ResponseShape,
     SdkClientOwner,
     canonical_arguments,
+    check_limits,
     extra_fields,
     map_sdk_error,
     parse_json,
@@ -26,6 +44,7 @@ from beam_agents.providers._common import (
 __all__ = ["AnthropicMessagesProvider"]
 
 DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_DEADLINE_S = 180.0
 DEFAULT_MAX_RETRIES = 2
 DEFAULT_MAX_TOKENS = 4096
 
@@ -46,6 +65,10 @@ class AnthropicMessagesProvider(SdkClientOwner):
     Response -> ``LlmResponse``: the text blocks joined, the ``tool_use`` blocks as tool
     calls (``input`` as canonical JSON), ``stop_reason`` verbatim (``end_turn``,
     ``tool_use``, ``max_tokens``...), ``usage`` input/output tokens, ``model``, ``id``.
+    A body whose ``type`` is not ``"message"`` (an ``"error"`` sent with 200 included),
+    whose ``content`` is not a list of blocks, a field of the wrong type, a body that is
+    not JSON, nested deeper than 256 levels or larger than ``max_response_bytes``:
+    ``ProviderResponseError``.
     """
 
     def __init__(
@@ -55,7 +78,9 @@ class AnthropicMessagesProvider(SdkClientOwner):
         base_url: str | None = None,
         name: str = "anthropic-messages",
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        deadline_s: float = DEFAULT_DEADLINE_S,
         max_retries: int = DEFAULT_MAX_RETRIES,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         default_max_tokens: int = DEFAULT_MAX_TOKENS,
         default_headers: Mapping[str, str] | None = None,
         client: anthropic.Anthropic | None = None,
@@ -67,19 +92,35 @@ class AnthropicMessagesProvider(SdkClientOwner):
             base_url: Another endpoint of the same API (a proxy, a gateway); ``None``
                 is Anthropic's.
             name: Part of every cache key: keep it stable across deploys.
-            timeout_s: Seconds per HTTP attempt (the SDK's ``timeout``).
-            max_retries: Retries of a failed attempt (the SDK's ``max_retries``: it
-                retries connection errors, 408, 409, 429 and 5xx with backoff).
+            timeout_s: The most seconds one HTTP attempt may take, connect to last byte
+                (a body trickled slowly included).
+            deadline_s: The most seconds one ``complete`` may take, every attempt and
+                every wait between them included (``Retry-After`` too).
+            max_retries: Further attempts after a transient failure (connection errors,
+                timeouts, 408, 409, 429, 5xx and 529), after the server's
+                ``Retry-After`` or a backoff of 0.5 s doubling to 8 s, within
+                ``deadline_s``.
+            max_response_bytes: The most bytes one attempt may receive (16 MiB).
             default_max_tokens: ``max_tokens`` for a request whose ``params.max_tokens``
                 is unset. It is not in the cache key: changing it changes answers under
                 the same keys, so set ``params.max_tokens`` in the request instead when
                 that matters, or change ``name`` with it.
             default_headers: Headers sent with every request.
-            client: A ready ``anthropic.Anthropic`` (e.g. for Bedrock or Vertex); the
-                options above except ``name`` and ``default_max_tokens`` are then ignored.
+            client: A ready ``anthropic.Anthropic`` (e.g. for Bedrock or Vertex);
+                ``api_key``, ``base_url`` and ``default_headers`` are then its own, its
+                own retries are turned off (this provider's take their place), and its
+                HTTP client's timeouts apply within each attempt (``timeout_s`` is then
+                checked between the body's chunks, not inside a read).
         """
         if not name:
             raise ConfigError("AnthropicMessagesProvider: name must be a non-empty string")
+        check_limits(
+            "AnthropicMessagesProvider",
+            timeout_s=timeout_s,
+            deadline_s=deadline_s,
+            max_retries=max_retries,
+            max_response_bytes=max_response_bytes,
+        )
         if default_max_tokens < 1:
             raise ConfigError(
                 f"AnthropicMessagesProvider: default_max_tokens must be 1 or more, "
@@ -88,17 +129,44 @@ class AnthropicMessagesProvider(SdkClientOwner):
         self.name = name
         self._default_max_tokens = default_max_tokens
         if client is None:
+            http_client = budgeted_http_client(timeout_s, anthropic.DEFAULT_CONNECTION_LIMITS)
             try:
                 client = anthropic.Anthropic(
                     api_key=api_key,
                     base_url=base_url,
                     timeout=timeout_s,
-                    max_retries=max_retries,
+                    max_retries=0,  # ours take their place, within the call's deadline
                     default_headers=default_headers,
+                    http_client=http_client,
                 )
             except anthropic.AnthropicError as exc:
+                http_client.close()
                 raise ConfigError(f"AnthropicMessagesProvider: {exc}") from exc
+        else:
+            client = client.with_options(max_retries=0)
         self._client = client
+        self._shape = ResponseShape(name, "Messages")
+        self._calls = CallRunner(
+            name,
+            CallLimits(
+                timeout_s=float(timeout_s),
+                deadline_s=float(deadline_s),
+                max_retries=max_retries,
+                max_response_bytes=max_response_bytes,
+            ),
+            map_error=self._map_error,
+            secrets=lambda: (
+                getattr(self._client, "api_key", None),
+                getattr(self._client, "auth_token", None),
+            ),
+        )
+
+    def observe_calls(self, observer: CallObserver) -> None:
+        """Report every HTTP attempt and wait to ``observer`` (RunAgent's DoFn: Beam metrics)."""
+        self._calls.observer = observer
+
+    def _map_error(self, exc: Exception) -> ProviderCallError:
+        return map_sdk_error(exc, anthropic, self.name)
 
     def request_body(self, request: LlmRequest) -> dict[str, Any]:
         """The JSON body this provider sends for ``request`` (what the tests assert)."""
@@ -142,7 +210,7 @@ class AnthropicMessagesProvider(SdkClientOwner):
             body["top_p"] = params.top_p
         if params.stop:
             body["stop_sequences"] = list(params.stop)
-        for field, value in extra_fields(params).items():
+        for field, value in extra_fields(params, provider=self.name).items():
             if field in body:
                 raise ProviderRequestError(
                     self.name,
@@ -206,60 +274,81 @@ class AnthropicMessagesProvider(SdkClientOwner):
 
         Raises:
             ProviderCallError: One of its subclasses (rate limit, timeout, unavailable,
-                request refused, unreadable response), the SDK's error as ``__cause__``.
+                request refused, not an answer), the SDK's error as ``__cause__``; a
+                request this provider will not send (a stream) before anything is sent.
         """
         body = self.request_body(request)
         model = body.pop("model")
         max_tokens = body.pop("max_tokens")
         messages = body.pop("messages")
-        try:
-            message = self._client.messages.create(
-                model=model, max_tokens=max_tokens, messages=messages, extra_body=body
-            )
-        except anthropic.AnthropicError as exc:
-            raise map_sdk_error(exc, anthropic, self.name) from exc
-        try:
-            return self._response(message)
-        except (AttributeError, TypeError, ValueError) as exc:
-            # The SDK builds its response objects without validating them: a body
-            # missing a documented field surfaces here, when it is read.
-            raise ProviderResponseError(
-                self.name, f"the response lacks a documented field: {exc}"
-            ) from exc
+        limit = self._calls.limits.max_response_bytes
 
-    def _response(self, message: Any) -> LlmResponse:
-        texts: list[str] = []
+        def attempt(timeout_s: float) -> LlmResponse:
+            with self._client.messages.with_streaming_response.create(
+                model=model,
+                max_tokens=max_tokens,
+                messages=messages,
+                extra_body=body,
+                timeout=timeout_s,
+            ) as answer:
+                raw = read_capped(answer.iter_bytes(), self.name, limit)
+            return self._response(parse_json_body(raw, self.name))
+
+        return self._calls.call(attempt)
+
+    def _response(self, data: dict[str, Any]) -> LlmResponse:
+        shape = self._shape
+        kind = data.get("type")
+        if kind == "error":
+            error = data.get("error")
+            said = error.get("message") if isinstance(error, dict) else None
+            raise ProviderResponseError(
+                self.name,
+                "the response is an error object, not a message"
+                + (f": {said}" if isinstance(said, str) else ""),
+            )
+        if kind != "message":
+            raise shape.refuse("type", "the string 'message'", *([kind] if "type" in data else []))
+        message_id = shape.get(data, "id", str, "id") or ""
+        content = shape.get(data, "content", list, "content", required=True)
         response = LlmResponse(
-            stop_reason=message.stop_reason or "",
-            model=message.model or "",
-            id=message.id or "",
+            stop_reason=shape.get(data, "stop_reason", str, "stop_reason") or "",
+            model=shape.get(data, "model", str, "model") or "",
+            id=message_id,
         )
-        for block in message.content or ():
-            kind = getattr(block, "type", None)
-            if kind == "text":
-                texts.append(block.text)
-            elif kind == "tool_use":
+        texts: list[str] = []
+        for n, block in enumerate(content):
+            where = f"content[{n}]"
+            if not isinstance(block, dict):
+                raise shape.refuse(where, "an object", block)
+            block_type = shape.get(block, "type", str, f"{where}.type", required=True)
+            if block_type == "text":
+                texts.append(shape.get(block, "text", str, f"{where}.text", required=True))
+            elif block_type == "tool_use":
                 response.tool_calls.append(
                     ToolCall(
-                        id=block.id,
-                        name=block.name,
-                        arguments_json=canonical_arguments(block.input),
+                        id=shape.get(block, "id", str, f"{where}.id", required=True),
+                        name=shape.get(block, "name", str, f"{where}.name", required=True),
+                        arguments_json=canonical_arguments(
+                            shape.get(block, "input", dict, f"{where}.input", required=True)
+                        ),
                     )
                 )
-            elif kind in ("thinking", "redacted_thinking"):
+            elif block_type in ("thinking", "redacted_thinking"):
                 continue  # reasoning the model shows is not part of the answer
             else:
                 raise ProviderResponseError(
                     self.name,
-                    f"message {message.id!r} has a {kind!r} content block, which this "
+                    f"message {message_id!r} has a {block_type!r} content block, which this "
                     "provider cannot represent in an LlmResponse",
                 )
         response.text = "".join(texts)
-        if message.usage is not None:
+        usage = shape.get(data, "usage", dict, "usage")
+        if usage is not None:
             response.usage.CopyFrom(
                 Usage(
-                    input_tokens=message.usage.input_tokens or 0,
-                    output_tokens=message.usage.output_tokens or 0,
+                    input_tokens=shape.count(usage, "input_tokens", "usage.input_tokens"),
+                    output_tokens=shape.count(usage, "output_tokens", "usage.output_tokens"),
                 )
             )
         return response

@@ -4,6 +4,9 @@ Built on the official ``openai`` SDK (``pip install 'beam-agents[openai]'``). Th
 request body is ours, field by field, from the ``LlmRequest``: nothing the SDK would
 default is left to it, and nothing outside the ``LlmRequest`` changes what is sent
 (so the cache key, computed from the ``LlmRequest`` and ``name``, covers the request).
+The answer is ours too: the body is read within the call's bounds (``_calls``) and
+checked field by field against the documented ``chat.completion`` shape, so what is
+not an answer never becomes one.
 """
 
 from __future__ import annotations
@@ -14,10 +17,26 @@ from typing import Any, Literal
 import openai
 
 from beam_agents._protos import ChatMessage, LlmRequest, LlmResponse, ToolCall, Usage
-from beam_agents.errors import ConfigError, ProviderRequestError, ProviderResponseError
+from beam_agents.errors import (
+    ConfigError,
+    ProviderCallError,
+    ProviderRequestError,
+    ProviderResponseError,
+)
+from beam_agents.provider import CallObserver
+from beam_agents.providers._calls import (
+    DEFAULT_MAX_RESPONSE_BYTES,
+    CallLimits,
+    CallRunner,
+    budgeted_http_client,
+    parse_json_body,
+    read_capped,
+)
 from beam_agents.providers._common import (
+    ResponseShape,
     SdkClientOwner,
     canonical_arguments,
+    check_limits,
     extra_fields,
     map_sdk_error,
     parse_json,
@@ -26,6 +45,7 @@ from beam_agents.providers._common import (
 __all__ = ["OpenAIChatProvider"]
 
 DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_DEADLINE_S = 180.0
 DEFAULT_MAX_RETRIES = 2
 
 
@@ -43,7 +63,10 @@ class OpenAIChatProvider(SdkClientOwner):
     Response -> ``LlmResponse``: the first choice's content (``""`` if none), its tool
     calls (arguments as canonical JSON), ``finish_reason`` as ``stop_reason``
     (verbatim: ``stop``, ``tool_calls``, ``length``...), ``usage`` prompt/completion
-    tokens, the response's ``model`` and ``id``.
+    tokens, the response's ``model`` and ``id``. A body without ``choices``, a choice
+    without a ``message``, a message with neither ``content`` nor ``tool_calls`` (nor a
+    ``refusal``), a field of the wrong type, a body that is not JSON, nested deeper
+    than 256 levels or larger than ``max_response_bytes``: ``ProviderResponseError``.
     """
 
     def __init__(
@@ -53,7 +76,9 @@ class OpenAIChatProvider(SdkClientOwner):
         base_url: str | None = None,
         name: str = "openai-chat",
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        deadline_s: float = DEFAULT_DEADLINE_S,
         max_retries: int = DEFAULT_MAX_RETRIES,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         max_tokens_param: Literal["max_completion_tokens", "max_tokens"] = "max_completion_tokens",
         organization: str | None = None,
         default_headers: Mapping[str, str] | None = None,
@@ -68,19 +93,34 @@ class OpenAIChatProvider(SdkClientOwner):
                 (``http://localhost:8000/v1`` for vLLM); ``None`` is OpenAI's.
             name: Part of every cache key: keep it stable across deploys, and give
                 different servers different names (``"vllm-prod"``).
-            timeout_s: Seconds per HTTP attempt (the SDK's ``timeout``).
-            max_retries: Retries of a failed attempt (the SDK's ``max_retries``: it
-                retries connection errors, 408, 409, 429 and 5xx with backoff).
+            timeout_s: The most seconds one HTTP attempt may take, connect to last byte
+                (a body trickled slowly included).
+            deadline_s: The most seconds one ``complete`` may take, every attempt and
+                every wait between them included (``Retry-After`` too).
+            max_retries: Further attempts after a transient failure (connection errors,
+                timeouts, 408, 409, 429 and 5xx), after the server's ``Retry-After`` or
+                a backoff of 0.5 s doubling to 8 s, within ``deadline_s``.
+            max_response_bytes: The most bytes one attempt may receive (16 MiB).
             max_tokens_param: The body field carrying ``params.max_tokens``: OpenAI's
                 current ``max_completion_tokens``, or ``max_tokens`` for servers that
                 only know the older name.
             organization: OpenAI organization id, if any.
             default_headers: Headers sent with every request.
-            client: A ready ``openai.OpenAI`` (e.g. Azure's); the options above except
-                ``name`` and ``max_tokens_param`` are then ignored.
+            client: A ready ``openai.OpenAI`` (e.g. Azure's); ``api_key``, ``base_url``,
+                ``organization`` and ``default_headers`` are then its own, its own
+                retries are turned off (this provider's take their place), and its HTTP
+                client's timeouts apply within each attempt (``timeout_s`` is then
+                checked between the body's chunks, not inside a read).
         """
         if not name:
             raise ConfigError("OpenAIChatProvider: name must be a non-empty string")
+        check_limits(
+            "OpenAIChatProvider",
+            timeout_s=timeout_s,
+            deadline_s=deadline_s,
+            max_retries=max_retries,
+            max_response_bytes=max_response_bytes,
+        )
         if max_tokens_param not in ("max_completion_tokens", "max_tokens"):
             raise ConfigError(
                 f"OpenAIChatProvider: max_tokens_param must be 'max_completion_tokens' or "
@@ -89,18 +129,42 @@ class OpenAIChatProvider(SdkClientOwner):
         self.name = name
         self._max_tokens_param = max_tokens_param
         if client is None:
+            http_client = budgeted_http_client(timeout_s, openai.DEFAULT_CONNECTION_LIMITS)
             try:
                 client = openai.OpenAI(
                     api_key=api_key,
                     base_url=base_url,
                     organization=organization,
                     timeout=timeout_s,
-                    max_retries=max_retries,
+                    max_retries=0,  # ours take their place, within the call's deadline
                     default_headers=default_headers,
+                    http_client=http_client,
                 )
             except openai.OpenAIError as exc:
+                http_client.close()
                 raise ConfigError(f"OpenAIChatProvider: {exc}") from exc
+        else:
+            client = client.with_options(max_retries=0)
         self._client = client
+        self._shape = ResponseShape(name, "Chat Completions")
+        self._calls = CallRunner(
+            name,
+            CallLimits(
+                timeout_s=float(timeout_s),
+                deadline_s=float(deadline_s),
+                max_retries=max_retries,
+                max_response_bytes=max_response_bytes,
+            ),
+            map_error=self._map_error,
+            secrets=lambda: (self._client.api_key,),
+        )
+
+    def observe_calls(self, observer: CallObserver) -> None:
+        """Report every HTTP attempt and wait to ``observer`` (RunAgent's DoFn: Beam metrics)."""
+        self._calls.observer = observer
+
+    def _map_error(self, exc: Exception) -> ProviderCallError:
+        return map_sdk_error(exc, openai, self.name)
 
     def request_body(self, request: LlmRequest) -> dict[str, Any]:
         """The JSON body this provider sends for ``request`` (what the tests assert)."""
@@ -137,7 +201,7 @@ class OpenAIChatProvider(SdkClientOwner):
             body["stop"] = list(params.stop)
         if params.HasField("seed"):
             body["seed"] = params.seed
-        for field, value in extra_fields(params).items():
+        for field, value in extra_fields(params, provider=self.name).items():
             if field in body:
                 raise ProviderRequestError(
                     self.name,
@@ -175,59 +239,75 @@ class OpenAIChatProvider(SdkClientOwner):
 
         Raises:
             ProviderCallError: One of its subclasses (rate limit, timeout, unavailable,
-                request refused, unreadable response), the SDK's error as ``__cause__``.
+                request refused, not an answer), the SDK's error as ``__cause__``; a
+                request this provider will not send (a stream) before anything is sent.
         """
         body = self.request_body(request)
         model = body.pop("model")
         messages = body.pop("messages")
-        try:
-            # Every field goes in the body as we built it: typed keyword arguments would
-            # let the SDK's types reshape them.
-            completion = self._client.chat.completions.create(
-                model=model, messages=messages, extra_body=body
-            )
-        except openai.OpenAIError as exc:
-            raise map_sdk_error(exc, openai, self.name) from exc
-        try:
-            return self._response(completion)
-        except (AttributeError, TypeError, ValueError) as exc:
-            # The SDK builds its response objects without validating them: a body
-            # missing a documented field surfaces here, when it is read.
-            raise ProviderResponseError(
-                self.name, f"the response lacks a documented field: {exc}"
-            ) from exc
+        limit = self._calls.limits.max_response_bytes
 
-    def _response(self, completion: Any) -> LlmResponse:
-        if not completion.choices:
+        def attempt(timeout_s: float) -> LlmResponse:
+            # Every field goes in the body as we built it: typed keyword arguments would
+            # let the SDK's types reshape them. The body is read here, within the bounds.
+            with self._client.chat.completions.with_streaming_response.create(
+                model=model, messages=messages, extra_body=body, timeout=timeout_s
+            ) as answer:
+                raw = read_capped(answer.iter_bytes(), self.name, limit)
+            return self._response(parse_json_body(raw, self.name))
+
+        return self._calls.call(attempt)
+
+    def _response(self, data: dict[str, Any]) -> LlmResponse:
+        shape = self._shape
+        completion_id = shape.get(data, "id", str, "id") or ""
+        choices = shape.get(data, "choices", list, "choices", required=True)
+        if not choices:
+            raise ProviderResponseError(self.name, f"the completion {completion_id!r} has no choices")
+        choice = choices[0]
+        if not isinstance(choice, dict):
+            raise shape.refuse("choices[0]", "an object", choice)
+        message = shape.get(choice, "message", dict, "choices[0].message", required=True)
+        content = shape.get(message, "content", str, "choices[0].message.content")
+        tool_calls = shape.get(message, "tool_calls", list, "choices[0].message.tool_calls")
+        refusal = shape.get(message, "refusal", str, "choices[0].message.refusal")
+        if content is None and not tool_calls and refusal is None:
             raise ProviderResponseError(
-                self.name, f"the completion {completion.id!r} has no choices"
+                self.name,
+                f"the completion {completion_id!r} answers nothing: choices[0].message has "
+                "neither content nor tool_calls (nor a refusal)",
             )
-        choice = completion.choices[0]
-        message = choice.message
         response = LlmResponse(
-            text=message.content or "",
-            stop_reason=choice.finish_reason or "",
-            model=completion.model or "",
-            id=completion.id or "",
+            text=content or "",
+            stop_reason=shape.get(choice, "finish_reason", str, "choices[0].finish_reason") or "",
+            model=shape.get(data, "model", str, "model") or "",
+            id=completion_id,
         )
-        for call in message.tool_calls or ():
-            function = getattr(call, "function", None)
+        for n, call in enumerate(tool_calls or ()):
+            where = f"choices[0].message.tool_calls[{n}]"
+            if not isinstance(call, dict):
+                raise shape.refuse(where, "an object", call)
+            call_id = shape.get(call, "id", str, f"{where}.id", required=True)
+            function = shape.get(call, "function", dict, f"{where}.function")
             if function is None:
                 raise ProviderResponseError(
-                    self.name, f"tool call {call.id!r} is a {call.type!r} call, not a function"
+                    self.name,
+                    f"tool call {call_id!r} is a {call.get('type')!r} call, not a function",
                 )
+            arguments = shape.get(function, "arguments", str, f"{where}.function.arguments")
             response.tool_calls.append(
                 ToolCall(
-                    id=call.id,
-                    name=function.name,
-                    arguments_json=canonical_arguments(function.arguments or "{}"),
+                    id=call_id,
+                    name=shape.get(function, "name", str, f"{where}.function.name", required=True),
+                    arguments_json=canonical_arguments(arguments or "{}"),
                 )
             )
-        if completion.usage is not None:
+        usage = shape.get(data, "usage", dict, "usage")
+        if usage is not None:
             response.usage.CopyFrom(
                 Usage(
-                    input_tokens=completion.usage.prompt_tokens or 0,
-                    output_tokens=completion.usage.completion_tokens or 0,
+                    input_tokens=shape.count(usage, "prompt_tokens", "usage.prompt_tokens"),
+                    output_tokens=shape.count(usage, "completion_tokens", "usage.completion_tokens"),
                 )
             )
         return response

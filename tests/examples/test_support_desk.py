@@ -22,6 +22,7 @@ from beam_agents.activation import (
     run_activation,
 )
 from beam_agents.agent import Agent
+from beam_agents.dead_letter import ErrorRecord
 from beam_agents.key_state import KeyState
 from beam_agents.provider import UnservableProvider
 from beam_agents.testing import PipelineKey, ScriptedProvider, event_envelope
@@ -51,7 +52,7 @@ class Desk:
     states: dict[bytes, KeyState] = field(default_factory=dict)
     seqs: dict[bytes, int] = field(default_factory=dict)
     results: dict[tuple[bytes, int], ActivationResult] = field(default_factory=dict)
-    rejected: list[str] = field(default_factory=list)
+    errors: list[ErrorRecord] = field(default_factory=list)
 
 
 def play(stream: tuple[AgentEnvelope, ...], agent: Agent, provider: ScriptedProvider) -> Desk:
@@ -65,7 +66,7 @@ def play(stream: tuple[AgentEnvelope, ...], agent: Agent, provider: ScriptedProv
         if pipeline_key is None:
             pipeline_key = keys[key] = PipelineKey(agent, v1.TOOLS, config, entity_key=key)
         step = pipeline_key.send(envelope)
-        desk.rejected.extend(error.reason for error in step.errors)
+        desk.errors.extend(step.errors)
         for result in step.activations:
             desk.results[(key, result.seq)] = result
         desk.seqs[key] = pipeline_key.seq
@@ -95,8 +96,17 @@ def test_the_scripted_model_is_deterministic() -> None:
     ).SerializeToString(deterministic=True)
 
 
-def test_every_envelope_of_the_stream_is_accepted(desk: Desk) -> None:
-    assert desk.rejected == []
+def test_every_envelope_is_accepted_and_carols_typo_is_dead_lettered(desk: Desk) -> None:
+    """Nothing is refused; the one activation that fails (agent code raised on Carol's
+    typo) has its envelope on .errors, with its seq, to fix and re-send."""
+    [record] = desk.errors
+    assert (record.code, record.envelope_id, record.seq) == (
+        "activation_failed",
+        CAROL_TYPO_MESSAGE.envelope_id,
+        FIRST_SEQ + 1,
+    )
+    assert record.error_type == "examples.support_desk.agent.MalformedOrderIdError"
+    assert record.raw == CAROL_TYPO_MESSAGE.SerializeToString() and record.resendable
 
 
 def test_a_status_question_triages_looks_up_tracks_and_drafts(desk: Desk) -> None:

@@ -8,6 +8,8 @@ covers every path of the DoFn:
     fail_call a model call (a staged cache insert), then an exception
     act       stages a ``ship_order`` intent (no approval) and suspends awaiting it
     refund    stages an approval-gated ``issue_refund`` intent and suspends awaiting it
+    flaky     payload ``until=MS``: one model call, which the scripted model refuses with a
+              rate limit (transient) while the activation clock is before MS; then as echo
 
 ``resume`` finishes with ``Done(output="{seq}:{how}:...")`` for a tool result, a
 rejection or a timeout. Outputs start with the activation's seq so tests can
@@ -24,6 +26,7 @@ from beam_agents import Agent, Done, Suspend, ToolRegistry, tool
 from beam_agents._protos import Approval, Event, LlmRequest, LlmResponse, ToolResult
 from beam_agents.agent import Inbound, Outcome, Timeout
 from beam_agents.context import AgentContext
+from beam_agents.errors import ProviderRateLimitError
 from beam_agents.testing import ScriptedProvider, chat_request
 
 MODEL = "test-model"
@@ -60,6 +63,11 @@ class ShopAgent(Agent):
             ctx.memory["count"] = int(ctx.memory.get("count", 0)) + 1
             ctx.memory["last"] = payload
             return Done(output=f"{ctx.seq}:echo:{payload}:{answer.text}".encode())
+        if event.type == "flaky":
+            # The clock goes into the request: the scripted model decides on it.
+            answer = ctx.complete(chat_request(MODEL, ("user", f"flaky {payload} at={ctx.now_ms}")))
+            ctx.memory["count"] = int(ctx.memory.get("count", 0)) + 1
+            return Done(output=f"{ctx.seq}:flaky:{payload}:{answer.text}".encode())
         if event.type == "fail":
             ctx.memory["poisoned"] = True
             raise RuntimeError("agent code broke")
@@ -93,8 +101,13 @@ SHOP_AGENT = ShopAgent()
 
 
 def answer(request: LlmRequest) -> str:
-    """The scripted model: echoes the last message."""
-    return "ok:" + request.messages[-1].content
+    """The scripted model: echoes the last message (refuses a flaky one before its time)."""
+    content = request.messages[-1].content
+    if content.startswith("flaky until="):
+        until, at = (int(part.split("=")[1]) for part in content.split()[1:3])
+        if at < until:
+            raise ProviderRateLimitError("scripted", f"rate limited until {until}", status=429)
+    return "ok:" + content
 
 
 def make_provider() -> ScriptedProvider:

@@ -386,6 +386,10 @@ def mixed_script() -> list[Any]:
         ),
         AgentEnvelope(entity_key=KEY, envelope_id="no-body", event_time_ms=next(at)),
         event_envelope(KEY, "refund", b"r-2", time_ms=T0 + 50_000),  # times out (seq 8)
+        # Rate limited until T0+40s: retried on the key (the echo waits behind it), then done.
+        event_envelope(OTHER_KEY, "flaky", f"until={T0 + 40_000}".encode(), time_ms=T0 + 12_000),
+        event_envelope(OTHER_KEY, "echo", b"behind", time_ms=T0 + 13_000),
+        export_request_envelope(OTHER_KEY, "while-held", time_ms=T0 + 14_000),
         Watermark(T0 + 50_000 + HOUR + 1),
         export_request_envelope(KEY, "after", time_ms=T0 + 50_000 + HOUR + 2),
         export_request_envelope(OTHER_KEY, "other", time_ms=T0 + 50_000 + HOUR + 3),
@@ -399,8 +403,7 @@ def run_on_pipeline_keys(script: list[Any], *, watermarks: bool) -> dict[str, li
 
     def fire_due(ms: float) -> None:
         for key in keys.values():
-            if key.timer_ms is not None and key.timer_ms <= ms:
-                results.append(key.fire_timer())
+            results.extend(key.advance_to(int(min(ms, 2**62))))
 
     for step in script:
         if isinstance(step, Watermark):
@@ -457,6 +460,12 @@ def test_the_dofn_emits_exactly_what_the_key_step_returns(
     assert comparable(from_dofn) == comparable(from_step)
     # The script did reach every path it names.
     assert {e.code for e in got.errors} == {"rejected_trigger", "no_body", "activation_failed"}
-    assert len(got.snapshots) == 3 and len(got.approvals) == 2
+    assert len(got.snapshots) == 4 and len(got.approvals) == 2
+    # The flaky event failed, was held and retried until it ran; the echo waited behind it.
+    flaky = [o for k, o in got.outputs if k == OTHER_KEY and b":flaky:" in o]
+    behind = [o for k, o in got.outputs if k == OTHER_KEY and b":behind:" in o]
+    assert len(flaky) == len(behind) == 1 and int(flaky[0].split(b":")[0]) + 1 == int(
+        behind[0].split(b":")[0]
+    )
     assert b"4:echo:queued-1:ok:queued-1" in got.outputs_of(KEY)  # drained after the resume
     assert any(o.startswith(b"8:timeout:") for o in got.outputs_of(KEY))

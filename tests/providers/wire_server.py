@@ -4,6 +4,11 @@ It speaks plain HTTP/1.1 JSON: each request's method, path, headers and JSON bod
 recorded, and answered by the next scripted ``Reply`` (status, JSON body, headers, an
 optional delay before answering). The SDKs under test talk to it exactly as they talk
 to the vendor: same client code, same retries, same error parsing.
+
+A ``Reply`` can also misbehave the way servers do: a body of raw bytes (not JSON), sent
+in ``chunk``-byte pieces ``trickle_s`` apart (also the headers, ``trickle_headers``),
+or a body of ``repeat`` copies of it (a huge one, generated as it is sent). What each
+answer managed to send before the client went away is in ``WireServer.sent``.
 """
 
 from __future__ import annotations
@@ -24,9 +29,27 @@ class Reply:
     """One scripted answer."""
 
     body: Any
+    """A JSON value, or ``bytes`` sent as they are."""
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
+    chunk: int = 0
+    """Send the body in pieces of this many bytes (0: at once)."""
+    trickle_s: float = 0.0
+    """The pause before each piece."""
+    trickle_headers: bool = False
+    """Trickle the status line and headers too, a byte at a time."""
+    repeat: int = 1
+    """The body is ``repeat`` copies of ``body`` (bytes), generated while it is sent."""
+
+
+@dataclass
+class Sent:
+    """What one answer sent before it ended or the client went away."""
+
+    bytes: int = 0
+    complete: bool = False
+    """False: the client closed the connection first."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +68,7 @@ class WireServer:
     def __init__(self) -> None:
         self.replies: deque[Reply | Callable[[Received], Reply]] = deque()
         self.received: list[Received] = []
+        self.sent: list[Sent] = []
         self.url = ""
         self._lock = threading.Lock()
 
@@ -76,17 +100,37 @@ def _handler(server: WireServer) -> type[BaseHTTPRequestHandler]:
             reply = server._answer(received)
             if reply.delay_s:
                 time.sleep(reply.delay_s)
-            data = json.dumps(reply.body).encode()
+            data = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
+            sent = Sent()
+            with server._lock:
+                server.sent.append(sent)
+            head = [f"HTTP/1.1 {reply.status} {self.responses.get(reply.status, ('',))[0]}"]
+            head.append("Content-Type: application/json")
+            head.append(f"Content-Length: {len(data) * reply.repeat}")
+            head.extend(f"{name}: {value}" for name, value in reply.headers.items())
+            header_bytes = ("\r\n".join(head) + "\r\n\r\n").encode()
             try:
-                self.send_response(reply.status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for name, value in reply.headers.items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(data)
+                if reply.trickle_headers:
+                    for n in range(len(header_bytes)):
+                        time.sleep(reply.trickle_s)
+                        self._send(header_bytes[n : n + 1], sent)
+                else:
+                    self._send(header_bytes, sent)
+                for _ in range(reply.repeat):
+                    step = reply.chunk or len(data) or 1
+                    for at in range(0, len(data), step):
+                        if reply.trickle_s:
+                            time.sleep(reply.trickle_s)
+                        self._send(data[at : at + step], sent)
+                sent.complete = True
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client gave up (a timeout test): nothing left to answer
+            self.close_connection = not sent.complete
+
+        def _send(self, data: bytes, sent: Sent) -> None:
+            self.wfile.write(data)
+            self.wfile.flush()
+            sent.bytes += len(data)
 
         def log_message(self, format: str, *args: Any) -> None:
             pass  # the tests assert on `received`, not on an access log
