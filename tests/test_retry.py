@@ -112,5 +112,5 @@ def test_the_config_carries_a_policy_and_refuses_anything_else() -> None:
     config = AgentConfig(provider_factory=lambda: None, retry=RetryPolicy(max_attempts=2))  # type: ignore[arg-type, return-value]
     assert pickle.loads(pickle.dumps(config.retry)) == RetryPolicy(max_attempts=2)
     assert AgentConfig(provider_factory=lambda: None).retry == DEFAULT_RETRY_POLICY  # type: ignore[arg-type, return-value]
-    with pytest.raises(ConfigError, match="AgentConfig.retry must be a RetryPolicy"):
+    with pytest.raises(ConfigError, match=r"AgentConfig\.retry must be a RetryPolicy"):
         AgentConfig(provider_factory=lambda: None, retry=3)  # type: ignore[arg-type, return-value]

@@ -234,7 +234,7 @@ def test_timeout_s_bounds_an_attempt_whose_answer_trickles(
         else Reply(body, trickle_s=0.05, trickle_headers=True)
     )
     server.script(reply)
-    with pytest.raises(ProviderTimeoutError, match="timeout_s=0.5") as caught:
+    with pytest.raises(ProviderTimeoutError, match=r"timeout_s=0\.5") as caught:
         BY_NAME[vendor].build(server, timeout_s=0.5).complete(minimal_request("m"))
     assert caught.value.transient
     (sent,) = server.sent
