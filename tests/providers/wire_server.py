@@ -70,6 +70,8 @@ class WireServer:
         self.received: list[Received] = []
         self.sent: list[Sent] = []
         self.url = ""
+        self.respond: Callable[[Received], Reply] | None = None
+        """Answers every request once the scripted replies are used up (None: a 500)."""
         self._lock = threading.Lock()
 
     def script(self, *replies: Reply | Callable[[Received], Reply]) -> None:
@@ -79,6 +81,8 @@ class WireServer:
         with self._lock:
             self.received.append(received)
             if not self.replies:
+                if self.respond is not None:
+                    return self.respond(received)
                 return Reply({"error": {"message": "no reply scripted", "type": "test"}}, 500)
             reply = self.replies.popleft()
         return reply(received) if callable(reply) else reply
@@ -87,6 +91,9 @@ class WireServer:
 def _handler(server: WireServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # Headers and body go out in separate writes: without this, Nagle's algorithm holds
+        # the body until the client's delayed ACK of the headers (about 40 ms a request).
+        disable_nagle_algorithm = True
 
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length", "0"))
