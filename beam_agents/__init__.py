@@ -29,6 +29,7 @@ from beam_agents.cache_key import compute_cache_key
 from beam_agents.context import AgentContext, derive_intent_id
 from beam_agents.errors import BeamAgentsError
 from beam_agents.hitl import HitlPolicy
+from beam_agents.retry import RetryPolicy
 from beam_agents.tools import ToolRegistry, tool
 from beam_agents.trace_events import serialize_trace_event
 from beam_agents.trace_stream import read_trace_stream, write_trace_stream
@@ -69,6 +70,7 @@ __all__ = [
     "LlmRequest",
     "LlmResponse",
     "Outcome",
+    "RetryPolicy",
     "RunAgent",
     "RunAgentOutputs",
     "SamplingParams",

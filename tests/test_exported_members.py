@@ -40,10 +40,14 @@ AGENT_AUTHORS = [
     "SamplingParams",
     "derive_intent_id",  # the id of an intent (tests build tool_result/approval envelopes)
 ]
+PIPELINE_AUTHORS = [
+    # Issue 24: AgentConfig(retry=RetryPolicy(...)), beside HitlPolicy.
+    "RetryPolicy",
+]
 
 
 def test_all_is_exactly_the_designs_list_and_the_agent_authors() -> None:
-    assert sorted(beam_agents.__all__) == sorted(DESIGN_SECTION_9 + AGENT_AUTHORS)
+    assert sorted(beam_agents.__all__) == sorted(DESIGN_SECTION_9 + AGENT_AUTHORS + PIPELINE_AUTHORS)
 
 
 def test_every_exported_name_resolves() -> None:
