@@ -10,6 +10,9 @@ covers every path of the DoFn:
     refund    stages an approval-gated ``issue_refund`` intent and suspends awaiting it
     flaky     payload ``until=MS``: one model call, which the scripted model refuses with a
               rate limit (transient) while the activation clock is before MS; then as echo
+    exit, interrupt, genexit  a memory write, then SystemExit / KeyboardInterrupt /
+              GeneratorExit (each fails the activation only)
+    forget    a memory write, then ``return None`` (a forgotten return: a failure)
 
 ``resume`` finishes with ``Done(output="{seq}:{how}:...")`` for a tool result, a
 rejection or a timeout. Outputs start with the activation's seq so tests can
@@ -71,6 +74,16 @@ class ShopAgent(Agent):
         if event.type == "fail":
             ctx.memory["poisoned"] = True
             raise RuntimeError("agent code broke")
+        if event.type in ("exit", "interrupt", "genexit"):
+            ctx.memory["poisoned"] = True
+            if event.type == "exit":
+                raise SystemExit(3)
+            if event.type == "interrupt":
+                raise KeyboardInterrupt
+            raise GeneratorExit
+        if event.type == "forget":
+            ctx.memory["poisoned"] = True
+            return None  # type: ignore[return-value]  # the bug the pipeline must catch
         if event.type == "fail_call":
             ctx.complete(chat_request(MODEL, ("user", "doomed " + payload)))
             raise RuntimeError("agent code broke after a model call")

@@ -18,7 +18,9 @@ FnApiRunner (batch: the retries fire once the input has ended):
 - the provider's HTTP attempts in Beam's metrics are the requests the server received;
 - every failed seq replays, through ``beam-agents-replay``, to its traced failure: a bug
   reproduces (exit 0); a provider failure runs, event for event, up to the traced failed
-  model call, and stops there (exit 3: its answer was never cached), naming the error.
+  model call, and stops there (exit 3: its answer was never cached), naming the error;
+- once the provider is back, the dead letters re-published from their JSON records
+  commit (the bug's fail again, as they must until the agent is fixed).
 
 No wall time is asserted anywhere: the outage is a window of event time.
 """
@@ -63,7 +65,7 @@ from beam_agents.providers import OpenAIChatProvider
 from beam_agents.retry import RetryPolicy
 from beam_agents.testing import event_envelope, export_request_envelope
 from beam_agents.trace_stream import write_trace_stream
-from beam_agents.trace_view import ActivationStart
+from beam_agents.trace_view import ActivationFailed, ActivationStart, LlmCall
 
 pytestmark = pytest.mark.slow
 
@@ -93,6 +95,10 @@ def serve(received: Received) -> Reply:
                          headers={"retry-after-ms": "1"})  # fmt: skip
         return Reply({"error": {"message": "slow down", "type": "requests"}}, 429,
                      headers={"retry-after-ms": "1"})  # fmt: skip
+    return completion(at)
+
+
+def completion(at: int) -> Reply:
     return Reply(
         {
             "id": f"chatcmpl-{at}",
@@ -309,7 +315,8 @@ def replay_failed_seqs(run: Run, ran: list[Activation]) -> int:
         with redirect_stdout(out):
             code = main(argv)
         report = json.loads(out.getvalue())
-        traced_error = a.events[-1].attributes["beam_agents.error_type"].string_value
+        traced_error = ActivationFailed.of(a.events[-1]).error_type
+        assert traced_error, a
         if run.envelopes[a.envelope_id].event.payload.startswith(b"bug"):
             # Agent code failed before any model call: it reproduces exactly.
             assert code == 0 and report["verdict"] == "reproduced", report
@@ -320,9 +327,8 @@ def replay_failed_seqs(run: Run, ran: list[Activation]) -> int:
             assert code == 3 and report["verdict"] == "irreproducible", report
             miss = report["cache_miss"]
             call = a.events[miss["event_index"]]
-            assert call.kind == TraceEvent.LLM_CALL and call.attributes[
-                "beam_agents.error_type"
-            ].string_value == traced_error
+            assert call.kind == TraceEvent.LLM_CALL
+            assert LlmCall.of(call).error_type == traced_error
             assert "failed here too" in report["reason"] and traced_error in report["reason"]
             before = report["events"][: miss["event_index"]]
             assert before and not any(pair["differs"] for pair in before), report
@@ -358,6 +364,42 @@ def test_an_outage_on_the_streaming_runner_loses_nothing_and_every_failure_repla
         )
         assert done.returncode == 3, done.stdout + done.stderr
         assert "the original call failed here too" in done.stdout, done.stdout
+    resend_dead_letters(run, tmp_path)
+
+
+def serve_healthy(received: Received) -> Reply:
+    """The model service once the outage is over (re-sent envelopes keep their clocks)."""
+    return completion(int(received.body["messages"][-1]["content"].rsplit("at=", 1)[1]))
+
+
+def resend_dead_letters(run: Run, workdir: Path) -> None:
+    """Re-publish every resendable dead letter, read back from its JSON, once the provider
+    is healthy: each ends committed, or (the bug's) dead-lettered again."""
+    topic = [record.to_json_bytes() for record in run.collected.errors]  # the dead-letter topic
+    records = [ErrorRecord.from_json_bytes(message) for message in topic]
+    resent = [(r.entity_key, r.raw) for r in records if r.resendable]
+    assert len(resent) == len(records)
+    out_dir = workdir / "resent"
+    with wire_server() as server:
+        server.respond = serve_healthy
+        config = AgentConfig(
+            provider_factory=functools.partial(
+                OpenAIChatProvider, api_key="unused", base_url=f"{server.url}/v1", name=PROVIDER
+            ),
+            retry=POLICY,
+        )
+        with new_pipeline("batch") as p:
+            outs = source(p, "batch", resent) | RunAgent(
+                outage_agents.AGENT, outage_agents.TOOLS, config
+            )
+            for name in OUTPUT_NAMES:
+                collect(getattr(outs, name), out_dir, name)
+    again = Collected(*(read_collected(out_dir, name) for name in OUTPUT_NAMES))
+    bugs = {r.envelope_id for r in records if r.code == "activation_failed"}
+    replied = {o.decode().split(":")[0].removeprefix("reply to ") for _, o in again.outputs}
+    assert replied == {r.envelope_id for r in records} - bugs
+    assert {e.envelope_id for e in again.errors} == bugs
+    print(f"re-sent {len(resent)} dead letters: {len(replied)} committed, {len(bugs)} failed again")
 
 
 def test_an_outage_on_the_fnapi_runner_loses_nothing(tmp_path: Path) -> None:

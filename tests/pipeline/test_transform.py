@@ -45,6 +45,7 @@ from beam_agents.testing import (
     tool_result_envelope,
 )
 from beam_agents.trace_events import attributes_dict, kind_name
+from beam_agents.trace_view import ActivationFailed
 
 pytestmark = pytest.mark.slow
 
@@ -484,6 +485,34 @@ def test_streaming_timer_fires_when_the_watermark_passes_the_deadline(tmp_path: 
         b"4:result:OK:",
         f"6:timeout:{d5}".encode(),
     ]
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_a_base_exception_or_a_missing_return_fails_one_activation_not_the_pipeline(
+    runner: str, tmp_path: Path
+) -> None:
+    """SystemExit from agent code failed the whole pipeline after 4 bundle attempts, and
+    ``return None`` committed as if done. Each now fails its own activation: traced,
+    dead-lettered with its bytes, nothing committed, and the key carries on."""
+    kinds = ["exit", "interrupt", "genexit", "forget"]
+    steps: list[Step] = [
+        event_envelope(KEY, kind, b"x", time_ms=T0 + n, envelope_id=kind)
+        for n, kind in enumerate(kinds)
+    ]
+    steps.append(event_envelope(KEY, "echo", b"still here", time_ms=T0 + 10))
+    got = run_agent(runner, steps, tmp_path, config=AgentConfig(provider_factory=make_provider))
+    failed = {e.seq: ActivationFailed.of(e).error_type for e in got.events
+              if e.kind == TraceEvent.ACTIVATION_FAILED}  # fmt: skip
+    assert failed == {
+        1: "SystemExit",
+        2: "KeyboardInterrupt",
+        3: "GeneratorExit",
+        4: "beam_agents.errors.AgentResultError",
+    }
+    assert sorted((e.envelope_id, e.seq, str(e.code)) for e in got.errors) == sorted(
+        (kind, n + 1, "activation_failed") for n, kind in enumerate(kinds)
+    )
+    assert got.outputs_of(KEY) == [b"5:echo:still here:ok:still here"]
 
 
 @pytest.mark.parametrize("runner", ["batch", "fnapi_multi"])
