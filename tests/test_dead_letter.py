@@ -39,3 +39,57 @@ def test_a_code_given_as_text_becomes_its_member_and_an_unknown_one_is_refused()
     assert json.loads(record.to_json_bytes())["code"] == "no_body"
     with pytest.raises(ValueError, match="no_such_code"):
         ErrorRecord("no_such_code", "why")
+
+
+def test_a_failed_activations_record_round_trips_through_its_json() -> None:
+    from beam_agents.dead_letter import RETRIES_EXHAUSTED, Attempt
+
+    record = ErrorRecord(
+        RETRIES_EXHAUSTED,
+        "envelope 'e1' failed on every one of its 2 attempts",
+        entity_key=b"k\x00",
+        envelope_id="e1",
+        raw=b"\x0a\x01k",
+        seq=7,
+        error_type="beam_agents.errors.ProviderRateLimitError",
+        error="slow down",
+        attempts=(
+            Attempt(6, 1000, "beam_agents.errors.ProviderRateLimitError", "slow", True, 10_000),
+            Attempt(7, 11_000, "beam_agents.errors.ProviderRateLimitError", "slow", True, 0),
+        ),
+    )
+    data = record.to_json_bytes()
+    assert ErrorRecord.from_json_bytes(data) == record
+    assert json.loads(data)["attempts"][0] == {
+        "seq": 6, "now_ms": 1000, "error_type": "beam_agents.errors.ProviderRateLimitError",
+        "error": "slow", "transient": True, "wait_ms": 10_000,
+    }  # fmt: skip
+    assert record.resendable
+    assert pickle.loads(pickle.dumps(record)) == record
+
+
+def test_only_records_whose_envelope_can_succeed_again_are_resendable() -> None:
+    from beam_agents.dead_letter import RESENDABLE_CODES
+
+    for code in ERROR_CODES:
+        assert ErrorRecord(code, "why", raw=b"\x0a").resendable is (code in RESENDABLE_CODES)
+        assert not ErrorRecord(code, "why").resendable  # no envelope to re-send
+    assert {str(c) for c in RESENDABLE_CODES} == {
+        "activation_failed", "retries_exhausted", "inbox_overflow", "state_unreadable",
+    }  # fmt: skip
+
+
+def test_what_is_not_a_record_is_refused_by_name() -> None:
+    import pytest
+
+    for data, says in [
+        (b"not json", "not JSON"),
+        (b"[1]", "JSON list"),
+        (b'{"code": "no_body"}', "KeyError"),
+        (b'{"code": "nope", "reason": "", "entity_key_b64": "", "envelope_id": "", "raw_b64": ""}',
+         "nope"),
+        (b'{"code": "no_body", "reason": "", "entity_key_b64": "!!", "envelope_id": "", "raw_b64": ""}',
+         "not a dead-letter record"),
+    ]:  # fmt: skip
+        with pytest.raises(ValueError, match=says):
+            ErrorRecord.from_json_bytes(data)
