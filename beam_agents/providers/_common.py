@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Iterable
 from typing import Any, Self
 
 import httpx2
@@ -20,17 +21,55 @@ from beam_agents.errors import (
     ProviderTimeoutError,
     ProviderUnavailableError,
 )
+from beam_agents.provider import CallObserver
+from beam_agents.providers._calls import CallLimits, CallRunner, budgeted_http_client
 
 
 class SdkClientOwner:
-    """Lifecycle of a provider that owns an SDK client in ``self._client``.
+    """Lifecycle of a provider that owns an SDK client in ``self._client``, and its calls.
 
-    ``close()`` (RunAgent's DoFn calls it in ``teardown``), ``with`` blocks and the repr
-    are the same for every SDK; each provider builds its own client.
+    ``close()`` (RunAgent's DoFn calls it in ``teardown``), ``with`` blocks, the repr,
+    the client's making (``_own_client``) and the call runner (``_bound_calls``,
+    ``observe_calls``) are the same for every SDK; each provider builds its own client.
     """
 
     _client: Any
+    _calls: CallRunner
     name: str
+
+    def _own_client(
+        self,
+        sdk: Any,
+        client: Any,
+        build: Callable[[httpx2.Client], Any],
+        *,
+        timeout_s: float,
+    ) -> None:
+        """``client`` with its own retries off, or the one ``build`` makes on an HTTP
+        client whose connections obey each attempt's budget (``_calls``)."""
+        if client is not None:
+            self._client = client.with_options(max_retries=0)
+            return
+        http_client = budgeted_http_client(timeout_s, sdk.DEFAULT_CONNECTION_LIMITS)
+        base = getattr(sdk, "OpenAIError", None) or sdk.AnthropicError
+        try:
+            self._client = build(http_client)
+        except base as exc:
+            http_client.close()
+            raise ConfigError(f"{type(self).__name__}: {exc}") from exc
+
+    def _bound_calls(
+        self, sdk: Any, limits: CallLimits, secrets: Callable[[], Iterable[str | None]]
+    ) -> None:
+        """Run every call through a ``CallRunner`` within ``limits``, scrubbing ``secrets``."""
+        name = self.name
+        self._calls = CallRunner(
+            name, limits, map_error=lambda exc: map_sdk_error(exc, sdk, name), secrets=secrets
+        )
+
+    def observe_calls(self, observer: CallObserver) -> None:
+        """Report every HTTP attempt and wait to ``observer`` (RunAgent's DoFn: Beam metrics)."""
+        self._calls.observer = observer
 
     def close(self) -> None:
         """Close the SDK client's connections (RunAgent's DoFn calls it in ``teardown``)."""
@@ -112,15 +151,15 @@ def parse_json(text: str, *, provider: str, what: str) -> Any:
         ) from None
 
 
-def check_limits(
+def call_limits(
     owner: str,
     *,
     timeout_s: float,
     deadline_s: float,
     max_retries: int,
     max_response_bytes: int,
-) -> None:
-    """Refuse call limits that cannot bound a call, naming the option (``ConfigError``)."""
+) -> CallLimits:
+    """The ``CallLimits`` of these options; ``ConfigError`` naming one that cannot bound a call."""
     for name, value in (("timeout_s", timeout_s), ("deadline_s", deadline_s)):
         if (
             isinstance(value, bool)
@@ -139,6 +178,12 @@ def check_limits(
         raise ConfigError(
             f"{owner}: max_response_bytes must be an int of 1024 or more, got {max_response_bytes!r}"
         )
+    return CallLimits(
+        timeout_s=float(timeout_s),
+        deadline_s=float(deadline_s),
+        max_retries=max_retries,
+        max_response_bytes=max_response_bytes,
+    )
 
 
 class ResponseShape:

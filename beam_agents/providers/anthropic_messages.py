@@ -16,28 +16,14 @@ from typing import Any
 import anthropic
 
 from beam_agents._protos import ChatMessage, LlmRequest, LlmResponse, ToolCall, Usage
-from beam_agents.errors import (
-    ConfigError,
-    ProviderCallError,
-    ProviderRequestError,
-    ProviderResponseError,
-)
-from beam_agents.provider import CallObserver
-from beam_agents.providers._calls import (
-    DEFAULT_MAX_RESPONSE_BYTES,
-    CallLimits,
-    CallRunner,
-    budgeted_http_client,
-    parse_json_body,
-    read_capped,
-)
+from beam_agents.errors import ConfigError, ProviderRequestError, ProviderResponseError
+from beam_agents.providers._calls import DEFAULT_MAX_RESPONSE_BYTES, parse_json_body, read_capped
 from beam_agents.providers._common import (
     ResponseShape,
     SdkClientOwner,
+    call_limits,
     canonical_arguments,
-    check_limits,
     extra_fields,
-    map_sdk_error,
     parse_json,
 )
 
@@ -114,7 +100,7 @@ class AnthropicMessagesProvider(SdkClientOwner):
         """
         if not name:
             raise ConfigError("AnthropicMessagesProvider: name must be a non-empty string")
-        check_limits(
+        limits = call_limits(
             "AnthropicMessagesProvider",
             timeout_s=timeout_s,
             deadline_s=deadline_s,
@@ -128,45 +114,28 @@ class AnthropicMessagesProvider(SdkClientOwner):
             )
         self.name = name
         self._default_max_tokens = default_max_tokens
-        if client is None:
-            http_client = budgeted_http_client(timeout_s, anthropic.DEFAULT_CONNECTION_LIMITS)
-            try:
-                client = anthropic.Anthropic(
-                    api_key=api_key,
-                    base_url=base_url,
-                    timeout=timeout_s,
-                    max_retries=0,  # ours take their place, within the call's deadline
-                    default_headers=default_headers,
-                    http_client=http_client,
-                )
-            except anthropic.AnthropicError as exc:
-                http_client.close()
-                raise ConfigError(f"AnthropicMessagesProvider: {exc}") from exc
-        else:
-            client = client.with_options(max_retries=0)
-        self._client = client
-        self._shape = ResponseShape(name, "Messages")
-        self._calls = CallRunner(
-            name,
-            CallLimits(
-                timeout_s=float(timeout_s),
-                deadline_s=float(deadline_s),
-                max_retries=max_retries,
-                max_response_bytes=max_response_bytes,
+        self._own_client(
+            anthropic,
+            client,
+            lambda http_client: anthropic.Anthropic(
+                api_key=api_key,
+                base_url=base_url,
+                timeout=timeout_s,
+                max_retries=0,  # ours take their place, within the call's deadline
+                default_headers=default_headers,
+                http_client=http_client,
             ),
-            map_error=self._map_error,
-            secrets=lambda: (
+            timeout_s=timeout_s,
+        )
+        self._shape = ResponseShape(name, "Messages")
+        self._bound_calls(
+            anthropic,
+            limits,
+            lambda: (
                 getattr(self._client, "api_key", None),
                 getattr(self._client, "auth_token", None),
             ),
         )
-
-    def observe_calls(self, observer: CallObserver) -> None:
-        """Report every HTTP attempt and wait to ``observer`` (RunAgent's DoFn: Beam metrics)."""
-        self._calls.observer = observer
-
-    def _map_error(self, exc: Exception) -> ProviderCallError:
-        return map_sdk_error(exc, anthropic, self.name)
 
     def request_body(self, request: LlmRequest) -> dict[str, Any]:
         """The JSON body this provider sends for ``request`` (what the tests assert)."""

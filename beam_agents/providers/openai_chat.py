@@ -17,28 +17,14 @@ from typing import Any, Literal
 import openai
 
 from beam_agents._protos import ChatMessage, LlmRequest, LlmResponse, ToolCall, Usage
-from beam_agents.errors import (
-    ConfigError,
-    ProviderCallError,
-    ProviderRequestError,
-    ProviderResponseError,
-)
-from beam_agents.provider import CallObserver
-from beam_agents.providers._calls import (
-    DEFAULT_MAX_RESPONSE_BYTES,
-    CallLimits,
-    CallRunner,
-    budgeted_http_client,
-    parse_json_body,
-    read_capped,
-)
+from beam_agents.errors import ConfigError, ProviderRequestError, ProviderResponseError
+from beam_agents.providers._calls import DEFAULT_MAX_RESPONSE_BYTES, parse_json_body, read_capped
 from beam_agents.providers._common import (
     ResponseShape,
     SdkClientOwner,
+    call_limits,
     canonical_arguments,
-    check_limits,
     extra_fields,
-    map_sdk_error,
     parse_json,
 )
 
@@ -114,7 +100,7 @@ class OpenAIChatProvider(SdkClientOwner):
         """
         if not name:
             raise ConfigError("OpenAIChatProvider: name must be a non-empty string")
-        check_limits(
+        limits = call_limits(
             "OpenAIChatProvider",
             timeout_s=timeout_s,
             deadline_s=deadline_s,
@@ -128,43 +114,22 @@ class OpenAIChatProvider(SdkClientOwner):
             )
         self.name = name
         self._max_tokens_param = max_tokens_param
-        if client is None:
-            http_client = budgeted_http_client(timeout_s, openai.DEFAULT_CONNECTION_LIMITS)
-            try:
-                client = openai.OpenAI(
-                    api_key=api_key,
-                    base_url=base_url,
-                    organization=organization,
-                    timeout=timeout_s,
-                    max_retries=0,  # ours take their place, within the call's deadline
-                    default_headers=default_headers,
-                    http_client=http_client,
-                )
-            except openai.OpenAIError as exc:
-                http_client.close()
-                raise ConfigError(f"OpenAIChatProvider: {exc}") from exc
-        else:
-            client = client.with_options(max_retries=0)
-        self._client = client
-        self._shape = ResponseShape(name, "Chat Completions")
-        self._calls = CallRunner(
-            name,
-            CallLimits(
-                timeout_s=float(timeout_s),
-                deadline_s=float(deadline_s),
-                max_retries=max_retries,
-                max_response_bytes=max_response_bytes,
+        self._own_client(
+            openai,
+            client,
+            lambda http_client: openai.OpenAI(
+                api_key=api_key,
+                base_url=base_url,
+                organization=organization,
+                timeout=timeout_s,
+                max_retries=0,  # ours take their place, within the call's deadline
+                default_headers=default_headers,
+                http_client=http_client,
             ),
-            map_error=self._map_error,
-            secrets=lambda: (self._client.api_key,),
+            timeout_s=timeout_s,
         )
-
-    def observe_calls(self, observer: CallObserver) -> None:
-        """Report every HTTP attempt and wait to ``observer`` (RunAgent's DoFn: Beam metrics)."""
-        self._calls.observer = observer
-
-    def _map_error(self, exc: Exception) -> ProviderCallError:
-        return map_sdk_error(exc, openai, self.name)
+        self._shape = ResponseShape(name, "Chat Completions")
+        self._bound_calls(openai, limits, lambda: (self._client.api_key,))
 
     def request_body(self, request: LlmRequest) -> dict[str, Any]:
         """The JSON body this provider sends for ``request`` (what the tests assert)."""
