@@ -155,6 +155,7 @@ class ProviderCallError(ProviderError):
         status: int | None = None,
         request_id: str | None = None,
         attempts: int = 1,
+        retry_after_s: float | None = None,
     ) -> None:
         self.provider = provider
         """The provider's ``name``."""
@@ -165,6 +166,9 @@ class ProviderCallError(ProviderError):
         self.detail = message
         self.attempts = attempts
         """How many HTTP attempts the call made before giving up (1: it was not retried)."""
+        self.retry_after_s = retry_after_s
+        """The wait the provider asked for (``Retry-After``), when it asked: the key's retry
+        policy waits at least this long (up to its ``max_backoff_ms``)."""
         where = f" (HTTP {status})" if status is not None else ""
         rid = f" [request id {request_id}]" if request_id else ""
         tries = f" after {attempts} attempts" if attempts > 1 else ""

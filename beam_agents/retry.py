@@ -92,11 +92,17 @@ class RetryPolicy:
         """When to try the trigger again after its ``failures``-th failure, or None: give up.
 
         ``now_ms`` is the failed activation's clock; a transient failure with attempts
-        left is retried ``wait_ms`` after it.
+        left is retried ``wait_ms`` after it, or after the ``Retry-After`` the provider
+        sent if that is longer (up to ``max_backoff_ms``).
         """
-        if failures >= self.max_attempts or not is_transient(error):
+        found = transient_cause(error)
+        if failures >= self.max_attempts or found is None:
             return None
-        return now_ms + self.wait_ms(failures, entity_key=entity_key, seq=seq)
+        wait = self.wait_ms(failures, entity_key=entity_key, seq=seq)
+        if found.retry_after_s is not None:
+            # The provider said how long it needs: no sooner (within max_backoff_ms).
+            wait = max(wait, min(self.max_backoff_ms, int(found.retry_after_s * 1000)))
+        return now_ms + wait
 
     def describe(self) -> str:
         """One line naming every setting (for dead-letter reasons and reports)."""
@@ -117,6 +123,11 @@ def is_transient(error: BaseException) -> bool:
     handling (``__context__``), is a ``ProviderCallError`` whose ``transient`` is true:
     agent code that catches a rate limit and raises its own error is still retried.
     """
+    return transient_cause(error) is not None
+
+
+def transient_cause(error: BaseException) -> ProviderCallError | None:
+    """The transient ``ProviderCallError`` ``error`` is or comes from (``is_transient``)."""
     seen: set[int] = set()
     current: BaseException | None = error
     pending: list[BaseException] = []
@@ -124,12 +135,12 @@ def is_transient(error: BaseException) -> bool:
         if id(current) not in seen:
             seen.add(id(current))
             if isinstance(current, ProviderCallError) and current.transient:
-                return True
+                return current
             for linked in (current.__cause__, current.__context__):
                 if linked is not None:
                     pending.append(linked)
         current = pending.pop(0) if pending else None
-    return False
+    return None
 
 
-__all__ = ["DEFAULT_RETRY_POLICY", "RetryPolicy", "is_transient"]
+__all__ = ["DEFAULT_RETRY_POLICY", "RetryPolicy", "is_transient", "transient_cause"]

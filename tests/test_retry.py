@@ -114,3 +114,13 @@ def test_the_config_carries_a_policy_and_refuses_anything_else() -> None:
     assert AgentConfig(provider_factory=lambda: None).retry == DEFAULT_RETRY_POLICY  # type: ignore[arg-type, return-value]
     with pytest.raises(ConfigError, match=r"AgentConfig\.retry must be a RetryPolicy"):
         AgentConfig(provider_factory=lambda: None, retry=3)  # type: ignore[arg-type, return-value]
+
+
+def test_a_retry_after_from_the_provider_is_a_floor_up_to_the_longest_backoff() -> None:
+    policy = RetryPolicy(initial_backoff_ms=10_000, max_backoff_ms=60_000, jitter=0)
+    asked = ProviderRateLimitError("p", "slow down", status=429, retry_after_s=45)
+    assert policy.next_attempt_ms(asked, failures=1, now_ms=0, entity_key=KEY, seq=1) == 45_000
+    greedy = ProviderRateLimitError("p", "slow down", status=429, retry_after_s=3600)
+    assert policy.next_attempt_ms(greedy, failures=1, now_ms=0, entity_key=KEY, seq=1) == 60_000
+    brief = ProviderRateLimitError("p", "slow down", status=429, retry_after_s=1)
+    assert policy.next_attempt_ms(brief, failures=1, now_ms=0, entity_key=KEY, seq=1) == 10_000

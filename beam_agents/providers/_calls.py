@@ -9,8 +9,10 @@ SDK, whose own retries are off) until it answers or the call gives up:
   what is left of the attempt and counts the bytes read, so neither a server that
   trickles a body nor one that sends 300 MB can hold a worker or its memory;
 - **the call** is bounded by ``deadline_s``: attempts and the waits between them,
-  ``Retry-After`` included (a server asking for more time than is left gets no
-  retry: the call fails now, and the key's retry policy takes over);
+  ``Retry-After`` included; a server asking for a longer wait than
+  ``max_retry_wait_s`` (or than is left) gets no retry here: the call fails now,
+  transiently, and the key's retry policy (``RunAgent``: in event time, without
+  holding the worker) takes over;
 - a transient failure (``ProviderCallError.transient``) is tried again up to
   ``max_retries`` times, after the server's ``Retry-After`` or an exponential backoff;
 - **every** failure leaves as a ``ProviderCallError`` subclass, the SDK's error as
@@ -51,6 +53,7 @@ DEFAULT_MAX_RESPONSE_BYTES = 16 << 20
 """The most bytes one attempt may receive (16 MiB): far above any model answer."""
 INITIAL_BACKOFF_S = 0.5
 MAX_BACKOFF_S = 8.0
+"""The longest backoff between attempts, and the default ``max_retry_wait_s``."""
 MIN_SECRET_CHARS = 8
 """Shorter API keys (``"unused"`` for a local server) are placeholders, not scrubbed."""
 REDACTED = "[api key redacted]"
@@ -68,6 +71,9 @@ class CallLimits:
     """Further attempts after a transient failure (0: one attempt only)."""
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     """The most bytes one attempt may receive; more is a ``ProviderResponseError``."""
+    max_retry_wait_s: float = MAX_BACKOFF_S
+    """The longest wait before another attempt; a ``Retry-After`` asking for more is not
+    waited for here (the call fails, and the pipeline retries on the key)."""
 
 
 class _Budget:
@@ -357,22 +363,24 @@ class CallRunner:
             self._observed_attempt(time.monotonic() - now, error)
             left = call_ends - time.monotonic()
             note = ""
+            asked = retry_after_s(cause)
             if error.transient and attempts <= limits.max_retries:
-                asked = retry_after_s(cause)
                 wait = asked if asked is not None else _backoff_s(attempts)
-                if wait < left:
+                if wait < left and wait <= limits.max_retry_wait_s:
                     if self.observer is not None:
                         self.observer.wait(self.provider, wait)
                     self._sleep(wait)
                     continue
-                note = (
-                    f" (not retried: {'the server asked to wait' if asked is not None else 'the backoff is'} "
-                    f"{wait:.3g} s, and {max(0.0, left):.3g} s of the call's deadline_s="
-                    f"{limits.deadline_s:g} were left)"
+                why = "the server asked to wait" if asked is not None else "the backoff is"
+                bound = (
+                    f"max_retry_wait_s={limits.max_retry_wait_s:g}"
+                    if wait > limits.max_retry_wait_s
+                    else f"the {max(0.0, left):.3g} s left of deadline_s={limits.deadline_s:g}"
                 )
+                note = f" (not retried here: {why} {wait:.3g} s, longer than {bound})"
             # Chained to the SDK's error (a mapped error of ours: to what it was raised from).
             chain = cause.__cause__ if isinstance(cause, ProviderCallError) else cause
-            raise self._final(error, attempts, note, cause) from chain
+            raise self._final(error, attempts, note, cause, asked) from chain
 
     def _failure(self, exc: Exception, budget: _Budget) -> ProviderCallError:
         """What an attempt's exception means, with what the budget saw taken into account."""
@@ -399,7 +407,12 @@ class CallRunner:
         return self._map_error(exc)
 
     def _final(
-        self, error: ProviderCallError, attempts: int, note: str, cause: BaseException
+        self,
+        error: ProviderCallError,
+        attempts: int,
+        note: str,
+        cause: BaseException,
+        retry_after: float | None,
     ) -> ProviderCallError:
         """The error the call raises: ``error`` with the attempt count, every secret scrubbed."""
         secrets = [s for s in self._secrets() if s and len(s) >= MIN_SECRET_CHARS]
@@ -409,6 +422,7 @@ class CallRunner:
             status=error.status,
             request_id=scrub_text(error.request_id, secrets) if error.request_id else None,
             attempts=attempts,
+            retry_after_s=retry_after,
         )
         if secrets:
             scrub_chain(cause, secrets)

@@ -158,9 +158,14 @@ def call_limits(
     deadline_s: float,
     max_retries: int,
     max_response_bytes: int,
+    max_retry_wait_s: float,
 ) -> CallLimits:
     """The ``CallLimits`` of these options; ``ConfigError`` naming one that cannot bound a call."""
-    for name, value in (("timeout_s", timeout_s), ("deadline_s", deadline_s)):
+    for name, value in (
+        ("timeout_s", timeout_s),
+        ("deadline_s", deadline_s),
+        ("max_retry_wait_s", max_retry_wait_s),
+    ):
         if (
             isinstance(value, bool)
             or not isinstance(value, (int, float))
@@ -183,6 +188,7 @@ def call_limits(
         deadline_s=float(deadline_s),
         max_retries=max_retries,
         max_response_bytes=max_response_bytes,
+        max_retry_wait_s=float(max_retry_wait_s),
     )
 
 

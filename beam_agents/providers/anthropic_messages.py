@@ -17,7 +17,12 @@ import anthropic
 
 from beam_agents._protos import ChatMessage, LlmRequest, LlmResponse, ToolCall, Usage
 from beam_agents.errors import ConfigError, ProviderRequestError, ProviderResponseError
-from beam_agents.providers._calls import DEFAULT_MAX_RESPONSE_BYTES, parse_json_body, read_capped
+from beam_agents.providers._calls import (
+    DEFAULT_MAX_RESPONSE_BYTES,
+    MAX_BACKOFF_S,
+    parse_json_body,
+    read_capped,
+)
 from beam_agents.providers._common import (
     ResponseShape,
     SdkClientOwner,
@@ -66,6 +71,7 @@ class AnthropicMessagesProvider(SdkClientOwner):
         timeout_s: float = DEFAULT_TIMEOUT_S,
         deadline_s: float = DEFAULT_DEADLINE_S,
         max_retries: int = DEFAULT_MAX_RETRIES,
+        max_retry_wait_s: float = MAX_BACKOFF_S,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         default_max_tokens: int = DEFAULT_MAX_TOKENS,
         default_headers: Mapping[str, str] | None = None,
@@ -86,6 +92,9 @@ class AnthropicMessagesProvider(SdkClientOwner):
                 timeouts, 408, 409, 429, 5xx and 529), after the server's
                 ``Retry-After`` or a backoff of 0.5 s doubling to 8 s, within
                 ``deadline_s``.
+            max_retry_wait_s: The longest wait before another attempt (8 s): a server
+                asking for more (``Retry-After: 120``) is not waited for here; the call
+                fails at once, transiently, and the pipeline retries it on the key.
             max_response_bytes: The most bytes one attempt may receive (16 MiB).
             default_max_tokens: ``max_tokens`` for a request whose ``params.max_tokens``
                 is unset. It is not in the cache key: changing it changes answers under
@@ -106,6 +115,7 @@ class AnthropicMessagesProvider(SdkClientOwner):
             deadline_s=deadline_s,
             max_retries=max_retries,
             max_response_bytes=max_response_bytes,
+            max_retry_wait_s=max_retry_wait_s,
         )
         if default_max_tokens < 1:
             raise ConfigError(

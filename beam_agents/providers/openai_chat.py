@@ -18,7 +18,12 @@ import openai
 
 from beam_agents._protos import ChatMessage, LlmRequest, LlmResponse, ToolCall, Usage
 from beam_agents.errors import ConfigError, ProviderRequestError, ProviderResponseError
-from beam_agents.providers._calls import DEFAULT_MAX_RESPONSE_BYTES, parse_json_body, read_capped
+from beam_agents.providers._calls import (
+    DEFAULT_MAX_RESPONSE_BYTES,
+    MAX_BACKOFF_S,
+    parse_json_body,
+    read_capped,
+)
 from beam_agents.providers._common import (
     ResponseShape,
     SdkClientOwner,
@@ -64,6 +69,7 @@ class OpenAIChatProvider(SdkClientOwner):
         timeout_s: float = DEFAULT_TIMEOUT_S,
         deadline_s: float = DEFAULT_DEADLINE_S,
         max_retries: int = DEFAULT_MAX_RETRIES,
+        max_retry_wait_s: float = MAX_BACKOFF_S,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         max_tokens_param: Literal["max_completion_tokens", "max_tokens"] = "max_completion_tokens",
         organization: str | None = None,
@@ -86,6 +92,9 @@ class OpenAIChatProvider(SdkClientOwner):
             max_retries: Further attempts after a transient failure (connection errors,
                 timeouts, 408, 409, 429 and 5xx), after the server's ``Retry-After`` or
                 a backoff of 0.5 s doubling to 8 s, within ``deadline_s``.
+            max_retry_wait_s: The longest wait before another attempt (8 s): a server
+                asking for more (``Retry-After: 120``) is not waited for here; the call
+                fails at once, transiently, and the pipeline retries it on the key.
             max_response_bytes: The most bytes one attempt may receive (16 MiB).
             max_tokens_param: The body field carrying ``params.max_tokens``: OpenAI's
                 current ``max_completion_tokens``, or ``max_tokens`` for servers that
@@ -106,6 +115,7 @@ class OpenAIChatProvider(SdkClientOwner):
             deadline_s=deadline_s,
             max_retries=max_retries,
             max_response_bytes=max_response_bytes,
+            max_retry_wait_s=max_retry_wait_s,
         )
         if max_tokens_param not in ("max_completion_tokens", "max_tokens"):
             raise ConfigError(

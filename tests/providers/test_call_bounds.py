@@ -256,6 +256,25 @@ def test_a_retry_after_past_the_deadline_is_not_waited_for(server: WireServer, v
 
 
 @pytest.mark.parametrize("vendor", sorted(BY_NAME))
+def test_a_long_retry_after_is_left_to_the_keys_retry_policy(server: WireServer, vendor: str) -> None:
+    """Within the deadline but longer than max_retry_wait_s: the worker is not held for it."""
+    busy = Reply({"error": {"message": "slow down", "type": "rate_limit_error"}}, status=429,
+                 headers={"retry-after": "20"})  # fmt: skip
+    server.script(busy)
+    with pytest.raises(ProviderRateLimitError, match=r"longer than max_retry_wait_s=8\)") as caught:
+        BY_NAME[vendor].build(server, max_retries=3, deadline_s=60).complete(minimal_request("m"))
+    assert len(server.received) == 1
+    assert caught.value.retry_after_s == 20  # the key's retry policy waits at least this long
+    quick = Reply({"error": {"message": "slow down", "type": "rate_limit_error"}}, status=429,
+                  headers={"retry-after": "0.05"})  # fmt: skip
+    server.script(quick, Reply(BY_NAME[vendor].answer))
+    answer = BY_NAME[vendor].build(server, max_retries=3, max_retry_wait_s=1).complete(
+        minimal_request("m")
+    )
+    assert answer.text == "hi" and len(server.received) == 3
+
+
+@pytest.mark.parametrize("vendor", sorted(BY_NAME))
 def test_deadline_s_bounds_the_whole_call_across_attempts(server: WireServer, vendor: str) -> None:
     busy = Reply({"error": {"message": "overloaded", "type": "overloaded_error"}}, status=503,
                  headers={"retry-after-ms": "200"})  # fmt: skip
