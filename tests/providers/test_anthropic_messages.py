@@ -177,7 +177,7 @@ def _error(status: int, type_: str) -> Reply:
 
 
 @pytest.mark.parametrize(
-    ("status", "type_", "expected", "retryable"),
+    ("status", "type_", "expected", "transient"),
     [
         (400, "invalid_request_error", ProviderRequestError, False),
         (401, "authentication_error", ProviderRequestError, False),
@@ -194,18 +194,18 @@ def test_error_statuses_map_to_provider_failures(
     status: int,
     type_: str,
     expected: type[ProviderCallError],
-    retryable: bool,
+    transient: bool,
 ) -> None:
     server.script(_error(status, type_))
     with pytest.raises(expected) as caught:
         provider(server).complete(minimal_request(MODEL))
     exc = caught.value
     assert type(exc) is expected
-    assert (exc.provider, exc.status, exc.request_id, exc.retryable) == (
+    assert (exc.provider, exc.status, exc.request_id, exc.transient) == (
         "anthropic-messages",
         status,
         f"req_{status}",
-        retryable,
+        transient,
     )
     assert f"{type_}: status {status} says no" in str(exc)
     import anthropic

@@ -76,8 +76,8 @@ def test_transport_and_validation_errors_map(sdk: types.ModuleType) -> None:
     http = _http(sdk)
     request = http.Request("POST", "http://127.0.0.1/v1/x")
     timeout = map_sdk_error(sdk.APITimeoutError(request=request), sdk, "p")
-    assert type(timeout) is ProviderTimeoutError and timeout.retryable
+    assert type(timeout) is ProviderTimeoutError and timeout.transient
     refused = map_sdk_error(sdk.APIConnectionError(request=request), sdk, "p")
-    assert type(refused) is ProviderUnavailableError and refused.retryable
+    assert type(refused) is ProviderUnavailableError and refused.transient
     invalid = sdk.APIResponseValidationError(http.Response(200, request=request), body={})
     assert type(map_sdk_error(invalid, sdk, "p")) is ProviderResponseError

@@ -179,7 +179,7 @@ def _error(status: int, message: str, type_: str, code: str | None = None) -> Re
 
 
 @pytest.mark.parametrize(
-    ("status", "type_", "expected", "retryable"),
+    ("status", "type_", "expected", "transient"),
     [
         (400, "invalid_request_error", ProviderRequestError, False),
         (401, "invalid_request_error", ProviderRequestError, False),
@@ -196,18 +196,18 @@ def test_error_statuses_map_to_provider_failures(
     status: int,
     type_: str,
     expected: type[ProviderCallError],
-    retryable: bool,
+    transient: bool,
 ) -> None:
     server.script(_error(status, f"status {status} says no", type_))
     with pytest.raises(expected) as caught:
         provider(server).complete(minimal_request(MODEL))
     exc = caught.value
     assert type(exc) is expected
-    assert (exc.provider, exc.status, exc.request_id, exc.retryable) == (
+    assert (exc.provider, exc.status, exc.request_id, exc.transient) == (
         "openai-chat",
         status,
         f"req_{status}",
-        retryable,
+        transient,
     )
     assert f"status {status} says no" in str(exc) and type_ in str(exc)
     import openai
@@ -220,7 +220,7 @@ def test_a_timeout_is_a_provider_timeout(server: WireServer) -> None:
     server.script(Reply(TEXT, delay_s=2.0))
     with pytest.raises(ProviderTimeoutError) as caught:
         provider(server, timeout_s=0.2).complete(minimal_request(MODEL))
-    assert caught.value.retryable and caught.value.status is None
+    assert caught.value.transient and caught.value.status is None
 
 
 def test_an_unreachable_server_is_unavailable() -> None:
