@@ -223,6 +223,10 @@ class ReplayHooks:
     compact_trace: bool = False
     """True: the trace is recorded as the events' serialized bytes (``EventLog``, a
     quarter of the parsed messages' memory), the same events read back."""
+    uncontained: tuple[type[BaseException], ...] = ()
+    """What ends the run instead of failing the activation: replay's guard raises these to
+    stop agent code (``os._exit`` refused). Everything else agent code raises fails the
+    activation, as in the pipeline."""
 
 
 _PIPELINE = ReplayHooks()
@@ -243,7 +247,6 @@ def run_activation(
     tool_cache_policy: ToolCachePolicy = DEFAULT_TOOL_CACHE_POLICY,
     decision: TriggerDecision | None = None,
     replay: ReplayHooks | None = None,
-    contain_base_exceptions: bool = False,
 ) -> ActivationResult:
     """Run one activation of ``agent`` for ``entity_key`` at ``seq`` on the clock ``now_ms``.
 
@@ -253,10 +256,10 @@ def run_activation(
     Its action must be START or RESUME, and it alone says which of the two runs.
     ``replay`` is what replay changes in the run (``ReplayHooks``); the pipeline
     passes none.
-    ``contain_base_exceptions=True`` is for the pipeline: a ``BaseException`` that is
-    not an ``Exception`` (``SystemExit``, ``KeyboardInterrupt``, ``GeneratorExit``)
-    raised by agent code fails this activation like any error, instead of taking its
-    worker down with it. Left False, it propagates (replay's guard stops a re-run so).
+    Whatever agent code raises fails this activation, a ``BaseException`` that is not an
+    ``Exception`` (``SystemExit``, ``KeyboardInterrupt``, ``GeneratorExit``) included:
+    in the pipeline it must not take its worker down, and replay must judge the same
+    failure the pipeline traced. Only ``replay.uncontained`` propagates.
     """
     if decision is None:
         decision = classify_trigger(state, trigger)
@@ -295,7 +298,7 @@ def run_activation(
     try:
         return _run(agent, ctx, state, work, trigger, kind, hitl, capture, hooks.encode_cache_cells)
     except BaseException as exc:
-        if not isinstance(exc, Exception) and not contain_base_exceptions:
+        if isinstance(exc, hooks.uncontained):
             raise
         index = ctx.record(
             TraceEvent.ACTIVATION_FAILED, _error_type(exc), {te.ATTR_ERROR_TYPE: _error_type(exc)}

@@ -316,8 +316,6 @@ def activation_runner(
             cache_policy=cache_policy,
             tool_cache_policy=tool_cache_policy,
             decision=decision,
-            # SystemExit and the like from agent code fail its activation, not the worker.
-            contain_base_exceptions=True,
         )
 
     return activate

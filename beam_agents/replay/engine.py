@@ -34,7 +34,7 @@ from beam_agents.replay.inputs.envelopes import load_envelopes, load_event_sourc
 from beam_agents.replay.inputs.replay_inputs import ReplayInputs
 from beam_agents.replay.inputs.snapshot import load_snapshot_source
 from beam_agents.replay.inputs.traces import TracedKey, scan_traces
-from beam_agents.replay.isolation.guard import NetworkAttempt, block_network
+from beam_agents.replay.isolation.guard import ExitRefused, NetworkAttempt, block_network
 from beam_agents.replay.isolation.time_limit import ImportRanPast, RerunRanPast, within_limit
 from beam_agents.replay.judging.compare import compare_events
 from beam_agents.replay.judging.end_check import EndCheck, check_end
@@ -299,14 +299,14 @@ class Rerun:
 
 
 class AgentExited(ReplayRefused):
-    """Agent code raised SystemExit (or similar) during the re-run: nothing to judge (exit 2)."""
+    """Agent code called ``os._exit`` during the re-run: nothing to judge (exit 2)."""
 
     stop = StopCause.AGENT_EXITED
 
     def __init__(self, what: str) -> None:
         super().__init__(
-            f"the agent code raised {what} during the re-run",
-            "replay cannot judge an activation whose code exits the process; the pipeline "
+            f"the agent code called {what} during the re-run",
+            "replay cannot judge an activation whose code ends the process; the pipeline "
             "would have lost its worker there",
         )
 
@@ -317,7 +317,8 @@ def rerun_isolated(inputs: ReplayInputs, plan: Plan, provider_name: str) -> Reru
 
     Raises:
         RerunRanPast: It did not end within the time limit.
-        AgentExited: Agent code raised ``SystemExit`` or ``GeneratorExit``.
+        AgentExited: Agent code called ``os._exit`` (a ``SystemExit`` it raises fails the
+            activation, as in the pipeline).
     """
     provider = UnservableProvider(provider_name)
     capture = ValueCapture()
@@ -340,6 +341,7 @@ def rerun_isolated(inputs: ReplayInputs, plan: Plan, provider_name: str) -> Reru
                 capture=capture,
                 encode_cache_cells=False,  # only the memory cell is read (issue 14: memory)
                 compact_trace=True,  # the trace as bytes (issue 14: memory)
+                uncontained=(ExitRefused,),
             ),
         )
         ended.append(ran.trace)
@@ -359,10 +361,9 @@ def rerun_isolated(inputs: ReplayInputs, plan: Plan, provider_name: str) -> Reru
                 ended=ended[0] if ended else None,
             ),
         )
-    except (SystemExit, GeneratorExit) as exc:
-        # run_activation turns every Exception into a failure; these are not Exceptions.
-        detail = str(exc) if isinstance(exc, SystemExit) and exc.code is not None else ""
-        raise AgentExited(type(exc).__name__ + (f" ({detail})" if detail else "")) from None
+    except ExitRefused as exc:
+        # run_activation turns everything else agent code raises into a failure.
+        raise AgentExited(str(exc)) from None
     return Rerun(result=result, capture=capture, provider_calls=provider.calls)
 
 

@@ -345,7 +345,7 @@ class StopCause(enum.StrEnum):
     IMPORT_TIME_LIMIT = "import-time-limit"
     """Importing the agent code ran past the time limit."""
     AGENT_EXITED = "agent-exited"
-    """Agent code raised ``SystemExit`` (or ``GeneratorExit``) during the re-run."""
+    """Agent code called ``os._exit`` during the re-run (what it raises fails the activation)."""
     REFUSED = "refused"
     """The inputs were refused before anything was re-run (exit 2, or 3: something gone)."""
     INTERNAL_ERROR = "internal-error"

@@ -7,6 +7,9 @@ Scenarios whose config differs, or that compare two runs, run on their own.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,6 +48,7 @@ from beam_agents.testing import (
     tool_result_envelope,
 )
 from beam_agents.trace_events import attributes_dict, kind_name
+from beam_agents.trace_stream import write_trace_stream
 from beam_agents.trace_view import ActivationFailed
 
 pytestmark = pytest.mark.slow
@@ -513,6 +517,40 @@ def test_a_base_exception_or_a_missing_return_fails_one_activation_not_the_pipel
         (kind, n + 1, "activation_failed") for n, kind in enumerate(kinds)
     )
     assert got.outputs_of(KEY) == [b"5:echo:still here:ok:still here"]
+
+
+def test_an_activation_failed_by_a_base_exception_replays_to_its_traced_failure(
+    tmp_path: Path,
+) -> None:
+    """Replay refused these (exit 2, "the pipeline would have lost its worker there") after
+    the pipeline began to contain them: one implementation, two call sites, so replay
+    contains them too and judges the failure the pipeline traced."""
+    kinds = ["exit", "interrupt", "genexit", "forget"]
+    envelopes = [
+        event_envelope(KEY, kind, b"x", time_ms=T0 + n, envelope_id=kind)
+        for n, kind in enumerate(kinds)
+    ]
+    steps: list[Step] = [*envelopes, export_request_envelope(KEY, "after", time_ms=T0 + 20)]
+    got = run_agent("batch", steps, tmp_path, config=AgentConfig(provider_factory=make_provider))
+    snapshot, traces = tmp_path / "snapshot.pb", tmp_path / "traces.pb"
+    snapshot.write_bytes(got.snapshot("after").SerializeToString())
+    write_trace_stream(traces, got.events)
+    for seq, envelope in enumerate(envelopes, start=1):
+        event = tmp_path / f"event-{seq}.pb"
+        event.write_bytes(envelope.SerializeToString())
+        out = subprocess.run(
+            [
+                str(Path(sys.executable).with_name("beam-agents-replay")),
+                "--snapshot", str(snapshot), "--traces", str(traces), "--event", str(event),
+                "--seq", str(seq), "--agent", "agents:SHOP_AGENT", "--registry", "agents:SHOP_TOOLS",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).parent)},
+        )  # fmt: skip
+        assert out.returncode == 0, (envelope.event.type, out.stdout, out.stderr)
+        assert "\nreproduced\n" in out.stdout, out.stdout
 
 
 @pytest.mark.parametrize("runner", ["batch", "fnapi_multi"])

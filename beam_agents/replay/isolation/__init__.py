@@ -3,7 +3,7 @@
 Modules, and what each gives the floors above:
 
     guard       the audit hook refusing network, processes, signals, native code and file
-                writes (block_network, NetworkAttempt, NETWORK_OPERATIONS,
+                writes (block_network, NetworkAttempt, ExitRefused, NETWORK_OPERATIONS,
                 PROCESS_OPERATIONS; isolate_process, late_attempts, still_running,
                 end_process for the console script and check's workers)
     time_limit  agent code waited for at most so long in a thread of its own

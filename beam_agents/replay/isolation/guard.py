@@ -61,6 +61,7 @@ from beam_agents.errors import NetworkBlockedError
 __all__ = [
     "NETWORK_OPERATIONS",
     "PROCESS_OPERATIONS",
+    "ExitRefused",
     "NetworkAttempt",
     "block_network",
     "end_process",
@@ -328,6 +329,14 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
 _REAL_EXIT = os._exit
 
 
+class ExitRefused(SystemExit):
+    """Raised instead of ending the process when agent code calls ``os._exit`` in a replay.
+
+    Not a failure of the activation (``run_activation`` lets it through: ``ReplayHooks.
+    uncontained``): in the pipeline the same call ends the worker, and no trace tells what
+    the activation would have done next, so replay refuses to judge it."""
+
+
 def _guarded_exit(status: int) -> NoReturn:
     """``os._exit`` while a replay runs: SystemExit instead (it has no audit event).
 
@@ -337,13 +346,13 @@ def _guarded_exit(status: int) -> NoReturn:
     """
     call = f"os._exit({status})"
     if _GUARD.collectors:
-        raise SystemExit(call)
+        raise ExitRefused(call)
     if _GUARD.forever and os.getpid() == _GUARD.isolated_pid:
         # After the verdict (an atexit hook, a thread): the CLI's exit code must stay the
         # verdict's. SystemExit in an atexit hook is reported by Python and ignored.
         tool, index = _where()
         _GUARD.late.append(NetworkAttempt("os._exit", call, tool, index))
-        raise SystemExit(call)
+        raise ExitRefused(call)
     _REAL_EXIT(status)  # a forked check worker finishing, or a process never isolated
 
 
@@ -447,9 +456,7 @@ def isolate_process() -> None:
         def quiet_refused_exit(info: Any) -> None:
             # A refused os._exit in an atexit hook: reported with the late attempts, not
             # as a traceback.
-            if isinstance(info.exc_value, SystemExit) and str(info.exc_value).startswith(
-                "os._exit("
-            ):
+            if isinstance(info.exc_value, ExitRefused):
                 return
             previous(info)
 

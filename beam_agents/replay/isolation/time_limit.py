@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextvars
 import os
 import queue
+import signal
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -87,6 +88,36 @@ def _agent_thread() -> _AgentThread:
     return _AgentThread()
 
 
+def _interruptible(run: Callable[[], _T]) -> _T:
+    """``run()`` here, on this thread; a real Ctrl+C still ends it as an interruption.
+
+    ``run_activation`` fails the activation on whatever agent code raises, as the pipeline
+    does, ``KeyboardInterrupt`` included: a Ctrl+C landing in agent code run on the main
+    thread (no time limit) would become a traced failure and a made-up verdict. The
+    signal is noted here, so the interruption is raised after ``run`` whatever it did.
+    (With a limit, agent code runs on another thread, which signals never reach.)
+    """
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        return run()
+    interrupted: list[int] = []
+
+    def note(signum: int, frame: Any) -> None:
+        interrupted.append(signum)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, note)
+    try:
+        value = run()
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if interrupted:
+        raise KeyboardInterrupt
+    return value
+
+
 def within_limit(
     run: Callable[[], _T],
     limit: float | None,
@@ -102,7 +133,7 @@ def within_limit(
     ``SystemExit`` too) is raised here. It runs in a copy of this context.
     """
     if not limit:
-        return run()
+        return _interruptible(run)
     context = contextvars.copy_context()
     outcome: dict[str, Any] = {}
     lock = threading.Lock()

@@ -33,6 +33,8 @@ run until the process ends:
     TOOLS_REGEX       a catastrophic regular expression: C code holding the GIL for ages
     TOOLS_LOOP_THEN_CONNECT  waits $BEAM_AGENTS_TEST_HANG_SECONDS (default 1), then connects
                       to $BEAM_AGENTS_TEST_NETWORK_TARGET, then blocks
+    TOOLS_SAY_THEN_NAP  writes "in the tool" to standard error, then sleeps a minute (a test
+                      interrupts it there with Ctrl+C)
 
 ``DIRECT_REFUND_*`` agents perform the side-effect tool ``issue_refund`` around
 ``ctx.act``: calling the tool object, ``registry.get(...)``, or ``.fn``.
@@ -48,6 +50,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -156,6 +159,15 @@ def _connect_later() -> None:
 TOOLS_LOOP = _variant(_spin)
 TOOLS_NAP = _variant(lambda: time.sleep(float(os.environ.get(HANG_SECONDS_ENV, "1"))))
 TOOLS_SLEEP = _variant(RELEASE.wait)
+
+
+def _say_then_nap() -> None:
+    sys.stderr.write("in the tool\n")
+    sys.stderr.flush()
+    time.sleep(60)
+
+
+TOOLS_SAY_THEN_NAP = _variant(_say_then_nap)
 TOOLS_LOOP_THEN_CONNECT = _variant(_connect_later)
 TOOLS_EXIT = _variant(lambda: os._exit(0))  # ends the process with "success"
 TOOLS_ATEXIT_EXIT = _variant(lambda: atexit.register(os._exit, 0))  # overrides the verdict

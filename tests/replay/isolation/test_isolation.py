@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import os
 import select
+import signal
 import socket
 import subprocess
 import sys
@@ -224,12 +225,46 @@ def test_agent_code_ending_the_process_never_makes_the_cli_exit_0(
         timeout=120,
     )  # fmt: skip
     assert out.returncode == 2, (out.returncode, out.stdout, out.stderr)
-    assert "the agent code raised" in out.stderr and "os._exit(0)" in out.stderr
+    assert "the agent code called os._exit(0) during the re-run" in out.stderr
     # Outside a replay os._exit is the real one; inside it refuses.
     with block_network(), pytest.raises(SystemExit, match=r"os\._exit\(0\)"):
         os._exit(0)
     # (Not called here: unguarded, it would end pytest with 0.) Both names are the guard's.
     assert importlib.import_module(os.name)._exit is os._exit
+
+
+def test_ctrl_c_in_agent_code_without_a_time_limit_interrupts_and_judges_nothing(
+    recorded: tuple[KeyHistory, object], tmp_path: Path
+) -> None:
+    """With no time limit agent code runs on the main thread, where Ctrl+C lands. The
+    activation contains the KeyboardInterrupt (as the pipeline does, for code that raises
+    one), so the re-run "failed" and the verdict was made up from it; a real Ctrl+C is
+    the operator's: 'interrupted', 130, no verdict."""
+    history, event = recorded
+    snapshot, traces, event_file = tmp_path / "s.pb", tmp_path / "t.pb", tmp_path / "e.pb"
+    snapshot.write_bytes(history.export())
+    traces.write_bytes(history.trace_bytes())
+    event_file.write_bytes(event.SerializeToString())  # type: ignore[attr-defined]
+    proc = subprocess.Popen(
+        [
+            SCRIPT, "--time-limit", "0",
+            "--snapshot", str(snapshot), "--traces", str(traces), "--event", str(event_file),
+            "--agent", "replay_agents:AGENT", "--registry", "isolation_agents:TOOLS_SAY_THEN_NAP",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stderr is not None
+        assert proc.stderr.readline() == "in the tool\n"
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, (proc.returncode, stdout, stderr)
+    assert "beam-agents-replay: interrupted" in stderr
+    assert "reproduced" not in stdout and "diverged" not in stdout, stdout
 
 
 @pytest.mark.parametrize("registry", ["TOOLS_ATEXIT_EXIT", "TOOLS_POSIX_ATEXIT_EXIT"])
