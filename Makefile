@@ -29,7 +29,7 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "make: $(PYTHON) is Python $(WANT_PY); beam-agents needs 3.11 or newer: set PYTHON=/path/to/python3.11+ (then make clean if make still fails)"; exit 2; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,openai,anthropic]'
+	$(BIN)/python -m pip install --quiet -e '.[all]' --group dev
 	touch $(STAMP)
 
 # README command 1: the example pipeline on Beam's DirectRunner, its incidents replayed,

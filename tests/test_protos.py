@@ -15,11 +15,16 @@ def test_committed_bindings_match_a_fresh_generation(tmp_path: Path) -> None:
         check=True,
         capture_output=True,
     )
-    fresh = {p.name: p.read_bytes() for p in (tmp_path / "v1").iterdir()}
+    fresh_root, committed_root = tmp_path / "v1", ROOT / "beam_agents" / "_protos" / "v1"
+    fresh = {
+        p.relative_to(fresh_root).as_posix(): p.read_bytes()
+        for p in fresh_root.rglob("*")
+        if p.is_file()
+    }
     committed = {
-        p.name: p.read_bytes()
-        for p in (ROOT / "beam_agents" / "_protos" / "v1").iterdir()
-        if p.is_file() and p.suffix in (".py", ".pyi")
+        p.relative_to(committed_root).as_posix(): p.read_bytes()
+        for p in committed_root.rglob("*")
+        if p.is_file() and p.suffix in (".py", ".pyi", ".proto", ".binpb")
     }
     assert sorted(fresh) == sorted(committed), "generated file set differs: run `make protos`"
     stale = [name for name in fresh if fresh[name] != committed[name]]
@@ -92,4 +97,27 @@ def test_field_numbers_are_the_designs() -> None:
         "trace_id": 9,
         "span_id": 10,
         "parent_span_id": 11,
+    }
+
+
+def test_the_shipped_protos_and_descriptor_set_describe_the_messages() -> None:
+    """A consumer in another language decodes our bytes from what the package ships."""
+    from google.protobuf import descriptor_pb2
+
+    from beam_agents._protos import DESCRIPTOR_SET, PROTO_DIR, TraceEvent
+
+    shipped = sorted(p.relative_to(PROTO_DIR).as_posix() for p in PROTO_DIR.rglob("*.proto"))
+    sources = sorted(
+        p.relative_to(ROOT / "protos").as_posix() for p in (ROOT / "protos").rglob("*.proto")
+    )
+    assert shipped == sources and shipped
+    for name in shipped:
+        assert (PROTO_DIR / name).read_bytes() == (ROOT / "protos" / name).read_bytes()
+    descriptors = descriptor_pb2.FileDescriptorSet.FromString(DESCRIPTOR_SET.read_bytes())
+    files = {f.name: f for f in descriptors.file}
+    assert set(shipped) <= set(files)
+    trace = files["beam_agents/v1/trace.proto"]
+    [message] = [m for m in trace.message_type if m.name == "TraceEvent"]
+    assert {f.name: f.number for f in message.field} == {
+        f.name: f.number for f in TraceEvent.DESCRIPTOR.fields
     }

@@ -3,7 +3,12 @@
 The modules under ``v1/`` are generated; never edit them by hand. This module
 re-exports the message classes under short names, as the seed page imports them
 (``from beam_agents._protos import AgentEnvelope``).
+
+``PROTO_DIR`` and ``DESCRIPTOR_SET`` are the ``.proto`` sources and their
+``FileDescriptorSet`` as shipped in the wheel, for consumers in other languages.
 """
+
+from pathlib import Path as _Path
 
 from beam_agents._protos.v1.bundle_pb2 import HitlSettings, IncidentBundle
 from beam_agents._protos.v1.envelope_pb2 import AgentEnvelope, Approval, Event, ToolResult
@@ -36,6 +41,8 @@ from beam_agents._protos.v1.state_pb2 import (
 from beam_agents._protos.v1.trace_pb2 import AttributeValue, TraceEvent
 
 __all__ = [
+    "DESCRIPTOR_SET",
+    "PROTO_DIR",
     "AgentEnvelope",
     "Approval",
     "AttributeValue",
@@ -67,3 +74,9 @@ __all__ = [
     "Usage",
     "VersionedBlob",
 ]
+
+PROTO_DIR = _Path(__file__).parent / "v1" / "proto"
+"""The ``.proto`` sources (``beam_agents/v1/*.proto`` below it), as in the repository's protos/."""
+DESCRIPTOR_SET = _Path(__file__).parent / "v1" / "beam_agents_v1.binpb"
+"""A serialized ``FileDescriptorSet`` of those files and their imports (protoc
+``--descriptor_set_out --include_imports``)."""

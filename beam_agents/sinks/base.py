@@ -20,6 +20,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Protocol, runtime_checkable
 
+from beam_agents._extras import import_extra
 from beam_agents._protos import StateSnapshot, TraceEvent
 from beam_agents.errors import BeamAgentsError, SinkError
 from beam_agents.sinks.uri import Role, SinkUri, parse_sink_uri, resolve_sink_options
@@ -131,6 +132,14 @@ def map_client_errors(sink: SinkUri, record: str) -> Iterator[None]:
         raise SinkError(sink.redacted, record, cause_of(exc)) from exc
 
 
+# The client library each scheme needs, and the extra that installs it (pyproject.toml).
+_CLIENTS = {
+    "kafka": ("confluent_kafka", "confluent-kafka"),
+    "pubsub": ("google.cloud.pubsub_v1", "google-cloud-pubsub"),
+    "bigquery": ("google.cloud.bigquery_storage_v1", "google-cloud-bigquery-storage"),
+    "otlp": ("opentelemetry.sdk.trace", "opentelemetry-sdk"),
+}
+
 _MODULES = {
     "kafka": ("beam_agents.sinks.kafka", "KafkaSinkWriter"),
     "pubsub": ("beam_agents.sinks.pubsub", "PubSubSinkWriter"),
@@ -160,9 +169,15 @@ def open_sink(
     Raises:
         ConfigError: The URI or an option is refused.
         SinkError: The client cannot be created.
+        MissingExtraError: The scheme's client library is not installed (an
+            ``ImportError`` naming the extra: ``pip install 'beam-agents[kafka]'``).
     """
     sink = parse_sink_uri(uri.raw if isinstance(uri, SinkUri) else uri, role=role)
     resolved = resolve_sink_options(sink, options)
+    client = _CLIENTS.get(sink.scheme)
+    if client is not None:
+        module, package = client
+        import_extra(module, extra=sink.scheme, what=f"the {sink.scheme}:// sink", package=package)
     module_name, class_name = _MODULES[sink.scheme]
     writer_class = getattr(importlib.import_module(module_name), class_name)
     writer: SinkWriter = writer_class(sink, role=role, options=resolved)
