@@ -11,14 +11,22 @@ pipeline author's ``AgentConfig(...)`` line, naming the URI and what to do.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from beam_agents.errors import ConfigError
 from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
 from beam_agents.llm_cache import DEFAULT_CACHE_POLICY, CachePolicy
 from beam_agents.provider import Provider
 from beam_agents.retry import DEFAULT_RETRY_POLICY, RetryPolicy
-from beam_agents.sinks.uri import Role, SinkUri, check_sink_options, parse_sink_uri
+from beam_agents.sinks.uri import (
+    Role,
+    SinkUri,
+    check_sink_options,
+    is_secret_option,
+    parse_sink_uri,
+    redact_options,
+    redact_uri,
+)
 from beam_agents.tool_cache import DEFAULT_TOOL_CACHE_POLICY, ToolCachePolicy
 
 DEFAULT_INBOX_LIMIT = 100
@@ -69,6 +77,22 @@ class AgentConfig:
     other keys' run; per key still one at a time, in order (docs/pipeline.md,
     *Concurrent activations*). The provider is then called from several threads."""
 
+    def __repr__(self) -> str:
+        # Every field as the dataclass would show it, except what may hold a secret: sink
+        # URIs without user information or secret query values, and sink_options with the
+        # values of secret-looking keys (sasl.password, ssl.key.pem, ...) as ***.
+        shown = []
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if item.name == "sink_options":
+                text = repr(redact_options(value))
+            elif item.name in ("traces_to", "snapshots_to") and isinstance(value, str):
+                text = repr(redact_uri(value))
+            else:
+                text = repr(value)
+            shown.append(f"{item.name}={text}")
+        return f"AgentConfig({', '.join(shown)})"
+
     def __post_init__(self) -> None:
         if not callable(self.provider_factory):
             raise ConfigError(
@@ -105,8 +129,9 @@ class AgentConfig:
         options = dict(self.sink_options)
         for name, value in options.items():
             if not isinstance(name, str) or not isinstance(value, str):
+                shown = "***" if is_secret_option(str(name)) else repr(value)
                 raise ConfigError(
-                    f"AgentConfig.sink_options maps str to str; got {name!r}: {value!r}"
+                    f"AgentConfig.sink_options maps str to str; got {name!r}: {shown}"
                 )
         # A plain dict copy: the caller's mapping cannot change under a running pipeline,
         # and the config stays picklable (a MappingProxyType is not).
@@ -121,7 +146,8 @@ class AgentConfig:
                 continue
             if not isinstance(uri, str):
                 raise ConfigError(
-                    f"AgentConfig.{role}_to must be a URI string or None, got {uri!r}"
+                    f"AgentConfig.{role}_to must be a URI string or None, "
+                    f"got a {type(uri).__name__}"
                 )
             # Refuses an unknown scheme, a malformed URI, and bigquery:// or otlp:// for
             # snapshots, naming the URI and what to write instead.

@@ -28,7 +28,10 @@ __all__ = [
     "Role",
     "SinkUri",
     "check_sink_options",
+    "is_secret_option",
     "parse_sink_uri",
+    "redact_options",
+    "redact_uri",
     "resolve_sink_options",
 ]
 
@@ -58,7 +61,23 @@ _BOOL_OPTIONS: Final = frozenset({"create_table", "tls"})
 _KAFKA_RESERVED: Final = frozenset(
     {"bootstrap.servers", "metadata.broker.list", "on_delivery", "delivery.report.only.error"}
 )
-_SECRET_WORDS: Final = ("password", "secret", "token", "credential", "headers", "sasl.jaas")
+_SECRET_WORDS: Final = (
+    "password",
+    "passwd",
+    "secret",
+    "token",
+    "credential",
+    "headers",
+    "sasl.jaas",
+    "oauthbearer",
+    "apikey",
+    "api_key",
+    "private",
+)
+# Option-name segments (split at ``.``, ``_``, ``-``) that mark a secret: ``ssl.key.pem``,
+# ``ssl.keystore.location``'s password sits under ``password`` above.
+_SECRET_SEGMENTS: Final = frozenset({"key", "pem", "auth", "authorization", "jaas", "keytab"})
+_SEGMENT_SPLIT = re.compile(r"[._\-]")
 
 _KAFKA_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _PUBSUB_PROJECT = re.compile(r"(?:[a-z0-9.-]+:)?[a-z][a-z0-9-]{4,28}[a-z0-9]")
@@ -114,17 +133,38 @@ class SinkUri:
         return self.redacted
 
 
-def _is_secret(key: str) -> bool:
+def is_secret_option(key: str) -> bool:
+    """Whether an option's value is shown as ``***`` in messages, logs and reprs."""
     lowered = key.lower()
-    return any(word in lowered for word in _SECRET_WORDS)
+    if any(word in lowered for word in _SECRET_WORDS):
+        return True
+    return any(segment in _SECRET_SEGMENTS for segment in _SEGMENT_SPLIT.split(lowered))
+
+
+_is_secret = is_secret_option
+
+
+def redact_options(options: Mapping[str, object]) -> dict[str, object]:
+    """``options`` with the values of secret-looking keys replaced by ``***``."""
+    return {k: "***" if is_secret_option(str(k)) else v for k, v in options.items()}
+
+
+def redact_uri(uri: str) -> str:
+    """A sink URI as messages may show it: no user information, no secret query values."""
+    return _shown(uri)
 
 
 def _refuse(uri: str, what: str) -> ConfigError:
     return ConfigError(f"sink URI {_shown(uri)!r} refused: {what}")
 
 
+_USERINFO = re.compile(r"^(?P<scheme>[^:/?#]*://)(?P<userinfo>[^/?#]*)@")
+
+
 def _shown(uri: str) -> str:
-    # A refused URI may still carry a password in its query: never echo it.
+    # A refused URI may still carry a password, in its user information
+    # (kafka://user:pw@host) or its query: never echo either.
+    uri = _USERINFO.sub(r"\g<scheme>***@", uri)
     if "?" not in uri:
         return uri
     base, query = uri.split("?", 1)
@@ -138,9 +178,6 @@ def _shown(uri: str) -> str:
 def _host_ports(uri: str, netloc: str, *, single: bool, form: str) -> tuple[str, ...]:
     if not netloc:
         raise _refuse(uri, f"no host:port; write {form}")
-    if "@" in netloc:
-        raise _refuse(uri, "user information before the host is not supported; pass "
-                      "credentials as sink options, not in the URI")  # fmt: skip
     entries = netloc.split(",")
     if single and len(entries) > 1:
         raise _refuse(uri, f"one endpoint only; write {form}")
@@ -184,7 +221,8 @@ def _check_options(options: Mapping[str, str], scheme: str, where: str) -> None:
     known = _SINK_OPTIONS[scheme]
     for key, value in options.items():
         if not isinstance(key, str) or not isinstance(value, str):
-            raise ConfigError(f"{where}: sink options are strings, got {key!r}={value!r}")
+            shown = "***" if is_secret_option(str(key)) else repr(value)
+            raise ConfigError(f"{where}: sink options are strings, got {key!r}={shown}")
         if scheme == "kafka":
             if key in _KAFKA_RESERVED:
                 raise ConfigError(
@@ -243,6 +281,12 @@ def parse_sink_uri(uri: str, *, role: Role) -> SinkUri:
         raise _refuse(uri, f"malformed: {exc}") from None
     if parts.fragment:
         raise _refuse(uri, "a sink URI has no #fragment")
+    if "@" in parts.netloc:
+        raise _refuse(
+            uri,
+            "user information before the host (user:password@) is not supported; pass "
+            "credentials as sink options (sink_options=...), not in the URI",
+        )
     params = _params(uri, scheme, parts.query)
     netloc, path = parts.netloc, parts.path
     if scheme == "kafka":

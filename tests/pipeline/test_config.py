@@ -122,3 +122,75 @@ def test_importing_and_building_a_config_does_not_import_beam() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# -- secrets never reach a message or a repr ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "kafka://alice:hunter2@broker:9092/traces",
+        "kafka://alice:hunter2@b1:9092,b2:9092/traces?acks=all",
+        "pubsub://alice:hunter2@my-project/traces",
+        "file://alice:hunter2@host/tmp/traces",
+        "otlp://alice:hunter2@collector:4317",
+        "bigquery://alice:hunter2@proj.ds.table",
+    ],
+)
+def test_a_uri_with_a_password_is_refused_without_echoing_it(uri: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        AgentConfig(provider_factory=lambda: None, traces_to=uri)  # type: ignore[arg-type,return-value]
+    message = str(caught.value)
+    assert "hunter2" not in message and "alice" not in message
+    assert "***@" in message and "user information" in message
+
+
+def test_a_snapshots_uri_with_a_password_is_refused_without_echoing_it() -> None:
+    with pytest.raises(ConfigError) as caught:
+        AgentConfig(
+            provider_factory=lambda: None,  # type: ignore[arg-type,return-value]
+            snapshots_to="kafka://alice:hunter2@broker:9092/snapshots",
+        )
+    assert "hunter2" not in str(caught.value)
+
+
+SECRET_OPTIONS = {
+    "sasl.password": "hunter2-sasl",
+    "ssl.key.pem": "-----BEGIN PRIVATE KEY----- hunter2-pem",
+    "ssl.key.password": "hunter2-keypass",
+    "ssl.keystore.password": "hunter2-keystore",
+    "sasl.oauthbearer.client.secret": "hunter2-oauth",
+    "sasl.jaas.config": "hunter2-jaas",
+}
+
+
+def test_repr_of_a_config_shows_no_sink_option_secret_nor_uri_secret() -> None:
+    config = AgentConfig(
+        provider_factory=lambda: None,  # type: ignore[arg-type,return-value]
+        traces_to="kafka://broker:9092/traces?sasl.password=hunter2-uri&acks=all",
+        snapshots_to="kafka://broker:9092/snapshots",
+        sink_options={**SECRET_OPTIONS, "security.protocol": "SASL_SSL", "sasl.username": "svc"},
+    )
+    shown = repr(config)
+    assert "hunter2" not in shown
+    for name in SECRET_OPTIONS:
+        assert f"'{name}': '***'" in shown
+    # What is not secret stays readable, and every field is still named.
+    assert "'security.protocol': 'SASL_SSL'" in shown and "'sasl.username': 'svc'" in shown
+    assert "acks=all" in shown
+    assert "snapshots_to='kafka://broker:9092/snapshots'" in shown
+    for name in ("provider_factory", "hitl", "cache", "tool_cache", "inbox_limit", "max_in_flight"):
+        assert f"{name}=" in shown
+    assert str(config) == shown
+    assert config.sink_options["sasl.password"] == "hunter2-sasl"  # the config keeps the value
+
+
+def test_a_non_string_secret_option_is_refused_without_echoing_it() -> None:
+    with pytest.raises(ConfigError) as caught:
+        AgentConfig(
+            provider_factory=lambda: None,  # type: ignore[arg-type,return-value]
+            traces_to="kafka://broker:9092/traces",
+            sink_options={"sasl.password": b"hunter2"},  # type: ignore[dict-item]
+        )
+    assert "hunter2" not in str(caught.value) and "sasl.password" in str(caught.value)
