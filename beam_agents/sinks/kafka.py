@@ -5,6 +5,13 @@ Message key = ``entity_key``; value = the deterministic proto bytes
 for a snapshot) — the bytes ``beam-agents-replay`` reads from a file. Keying
 by entity key sends one key's records to one partition, in order.
 
+Every record carries headers saying what its value is, so a consumer (or a schema
+registry bridge) needs no out-of-band knowledge: ``content-type``
+(``application/x-protobuf; messageType=beam_agents.v1.TraceEvent`` or
+``...StateSnapshot``), ``beam-agents-message-type``, ``beam-agents-state-schema-version``
+(a snapshot's own ``state_schema_version``; for a trace event, the writing package's
+``STATE_SCHEMA_VERSION``) and ``beam-agents-version`` (the writing package's version).
+
 The producer is idempotent (``enable.idempotence=true``), so librdkafka's own
 retries never duplicate or reorder a message within a partition. Delivery
 reports are collected per message; ``flush`` waits for all of them up to the
@@ -21,7 +28,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from beam_agents._protos import StateSnapshot, TraceEvent
+from beam_agents._version import __version__
 from beam_agents.errors import ConfigError, SinkError
+from beam_agents.migrations import STATE_SCHEMA_VERSION
 from beam_agents.sinks.base import (
     cause_of,
     describe_records,
@@ -38,6 +47,24 @@ DEFAULT_TIMEOUT_S = 30.0
 """How long ``flush`` waits for delivery reports unless ``timeout_s`` says otherwise."""
 
 _QUEUE_FULL_WAIT_S = 0.1
+
+HEADER_CONTENT_TYPE = "content-type"
+HEADER_MESSAGE_TYPE = "beam-agents-message-type"
+HEADER_STATE_SCHEMA_VERSION = "beam-agents-state-schema-version"
+HEADER_VERSION = "beam-agents-version"
+
+
+def record_headers(message_type: str, state_schema_version: int) -> list[tuple[str, bytes]]:
+    """The headers of a record whose value is a serialized ``message_type``."""
+    return [
+        (HEADER_CONTENT_TYPE, f"application/x-protobuf; messageType={message_type}".encode()),
+        (HEADER_MESSAGE_TYPE, message_type.encode()),
+        (HEADER_STATE_SCHEMA_VERSION, str(state_schema_version).encode()),
+        (HEADER_VERSION, __version__.encode()),
+    ]
+
+
+_TRACE_HEADERS = record_headers(TraceEvent.DESCRIPTOR.full_name, STATE_SCHEMA_VERSION)
 
 
 class KafkaSinkWriter:
@@ -100,14 +127,24 @@ class KafkaSinkWriter:
 
     def write_trace(self, event: TraceEvent) -> None:
         """Produce one trace event (delivered by the next flush at the latest)."""
-        self._produce(event.entity_key, serialize_trace_event(event), describe_trace, event)
+        self._produce(
+            event.entity_key, serialize_trace_event(event), describe_trace, event, _TRACE_HEADERS
+        )
 
     def write_snapshot(self, snapshot: StateSnapshot) -> None:
         """Produce one snapshot (delivered by the next flush at the latest)."""
         data = snapshot.SerializeToString(deterministic=True)
-        self._produce(snapshot.entity_key, data, describe_snapshot, snapshot)
+        headers = record_headers(StateSnapshot.DESCRIPTOR.full_name, snapshot.state_schema_version)
+        self._produce(snapshot.entity_key, data, describe_snapshot, snapshot, headers)
 
-    def _produce(self, key: bytes, value: bytes, describe: Any, record: Any) -> None:
+    def _produce(
+        self,
+        key: bytes,
+        value: bytes,
+        describe: Any,
+        record: Any,
+        headers: list[tuple[str, bytes]],
+    ) -> None:
         if self._producer is None:
             raise SinkError(self._uri, describe(record), "the writer is not open (call open())")
         record_id = self._next_id
@@ -119,7 +156,11 @@ class KafkaSinkWriter:
             while True:
                 try:
                     self._producer.produce(
-                        self._sink.topic, value=value, key=key, on_delivery=callback
+                        self._sink.topic,
+                        value=value,
+                        key=key,
+                        headers=headers,
+                        on_delivery=callback,
                     )
                     break
                 except BufferError:

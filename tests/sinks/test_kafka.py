@@ -6,7 +6,9 @@ import time
 
 import pytest
 
+from beam_agents._version import __version__
 from beam_agents.errors import ConfigError, SinkError
+from beam_agents.migrations import STATE_SCHEMA_VERSION
 from beam_agents.sinks import open_sink
 from beam_agents.trace_events import serialize_trace_event
 
@@ -39,6 +41,15 @@ def test_traces_arrive_keyed_by_entity_key_with_the_deterministic_bytes(
     messages = consume_all(kafka_cluster.bootstrap, "traces-roundtrip", len(events))
     received = sorted((m.key(), m.value()) for m in messages)
     assert received == sorted((e.entity_key, serialize_trace_event(e)) for e in events)
+    # Each record says what its value is (a consumer needs nothing out of band).
+    assert {tuple(m.headers()) for m in messages} == {
+        (
+            ("content-type", b"application/x-protobuf; messageType=beam_agents.v1.TraceEvent"),
+            ("beam-agents-message-type", b"beam_agents.v1.TraceEvent"),
+            ("beam-agents-state-schema-version", str(STATE_SCHEMA_VERSION).encode()),
+            ("beam-agents-version", __version__.encode()),
+        )
+    }
     # One key's events share a partition, in the order written.
     for key in (b"customer-42", b"\x00\xffbin"):
         of_key = [m for m in messages if m.key() == key]
@@ -62,6 +73,17 @@ def test_snapshots_arrive_as_their_deterministic_serialization(
         writer.close()
 
     messages = consume_all(kafka_cluster.bootstrap, "snapshots-roundtrip", len(snapshots))
+    for message, sent in zip(
+        sorted(messages, key=lambda m: m.value()),
+        sorted(snapshots, key=lambda s: s.SerializeToString(deterministic=True)),
+        strict=True,
+    ):
+        assert dict(message.headers()) == {
+            "content-type": b"application/x-protobuf; messageType=beam_agents.v1.StateSnapshot",
+            "beam-agents-message-type": b"beam_agents.v1.StateSnapshot",
+            "beam-agents-state-schema-version": str(sent.state_schema_version).encode(),
+            "beam-agents-version": __version__.encode(),
+        }
     assert sorted((m.key(), m.value()) for m in messages) == sorted(
         (s.entity_key, s.SerializeToString(deterministic=True)) for s in snapshots
     )
