@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from beam_agents import _running, canonical_json
+from beam_agents import telemetry as _telemetry
 from beam_agents import trace_events as te
 from beam_agents._protos import LlmRequest, LlmResponse, RequestFingerprint, ToolIntent, TraceEvent
 from beam_agents.cache_key import request_digests
@@ -178,6 +179,9 @@ class AgentContext:
                 ids=self._ids,
             )
         )
+        # The wall time goes to the side channel (a measured pipeline activation only),
+        # never into the event: the trace holds what a re-run reproduces.
+        _telemetry.event_recorded(index)
         return index
 
     @property
@@ -192,6 +196,7 @@ class AgentContext:
             raise AgentCodeError(
                 f"ctx.complete expects an LlmRequest, got {type(request).__name__}"
             )
+        _telemetry.span_opens()
         provider_name = self._provider.name
         # The fingerprint message is built only where it is kept (an insert, a failure).
         digests = request_digests(request, provider=provider_name)
@@ -213,6 +218,7 @@ class AgentContext:
             index = self.record(
                 TraceEvent.LLM_CALL, request.model, {**base, **_response_attrs(response, hit=True)}
             )
+            _telemetry.llm_call_details(index, request, response)
             if self._capture is not None:
                 self._capture.add(index, CaptureKind.REQUEST, _frozen_copy(request))
                 # The cache's own response, which agent code never gets (it gets the copy
@@ -238,6 +244,7 @@ class AgentContext:
                     te.ATTR_ERROR_TYPE: error_type_name(exc),
                 },
             )
+            _telemetry.llm_call_details(index, request, None)
             self.provider_failures.append(
                 ProviderFailure(index, key, request.model, found.status, digests.fingerprint(), exc)
             )
@@ -258,6 +265,7 @@ class AgentContext:
         index = self.record(
             TraceEvent.LLM_CALL, request.model, {**base, **_response_attrs(response, hit=False)}
         )
+        _telemetry.llm_call_details(index, request, response)
         if self._capture is not None:
             self._capture.add(index, CaptureKind.REQUEST, _frozen_copy(request))
             self._capture.add(index, CaptureKind.RESPONSE, _frozen_copy(response))
@@ -267,6 +275,7 @@ class AgentContext:
 
     def call(self, tool: str, /, **args: Any) -> Any:
         """Run a read-only tool now and return its result (JSON value or bytes)."""
+        _telemetry.span_opens()
         declared = self._registry.get(tool)
         if declared.recorded:
             return self._call_recorded(declared, args)

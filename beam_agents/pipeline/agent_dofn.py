@@ -10,8 +10,9 @@ adapter between that step and Beam, its state cells and two timers on one side
 concurrent lanes (``AgentConfig.max_in_flight > 1``, below).
 
 Every output element is ``(entity_key, bytes)`` of deterministic serializations,
-except ``trace_batches`` (``(entity_key, tuple of bytes)``: one activation's trace)
-and ``errors`` (``ErrorRecord``).
+except ``trace_batches`` (``(entity_key, tuple of bytes, telemetry bytes)``: one
+activation's trace, and its wall times from ``beam_agents.telemetry``) and ``errors``
+(``ErrorRecord``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from concurrent.futures import wait as wait_for_futures
 from dataclasses import dataclass
 from typing import Any
 
-from beam_agents._protos import AgentEnvelope
+from beam_agents._protos import AgentEnvelope, TraceEvent
 from beam_agents.activation import (
     ActivationCommit,
     ActivationResult,
@@ -60,6 +61,7 @@ from beam_agents.pipeline._beam import (
     on_timer,
 )
 from beam_agents.provider import Provider, observe_calls
+from beam_agents.telemetry import ActivationTelemetry, measure_activation
 from beam_agents.tools import ToolRegistry
 
 METRICS_NAMESPACE = "beam_agents"
@@ -69,6 +71,7 @@ METRICS_NAMESPACE = "beam_agents"
 _OUTPUTS = Emit.OUTPUTS
 _ERRORS = Emit.ERRORS
 _SNAPSHOTS = Emit.SNAPSHOTS
+_TRACE_BATCHES = Emit.TRACE_BATCHES
 _TAG_NAMES: dict[Emit, str] = {member: member.value for member in Emit}
 
 _BLOB_CELLS = ("memory", "llm_cache", "continuation", "pending", "resume_history", "tool_cache")
@@ -113,7 +116,8 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
 
     Main output: ``(entity_key, output bytes)`` (``Done`` outputs); tagged outputs
     ``TAG_INTENTS``, ``TAG_APPROVALS``, ``TAG_SNAPSHOTS`` (all ``(entity_key, bytes)``),
-    ``TAG_TRACE_BATCHES`` (``(entity_key, tuple of bytes)``, one per activation) and
+    ``TAG_TRACE_BATCHES`` (``(entity_key, tuple of bytes, telemetry bytes)``, one per
+    activation) and
     ``TAG_ERRORS`` (``ErrorRecord``).
     """
 
@@ -122,9 +126,11 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
     TAG_APPROVALS = Emit.APPROVALS.value
     """Approval-gated ``ToolIntent`` bytes for the approval service."""
     TAG_TRACE_BATCHES = Emit.TRACE_BATCHES.value
-    """One element per activation: ``(entity_key, (serialize_trace_event bytes, ...))``, the
-    activation's events in order. One element instead of one per event: each output element
-    costs a runner far more than the bytes it carries (``RunAgentOutputs.traces`` splits it)."""
+    """One element per activation: ``(entity_key, (serialize_trace_event bytes, ...),
+    telemetry)``, the activation's events in order and its ``ActivationTelemetry.encode()``
+    (real wall times, kept out of the trace). One element instead of one per event: each
+    output element costs a runner far more than the bytes it carries
+    (``RunAgentOutputs.traces`` splits it)."""
     TAG_SNAPSHOTS = Emit.SNAPSHOTS.value
     """``StateSnapshot`` bytes (deterministic serialization), one per export request."""
     TAG_ERRORS = Emit.ERRORS.value
@@ -187,6 +193,7 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
         self._retry_waits = _Metric(Metrics.distribution(METRICS_NAMESPACE, "retry_wait_ms"))
         self._deferred = _Metric(Metrics.counter(METRICS_NAMESPACE, "deferred_hitl_timeouts"))
         self._latency = _Metric(Metrics.distribution(METRICS_NAMESPACE, "activation_wall_ms"))
+        self._agent_name = str(getattr(self._agent, "name", "") or type(self._agent).__name__)
         self._run_activation = activation_runner(
             self._agent,
             self._registry,
@@ -380,8 +387,12 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
         if run is None:  # process() before setup(): a runner bug, or a hand-made call
             raise RuntimeError("AgentDoFn.setup() was not called before processing")
         started = time.perf_counter()
-        result = run(key, seq, state, trigger, decision, now_ms=now_ms)
+        with measure_activation(
+            agent_name=self._agent_name, provider_name=getattr(self._provider, "name", "")
+        ) as telemetry:
+            result = run(key, seq, state, trigger, decision, now_ms=now_ms)
         self._latency.update(int((time.perf_counter() - started) * 1000))
+        _measured_on_this_thread()[(key, seq)] = telemetry
         self._activations.inc()
         if result.provider_failures:
             self._provider_failures.inc(len(result.provider_failures))
@@ -400,12 +411,58 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
         for wait_ms in result.retries:
             self._retries.inc()
             self._retry_waits.update(wait_ms)
+        measured = _take_measured_on_this_thread()
+        has_trace = False
         for tag, _ in result.emitted:
             if tag is _ERRORS:
                 self._dead_letters.inc()
             elif tag is _SNAPSHOTS:
                 self._exports.inc()
-        return result.emitted
+            elif tag is _TRACE_BATCHES:
+                has_trace = True
+        return _with_telemetry(result.emitted, measured) if has_trace else result.emitted
+
+
+# -- real wall times beside each activation's trace (beam_agents.telemetry) -----------------
+#
+# ``_activate`` measures each activation it runs and leaves the telemetry on its thread;
+# ``_account``, which handles the step's result on the same thread (the bundle's, or the
+# lane's), takes it and puts each activation's telemetry next to its trace batch. Taking
+# clears it, so a step that failed halfway leaves nothing for the next one.
+
+_MEASURED = threading.local()
+
+
+def _measured_on_this_thread() -> dict[tuple[bytes, int], ActivationTelemetry]:
+    pending: dict[tuple[bytes, int], ActivationTelemetry] | None = getattr(
+        _MEASURED, "pending", None
+    )
+    if pending is None:
+        pending = _MEASURED.pending = {}
+    return pending
+
+
+def _take_measured_on_this_thread() -> dict[tuple[bytes, int], ActivationTelemetry]:
+    pending: dict[tuple[bytes, int], ActivationTelemetry] = (
+        getattr(_MEASURED, "pending", None) or {}
+    )
+    _MEASURED.pending = {}
+    return pending
+
+
+def _with_telemetry(
+    emitted: tuple[tuple[Emit, Any], ...], measured: dict[tuple[bytes, int], ActivationTelemetry]
+) -> tuple[tuple[Emit, Any], ...]:
+    """``emitted`` with each trace batch ``(key, events)`` as ``(key, events, telemetry)``."""
+    out = []
+    for tag, value in emitted:
+        if tag is _TRACE_BATCHES:
+            key, events = value[0], value[1]
+            seq = TraceEvent.FromString(events[0]).seq if events else -1
+            telemetry = measured.get((key, seq))
+            value = (key, events, telemetry.encode() if telemetry is not None else b"")
+        out.append((tag, value))
+    return tuple(out)
 
 
 def _set_timer(timer: Any, target: TimerTarget | None) -> None:

@@ -16,6 +16,7 @@ from beam_agents._protos import StateSnapshot, TraceEvent
 from beam_agents.pipeline._beam import beam
 from beam_agents.sinks.base import SinkWriter, open_sink
 from beam_agents.sinks.uri import Role
+from beam_agents.telemetry import ActivationTelemetry
 
 
 class _WriteToSink(beam.DoFn):  # type: ignore[misc]
@@ -57,10 +58,13 @@ class WriteTraces(_WriteToSink):
 
     ROLE: Role = "traces"
 
-    def process(self, element: tuple[bytes, tuple[bytes, ...]]) -> None:
+    def process(self, element: tuple[bytes, tuple[bytes, ...], bytes]) -> None:
         writer = self._open_writer()
+        # The activation's wall times (beam_agents.telemetry), for the sinks that show
+        # them (otlp://); the others write the trace event alone.
+        telemetry = ActivationTelemetry.decode(element[2]) if len(element) > 2 else None
         for data in element[1]:
-            writer.write_trace(TraceEvent.FromString(data))
+            writer.write_trace(TraceEvent.FromString(data), telemetry=telemetry)
 
 
 class WriteSnapshots(_WriteToSink):

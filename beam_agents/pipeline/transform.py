@@ -34,8 +34,8 @@ _TRACE_EVENTS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 """``trace_batches`` PCollection -> its per-event ``traces`` PCollection, built on first use."""
 
 
-def _trace_events(batch: tuple[bytes, tuple[bytes, ...]]) -> Iterator[tuple[bytes, bytes]]:
-    key, events = batch
+def _trace_events(batch: tuple[bytes, tuple[bytes, ...], bytes]) -> Iterator[tuple[bytes, bytes]]:
+    key, events = batch[0], batch[1]
     for data in events:
         yield key, data
 
@@ -56,9 +56,11 @@ class RunAgentOutputs(NamedTuple):
     """Approval-gated ``ToolIntent``s for the approval service; released only when approved."""
     outputs: PCollection[tuple[bytes, bytes]]
     """The bytes of every ``Done(output=..., outputs=...)``, in emission order per activation."""
-    trace_batches: PCollection[tuple[bytes, tuple[bytes, ...]]]
-    """One element per activation, failed ones too: ``(entity_key, (event bytes, ...))``,
-    its ``serialize_trace_event`` bytes in order (what the trace sink writes)."""
+    trace_batches: PCollection[tuple[bytes, tuple[bytes, ...], bytes]]
+    """One element per activation, failed ones too: ``(entity_key, (event bytes, ...),
+    telemetry)``, its ``serialize_trace_event`` bytes in order (what the trace sink writes)
+    and its real wall times (``beam_agents.telemetry.ActivationTelemetry.decode(telemetry)``;
+    never part of the trace)."""
     snapshots: PCollection[tuple[bytes, bytes]]
     """``StateSnapshot`` bytes (deterministic), one per export request."""
     errors: PCollection[ErrorRecord]

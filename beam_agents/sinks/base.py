@@ -24,6 +24,7 @@ from beam_agents._extras import import_extra
 from beam_agents._protos import StateSnapshot, TraceEvent
 from beam_agents.errors import BeamAgentsError, SinkError
 from beam_agents.sinks.uri import Role, SinkUri, parse_sink_uri, resolve_sink_options
+from beam_agents.telemetry import ActivationTelemetry
 
 __all__ = [
     "SinkWriter",
@@ -50,8 +51,12 @@ class SinkWriter(Protocol):
             SinkError: The client cannot be created.
         """
 
-    def write_trace(self, event: TraceEvent) -> None:
+    def write_trace(self, event: TraceEvent, telemetry: ActivationTelemetry | None = None) -> None:
         """Queue one trace event; it is delivered by the next ``flush`` at the latest.
+
+        ``telemetry`` is its activation's wall times (``beam_agents.telemetry``), where
+        the pipeline measured them: ``otlp://`` times its spans with them; the sinks that
+        carry the trace's own bytes ignore it (they never go into a trace record).
 
         Raises:
             SinkError: The record is refused at once (e.g. too large).

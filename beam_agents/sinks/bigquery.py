@@ -25,6 +25,7 @@ from beam_agents.bigquery_rows import TRACE_TABLE_SCHEMA, trace_event_to_row, tr
 from beam_agents.errors import ConfigError, SinkError
 from beam_agents.sinks.base import describe_records, describe_trace, map_client_errors
 from beam_agents.sinks.uri import Role, SinkUri
+from beam_agents.telemetry import ActivationTelemetry
 
 __all__ = ["DEFAULT_TIMEOUT_S", "MAX_ROWS_PER_REQUEST", "BigQuerySinkWriter"]
 
@@ -82,7 +83,7 @@ class BigQuerySinkWriter:
             with map_client_errors(self._sink, "no record (closing the client)"):
                 client.close()
 
-    def write_trace(self, event: TraceEvent) -> None:
+    def write_trace(self, event: TraceEvent, telemetry: ActivationTelemetry | None = None) -> None:
         """Buffer one event's row for the next flush."""
         row = trace_event_to_row(event)
         size = len(json.dumps(row))

@@ -28,6 +28,7 @@ from beam_agents._protos import StateSnapshot, TraceEvent
 from beam_agents.errors import SinkError
 from beam_agents.sinks.base import cause_of, describe_records, describe_snapshot, describe_trace
 from beam_agents.sinks.uri import Role, SinkUri
+from beam_agents.telemetry import ActivationTelemetry
 from beam_agents.trace_stream import temporary_sibling, write_trace_stream
 
 __all__ = ["FileSinkWriter", "snapshot_file_name"]
@@ -73,7 +74,7 @@ class FileSinkWriter:
         except OSError as exc:
             raise SinkError(self._sink.redacted, "no record (opening)", cause_of(exc)) from exc
 
-    def write_trace(self, event: TraceEvent) -> None:
+    def write_trace(self, event: TraceEvent, telemetry: ActivationTelemetry | None = None) -> None:
         """Buffer one event for the next trace-stream file."""
         self._events.append(event)
 

@@ -39,6 +39,7 @@ from beam_agents.sinks.base import (
     map_client_errors,
 )
 from beam_agents.sinks.uri import Role, SinkUri
+from beam_agents.telemetry import ActivationTelemetry
 from beam_agents.trace_events import serialize_trace_event
 
 __all__ = ["DEFAULT_TIMEOUT_S", "KafkaSinkWriter"]
@@ -125,7 +126,7 @@ class KafkaSinkWriter:
 
     # ------------------------------------------------------------------ writing
 
-    def write_trace(self, event: TraceEvent) -> None:
+    def write_trace(self, event: TraceEvent, telemetry: ActivationTelemetry | None = None) -> None:
         """Produce one trace event (delivered by the next flush at the latest)."""
         self._produce(
             event.entity_key, serialize_trace_event(event), describe_trace, event, _TRACE_HEADERS

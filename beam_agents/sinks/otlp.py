@@ -1,137 +1,449 @@
-"""The ``otlp://host:port`` trace sink: spans over OTLP/gRPC, with the trace's own ids.
+"""The ``otlp://`` trace sink: spans through the official OpenTelemetry SDK exporters.
 
-The OpenTelemetry SDK's exporter takes spans the SDK made, with ids it drew at
-random; ours are the deterministic ids of the trace events (so a span found in
-a tracing UI names the exact event replay compares). So the sink builds
-``ExportTraceServiceRequest`` messages itself and sends them with the OTLP
-``TraceService`` stub — the OTLP/gRPC protocol, without the SDK's span model.
+Each trace event becomes one SDK ``ReadableSpan`` handed to the SDK's own
+``OTLPSpanExporter``, over gRPC (``opentelemetry-exporter-otlp-proto-grpc``) or
+HTTP/protobuf (``opentelemetry-exporter-otlp-proto-http``). The exporter sends the
+span ids it is given, so by default a span carries the trace's deterministic ids and a
+span in a tracing UI names exactly the event replay compares. With
+``instance_id=...`` (a pipeline's identity: ``prod-eu``, a deployment id) every id is
+mixed with it, so two pipelines (staging and prod, or a reset one) never share a
+trace id; the trace's own ids stay on each span as ``beam_agents.trace_id`` /
+``beam_agents.span_id``.
 
-Each activation is one trace: ``trace_id`` = ``event.trace_id``, ``span_id`` =
-``event.span_id``, parent = ``event.parent_span_id`` (the ``ACTIVATION_START``
-span, itself a root). Times are the activation clock (``start_ms``/``end_ms``)
-in nanoseconds. Names and attributes follow the OpenTelemetry GenAI semantic
-conventions where one exists (see ``span_name``); every attribute of the event
-is exported as it is (the core already names its ``gen_ai.*`` ones that way),
-plus ``beam_agents.entity_key`` (hex), ``beam_agents.seq``,
-``beam_agents.trace.index``, ``beam_agents.trace.kind`` and
-``beam_agents.trace.name``.
+Times are real: the DoFn measures each activation on a side channel
+(``beam_agents.telemetry``) and each span starts and ends when its step ran; the
+activation clock (the event's ``start_ms``, what replay compares) is the attribute
+``beam_agents.activation_clock_ms``. Events written without telemetry (a sink opened
+by hand on a stored trace) fall back to the activation clock.
 
-Options: ``timeout_s`` (each export call; default 10 s), ``tls=true`` for a TLS
-channel (default: plaintext, as for a collector beside the workers),
-``headers=k1=v1,k2=v2`` (gRPC metadata, e.g. an API key) and
-``service_name`` (the resource's ``service.name``, default ``beam-agents``).
+Names and attributes follow the OpenTelemetry GenAI semantic conventions
+(``span_name``, ``span_attributes``; docs/sinks.md lists each attribute with its
+requirement level). Tokens are reported for billed calls only: a cache hit's trace
+event repeats the cached call's usage, which is shown as
+``beam_agents.cached_usage.*`` instead of ``gen_ai.usage.*``, so token sums count
+what was billed.
+
+Configuration: the URI, the sink options, then the standard ``OTEL_EXPORTER_OTLP_*``
+environment variables (read by the SDK for whatever the URI and options leave unset),
+then the SDK's defaults. ``otlp://`` with no host takes the endpoint from
+``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_ENDPOINT``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import os
 from collections.abc import Mapping
 from typing import Any
 
 from beam_agents._protos import AttributeValue, StateSnapshot, TraceEvent
 from beam_agents._version import __version__
 from beam_agents.errors import ConfigError, SinkError
-from beam_agents.sinks.base import describe_records, describe_trace, map_client_errors
+from beam_agents.sinks.base import (
+    cause_of,
+    describe_records,
+    describe_trace,
+    map_client_errors,
+)
 from beam_agents.sinks.uri import Role, SinkUri
-from beam_agents.trace_events import kind_name
-from beam_agents.trace_view import LlmCall, ToolCall, error_type_of
+from beam_agents.telemetry import ActivationTelemetry
+from beam_agents.trace_events import (
+    ATTR_BILLED,
+    ATTR_CACHE_HIT,
+    ATTR_ERROR_TYPE,
+    ATTR_PROVIDER,
+    ATTR_REQUEST_MODEL,
+    ATTR_STOP_REASON,
+    ATTR_TOOL_NAME,
+    ATTR_USAGE_INPUT,
+    ATTR_USAGE_OUTPUT,
+    kind_name,
+)
 
-__all__ = ["DEFAULT_TIMEOUT_S", "MAX_SPANS_PER_REQUEST", "OtlpSinkWriter", "span_name"]
-
-DEFAULT_TIMEOUT_S = 10.0
-"""Bound on one export call unless ``timeout_s`` says otherwise."""
+__all__ = [
+    "DEFAULT_SERVICE_NAME",
+    "MAX_SPANS_PER_REQUEST",
+    "OtlpSinkWriter",
+    "mixed_ids",
+    "span_attributes",
+    "span_name",
+]
 
 MAX_SPANS_PER_REQUEST = 1000
 """Spans per export request (keeps requests well under gRPC's 4 MiB default)."""
 
-ATTR_OPERATION = "gen_ai.operation.name"
-_NS_PER_MS = 1_000_000
-_MAX_FIXED64 = 2**64 - 1
+DEFAULT_SERVICE_NAME = "beam-agents"
+"""``service.name`` unless the ``service_name`` option or ``OTEL_SERVICE_NAME`` says otherwise."""
 
-# GenAI semantic conventions: operation name per kind, where one exists.
+PROTOCOLS = ("grpc", "http/protobuf")
+
+_NS_PER_MS = 1_000_000
+_MAX_INT64 = 2**63 - 1
+_ID_MIX_PREFIX = b"beam-agents/otlp-instance-id/v1\x00"
+
+# GenAI semantic conventions: gen_ai.operation.name per kind, where one exists.
 _OPERATIONS = {
     TraceEvent.ACTIVATION_START: "invoke_agent",
     TraceEvent.LLM_CALL: "chat",
     TraceEvent.TOOL_CALL: "execute_tool",
 }
+# Attributes of the trace that the span shows under another name (or not at all).
+_USAGE = {
+    ATTR_USAGE_INPUT: "beam_agents.cached_usage.input_tokens",
+    ATTR_USAGE_OUTPUT: "beam_agents.cached_usage.output_tokens",
+}
 
 
-def span_name(event: TraceEvent) -> str:
-    """The span name of an event.
+def _string(event: TraceEvent, name: str) -> str:
+    value = event.attributes.get(name)
+    return value.string_value if value is not None else ""
 
-    ``invoke_agent`` for ``ACTIVATION_START`` (one activation is one agent
-    invocation); ``chat {gen_ai.request.model}`` for ``LLM_CALL``;
-    ``execute_tool {gen_ai.tool.name}`` for ``TOOL_CALL`` (the GenAI
-    conventions' names); for the kinds no convention covers, the kind in
-    lower case and the event's name (``intent_staged issue_refund``,
+
+def _bool(event: TraceEvent, name: str) -> bool:
+    value = event.attributes.get(name)
+    return bool(value is not None and value.bool_value)
+
+
+def span_name(event: TraceEvent, agent_name: str = "") -> str:
+    """The span name of an event, as the GenAI conventions spell it.
+
+    ``invoke_agent {agent}`` for ``ACTIVATION_START`` (``invoke_agent`` when the agent's
+    name is not known); ``chat {gen_ai.request.model}`` for ``LLM_CALL``;
+    ``execute_tool {gen_ai.tool.name}`` for ``TOOL_CALL``; for the kinds no convention
+    covers, the kind in lower case and the event's name (``intent_staged issue_refund``,
     ``activation_failed ValueError``).
     """
     if event.kind == TraceEvent.ACTIVATION_START:
-        return "invoke_agent"
+        return f"invoke_agent {agent_name}".strip()
     if event.kind == TraceEvent.LLM_CALL:
-        return f"chat {LlmCall.of(event).request_model or event.name}".strip()
+        return f"chat {_string(event, ATTR_REQUEST_MODEL) or event.name}".strip()
     if event.kind == TraceEvent.TOOL_CALL:
-        return f"execute_tool {ToolCall.of(event).tool_name or event.name}".strip()
+        return f"execute_tool {_string(event, ATTR_TOOL_NAME) or event.name}".strip()
     return f"{kind_name(event.kind).lower()} {event.name}".strip()
 
 
+def conversation_id(entity_key: bytes) -> str:
+    """``gen_ai.conversation.id``: the key's serial history is the conversation.
+
+    The key as text when it is printable UTF-8 (``customer-42``), else its hex.
+    """
+    try:
+        text = entity_key.decode("utf-8")
+    except UnicodeDecodeError:
+        return entity_key.hex()
+    return text if text and text.isprintable() else entity_key.hex()
+
+
+def _value(value: AttributeValue) -> Any:
+    which = value.WhichOneof("value")
+    return getattr(value, which) if which else None
+
+
+def span_attributes(
+    event: TraceEvent, telemetry: ActivationTelemetry | None = None
+) -> dict[str, Any]:
+    """The span's attributes: the GenAI conventions' where one applies, and the trace's own.
+
+    Every attribute of the trace event is kept under its own name (the core names its
+    ``gen_ai.*`` ones that way), except a cache hit's ``gen_ai.usage.*`` (renamed to
+    ``beam_agents.cached_usage.*``: nothing was billed). docs/sinks.md lists them.
+    """
+    attrs: dict[str, Any] = {}
+    hit = event.kind == TraceEvent.LLM_CALL and _bool(event, ATTR_CACHE_HIT)
+    for name in sorted(event.attributes):
+        value = _value(event.attributes[name])
+        if value is None:
+            continue
+        attrs[_USAGE.get(name, name) if hit else name] = value
+    operation = _OPERATIONS.get(event.kind)
+    if operation is not None:
+        attrs["gen_ai.operation.name"] = operation
+    attrs["gen_ai.conversation.id"] = conversation_id(event.entity_key)
+    provider = _string(event, ATTR_PROVIDER) or (telemetry.provider_name if telemetry else "")
+    if event.kind == TraceEvent.ACTIVATION_START:
+        if telemetry is not None and telemetry.agent_name:
+            attrs["gen_ai.agent.name"] = telemetry.agent_name
+        if provider:
+            attrs["gen_ai.provider.name"] = provider
+    elif event.kind == TraceEvent.LLM_CALL:
+        if provider:
+            attrs["gen_ai.provider.name"] = provider
+        stop = _string(event, ATTR_STOP_REASON)
+        if stop:
+            attrs["gen_ai.response.finish_reasons"] = [stop]
+        details = telemetry.llm_calls.get(event.index) if telemetry is not None else None
+        if details is not None:
+            if details.response_id:
+                attrs["gen_ai.response.id"] = details.response_id
+            for key, value in (
+                ("gen_ai.request.temperature", details.temperature),
+                ("gen_ai.request.top_p", details.top_p),
+                ("gen_ai.request.max_tokens", details.max_tokens),
+                ("gen_ai.request.seed", details.seed),
+            ):
+                if value is not None:
+                    attrs[key] = value
+            if details.stop_sequences:
+                attrs["gen_ai.request.stop_sequences"] = list(details.stop_sequences)
+        if hit:
+            attrs[ATTR_BILLED] = False
+    elif event.kind == TraceEvent.TOOL_CALL:
+        attrs["gen_ai.tool.type"] = "function"
+    attrs["beam_agents.entity_key"] = event.entity_key.hex()
+    attrs["beam_agents.seq"] = event.seq
+    attrs["beam_agents.trace.index"] = event.index
+    attrs["beam_agents.trace.kind"] = kind_name(event.kind)
+    attrs["beam_agents.trace.name"] = event.name
+    attrs["beam_agents.activation_clock_ms"] = event.start_ms
+    return attrs
+
+
+def mixed_ids(instance_id: str, trace_id: bytes, span_id: bytes) -> tuple[bytes, bytes]:
+    """(trace id, span id) of a span of pipeline ``instance_id``; empty span id stays empty.
+
+    A digest of the instance and the trace's own ids: deterministic (a retried bundle
+    exports the same ids), and different for every instance.
+    """
+    base = _ID_MIX_PREFIX + instance_id.encode("utf-8") + b"\x00" + trace_id
+    mixed_trace = hashlib.sha256(base).digest()[:16]
+    mixed_span = hashlib.sha256(base + b"\x00" + span_id).digest()[:8] if span_id else b""
+    return mixed_trace, mixed_span
+
+
 def _nanos(ms: int) -> int:
-    # OTLP times are unsigned nanoseconds since the epoch; an activation clock
-    # outside that range (never produced from a real event time) is clamped.
-    return min(max(ms, 0) * _NS_PER_MS, _MAX_FIXED64)
+    # The SDK takes int64 nanoseconds; an activation clock outside that range (never
+    # produced from a real event time) is clamped.
+    return min(max(ms, 0) * _NS_PER_MS, _MAX_INT64)
 
 
-def _parse_headers(text: str, where: str) -> tuple[tuple[str, str], ...]:
-    headers = []
+def _parse_headers(text: str, where: str) -> dict[str, str]:
+    headers = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"{where}: headers must be key=value pairs joined by commas")
-        headers.append((key.strip().lower(), value.strip()))
-    return tuple(headers)
+        headers[key.strip().lower()] = value.strip()
+    return headers
+
+
+def _protocol(options: Mapping[str, str], where: str) -> str:
+    protocol = (
+        options.get("protocol")
+        or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+        or "grpc"
+    ).strip()
+    if protocol not in PROTOCOLS:
+        raise ConfigError(
+            f"{where}: protocol {protocol!r} is not supported; use one of {', '.join(PROTOCOLS)} "
+            f"(http/json is not)"
+        )
+    return protocol
+
+
+class _ExportOutcome:
+    """What the receiver answered to the last export: an error, or spans it rejected.
+
+    The SDK's exporters log a failure and return ``FAILURE`` (their logger drops repeated
+    lines, so the log cannot be relied on for the cause), and they succeed on any OK
+    answer, dropping its ``partial_success``. A sink never drops a record silently and
+    names why it failed, so the answer is read here: for HTTP through the
+    ``requests.Session`` the exporter is given (its public ``session`` argument), for
+    gRPC by wrapping the exporter's stub (``_client``, checked when the sink opens).
+    """
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.rejected = 0
+        self.message = ""
+        self.error = ""
+
+    def read(self, response: Any) -> None:
+        partial = getattr(response, "partial_success", None)
+        if partial is not None and partial.rejected_spans:
+            self.rejected = int(partial.rejected_spans)
+            self.message = partial.error_message or "no reason given"
+
+
+class _ReadingStub:
+    def __init__(self, stub: Any, outcome: _ExportOutcome) -> None:
+        self._stub = stub
+        self._outcome = outcome
+
+    def Export(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            response = self._stub.Export(*args, **kwargs)
+        except Exception as exc:
+            code = getattr(exc, "code", None)
+            details = getattr(exc, "details", None)
+            if callable(code) and callable(details):
+                self._outcome.error = f"{code().name}: {details()}"
+            else:
+                self._outcome.error = cause_of(exc)
+            raise
+        self._outcome.read(response)
+        return response
+
+
+def _reading_session(outcome: _ExportOutcome) -> Any:
+    import requests
+    from google.protobuf.message import DecodeError
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceResponse,
+    )
+
+    class ReadingSession(requests.Session):
+        def request(self, *args: Any, **kwargs: Any) -> Any:
+            try:
+                response = super().request(*args, **kwargs)
+            except Exception as exc:
+                outcome.error = cause_of(exc)
+                raise
+            if not response.ok:
+                body = response.text[:200].strip().replace("\n", " ")
+                outcome.error = f"HTTP {response.status_code} {response.reason}" + (
+                    f": {body}" if body else ""
+                )
+            elif response.content:
+                # An OK answer whose body is not the protobuf response (a proxy's page)
+                # says nothing of rejected spans: the export counts as accepted.
+                with contextlib.suppress(DecodeError):
+                    outcome.read(ExportTraceServiceResponse.FromString(response.content))
+            return response
+
+    return ReadingSession()
 
 
 class OtlpSinkWriter:
-    """Exports trace events as spans to one OTLP/gRPC endpoint."""
+    """Exports trace events as spans through the SDK's OTLP exporter (gRPC or HTTP)."""
 
     def __init__(self, sink: SinkUri, *, role: Role, options: Mapping[str, str]) -> None:
         self._sink = sink
         self._uri = sink.redacted
-        self._timeout_s = float(options.get("timeout_s", DEFAULT_TIMEOUT_S))
-        self._tls = options.get("tls", "false") == "true"
-        self._headers = _parse_headers(options.get("headers", ""), f"sink {self._uri}")
-        self._service_name = options.get("service_name", "beam-agents")
-        self._channel: Any = None
-        self._stub: Any = None
-        self._events: list[TraceEvent] = []
+        where = f"sink {self._uri}"
+        self._protocol = _protocol(options, where)
+        if sink.path and self._protocol == "grpc":
+            raise ConfigError(
+                f"{where}: OTLP/gRPC takes no path; write otlp://host:port, or set "
+                f"protocol=http/protobuf for an HTTP endpoint with a path"
+            )
+        self._timeout_s = float(options["timeout_s"]) if "timeout_s" in options else None
+        tls = options.get("tls")
+        self._tls = None if tls is None else tls == "true"
+        self._headers = _parse_headers(options["headers"], where) if "headers" in options else None
+        compression = options.get("compression")
+        if compression is not None and compression not in ("gzip", "none"):
+            raise ConfigError(f"{where}: compression={compression!r} must be 'gzip' or 'none'")
+        self._compression = compression
+        self._service_name = options.get("service_name")
+        self._instance_id = options.get("instance_id", "")
+        self._exporter: Any = None
+        self._resource: Any = None
+        self._scope: Any = None
+        self._outcome = _ExportOutcome()
+        self._events: list[tuple[TraceEvent, ActivationTelemetry | None]] = []
+
+    # ------------------------------------------------------------------ lifecycle
 
     def open(self) -> None:
-        """Create the gRPC channel and stub (connecting is lazy, at the first export).
+        """Create the SDK exporter (it connects lazily, at the first export).
 
         Raises:
-            SinkError: The channel cannot be created.
+            SinkError: The exporter cannot be created.
         """
-        with map_client_errors(self._sink, "no record (creating the gRPC channel)"):
-            import grpc
-            from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+        with map_client_errors(self._sink, "no record (creating the OTLP exporter)"):
+            from opentelemetry.sdk.resources import Resource
+            from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-            target = self._sink.hosts[0]
-            if self._tls:
-                self._channel = grpc.secure_channel(target, grpc.ssl_channel_credentials())
+            self._resource = Resource.create(self._resource_attributes())
+            self._scope = InstrumentationScope("beam_agents", __version__)
+            if self._protocol == "grpc":
+                self._exporter = self._grpc_exporter()
             else:
-                self._channel = grpc.insecure_channel(target)
-            self._stub = trace_service_pb2_grpc.TraceServiceStub(self._channel)  # type: ignore[no-untyped-call]
+                self._exporter = self._http_exporter()
+
+    def _resource_attributes(self) -> dict[str, str]:
+        attrs: dict[str, str] = {}
+        if self._service_name:
+            attrs["service.name"] = self._service_name
+        elif not os.environ.get("OTEL_SERVICE_NAME") and "service.name=" not in os.environ.get(
+            "OTEL_RESOURCE_ATTRIBUTES", ""
+        ):
+            attrs["service.name"] = DEFAULT_SERVICE_NAME
+        if self._instance_id:
+            attrs["service.instance.id"] = self._instance_id
+        return attrs
+
+    def _grpc_exporter(self) -> Any:
+        import grpc
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+        kwargs: dict[str, Any] = {}
+        if self._sink.hosts:
+            kwargs["endpoint"] = self._sink.hosts[0]
+            # A host:port in the URI is plaintext (a collector beside the workers) unless
+            # tls=true; with no host, the SDK's own rules (env, endpoint scheme) decide.
+            kwargs["insecure"] = not self._tls
+        elif self._tls is not None:
+            kwargs["insecure"] = not self._tls
+        if self._timeout_s is not None:
+            kwargs["timeout"] = self._timeout_s
+        if self._headers is not None:
+            kwargs["headers"] = tuple(self._headers.items())
+        if self._compression is not None:
+            kwargs["compression"] = (
+                grpc.Compression.Gzip
+                if self._compression == "gzip"
+                else grpc.Compression.NoCompression
+            )
+        exporter = OTLPSpanExporter(**kwargs)
+        stub = getattr(exporter, "_client", None)
+        if stub is None or not hasattr(stub, "Export"):
+            raise SinkError(
+                self._uri,
+                "no record (creating the OTLP exporter)",
+                "this opentelemetry-exporter-otlp-proto-grpc has no Export stub to read "
+                "rejected spans from; install a version the [otlp] extra names",
+            )
+        exporter._client = _ReadingStub(stub, self._outcome)  # type: ignore[assignment]
+        return exporter
+
+    def _http_exporter(self) -> Any:
+        from opentelemetry.exporter.otlp.proto.http import Compression
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        kwargs: dict[str, Any] = {"session": _reading_session(self._outcome)}
+        if self._sink.hosts:
+            scheme = "https" if self._tls else "http"
+            kwargs["endpoint"] = (
+                f"{scheme}://{self._sink.hosts[0]}{self._sink.path or '/v1/traces'}"
+            )
+        if self._timeout_s is not None:
+            kwargs["timeout"] = self._timeout_s
+        if self._headers is not None:
+            kwargs["headers"] = self._headers
+        if self._compression is not None:
+            kwargs["compression"] = (
+                Compression.Gzip if self._compression == "gzip" else Compression.NoCompression
+            )
+        return OTLPSpanExporter(**kwargs)
 
     def close(self) -> None:
-        """Close the channel; events not flushed are not exported."""
-        channel, self._channel, self._stub = self._channel, None, None
+        """Shut the exporter down; events not flushed are not exported."""
+        exporter, self._exporter = self._exporter, None
         self._events.clear()
-        if channel is not None:
-            with map_client_errors(self._sink, "no record (closing the gRPC channel)"):
-                channel.close()
+        if exporter is not None:
+            with map_client_errors(self._sink, "no record (shutting the OTLP exporter down)"):
+                exporter.shutdown()
 
-    def write_trace(self, event: TraceEvent) -> None:
+    # ------------------------------------------------------------------ writing
+
+    def write_trace(self, event: TraceEvent, telemetry: ActivationTelemetry | None = None) -> None:
         """Buffer one event; it is exported as a span at the next flush."""
-        self._events.append(event)
+        self._events.append((event, telemetry))
 
     def write_snapshot(self, snapshot: StateSnapshot) -> None:
         """Refused: ``otlp://`` is a traces-only exporter."""
@@ -141,104 +453,106 @@ class OtlpSinkWriter:
         """Export the buffered events as spans; fail unless the receiver accepted every span.
 
         Raises:
-            SinkError: The export call failed or timed out (``timeout_s``), or
-                the receiver reported rejected spans.
+            SinkError: The export failed (the SDK exporter's own retries and
+                ``timeout_s`` included; the cause is what it reported), or the
+                receiver answered that it rejected spans.
         """
         events, self._events = self._events, []
         if not events:
             return
-        if self._stub is None:
-            raise SinkError(self._uri, describe_records([describe_trace(e) for e in events]),
+        if self._exporter is None:
+            raise SinkError(self._uri, describe_records([describe_trace(e) for e, _ in events]),
                             "the writer is not open")  # fmt: skip
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        # Activations of this flush that failed, with their error type: their root spans
+        # are errors too. (A bundle holds each activation's events whole.)
+        failures = {
+            (e.entity_key, e.seq): _string(e, ATTR_ERROR_TYPE) or e.name
+            for e, _ in events
+            if e.kind == TraceEvent.ACTIVATION_FAILED
+        }
         for start in range(0, len(events), MAX_SPANS_PER_REQUEST):
             chunk = events[start : start + MAX_SPANS_PER_REQUEST]
-            records = describe_records([describe_trace(e) for e in chunk])
+            records = describe_records([describe_trace(e) for e, _ in chunk])
+            self._outcome.reset()
             with map_client_errors(self._sink, records):
-                request = self._request(chunk)
-                response = self._stub.Export(
-                    request, timeout=self._timeout_s, metadata=self._headers or None
-                )
-            rejected = response.partial_success.rejected_spans
-            if rejected:
-                message = response.partial_success.error_message or "no reason given"
+                spans = [
+                    self._span(event, telemetry, failures.get((event.entity_key, event.seq)))
+                    for event, telemetry in chunk
+                ]
+                result = self._exporter.export(spans)
+            if result is not SpanExportResult.SUCCESS:
+                said = self._outcome.error or "the exporter gave no reason (see its log)"
+                raise SinkError(self._uri, records, f"the OTLP export failed: {said}")
+            if self._outcome.rejected:
                 raise SinkError(
                     self._uri,
                     records,
-                    f"the receiver rejected {rejected} of {len(chunk)} spans: {message}",
+                    f"the receiver rejected {self._outcome.rejected} of {len(chunk)} spans: "
+                    f"{self._outcome.message}",
                 )
 
-    def _request(self, events: list[TraceEvent]) -> Any:
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-            ExportTraceServiceRequest,
+    # ------------------------------------------------------------------ spans
+
+    def _ids(self, event: TraceEvent) -> tuple[bytes, bytes, bytes]:
+        if not self._instance_id:
+            return event.trace_id, event.span_id, event.parent_span_id
+        trace_id, span_id = mixed_ids(self._instance_id, event.trace_id, event.span_id)
+        _, parent = mixed_ids(self._instance_id, event.trace_id, event.parent_span_id)
+        return trace_id, span_id, parent
+
+    def _span(
+        self, event: TraceEvent, telemetry: ActivationTelemetry | None, failed_with: str | None
+    ) -> Any:
+        from opentelemetry.sdk.trace import ReadableSpan
+        from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
+        from opentelemetry.trace.status import Status, StatusCode
+
+        trace_id, span_id, parent_id = self._ids(event)
+        flags = TraceFlags(TraceFlags.SAMPLED)
+        context = SpanContext(
+            int.from_bytes(trace_id, "big"), int.from_bytes(span_id, "big"), False, flags
         )
-        from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope
-        from opentelemetry.proto.resource.v1.resource_pb2 import Resource
-        from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans
-
-        resource = Resource()
-        _put(resource.attributes.add(), "service.name", self._service_name)
-        scope = InstrumentationScope(name="beam_agents", version=__version__)
-        spans = ScopeSpans(scope=scope)
-        for event in events:
-            _fill_span(spans.spans.add(), event)
-        return ExportTraceServiceRequest(
-            resource_spans=[ResourceSpans(resource=resource, scope_spans=[spans])]
+        parent = (
+            SpanContext(
+                int.from_bytes(trace_id, "big"), int.from_bytes(parent_id, "big"), False, flags
+            )
+            if parent_id
+            else None
         )
-
-
-def _put(kv: Any, key: str, value: str | int) -> None:
-    kv.key = key
-    if isinstance(value, str):
-        kv.value.string_value = value
-    else:
-        kv.value.int_value = value
-
-
-def _put_attribute(kv: Any, key: str, value: AttributeValue) -> None:
-    kv.key = key
-    which = value.WhichOneof("value")
-    if which == "string_value":
-        kv.value.string_value = value.string_value
-    elif which == "int_value":
-        kv.value.int_value = value.int_value
-    elif which == "bool_value":
-        kv.value.bool_value = value.bool_value
-    elif which == "double_value":
-        kv.value.double_value = value.double_value
-    elif which == "bytes_value":
-        kv.value.bytes_value = value.bytes_value
-    # An unset AttributeValue stays an empty AnyValue, OTLP's "no value".
-
-
-def _fill_span(span: Any, event: TraceEvent) -> None:
-    from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
-
-    span.trace_id = event.trace_id
-    span.span_id = event.span_id
-    span.parent_span_id = event.parent_span_id
-    span.name = span_name(event)
-    span.kind = (
-        Span.SPAN_KIND_CLIENT if event.kind == TraceEvent.LLM_CALL else Span.SPAN_KIND_INTERNAL
-    )
-    span.start_time_unix_nano = _nanos(event.start_ms)
-    span.end_time_unix_nano = _nanos(max(event.end_ms, event.start_ms))
-    names = set(event.attributes)
-    operation = _OPERATIONS.get(event.kind)
-    if operation and ATTR_OPERATION not in names:
-        _put(span.attributes.add(), ATTR_OPERATION, operation)
-    for name in sorted(names):
-        _put_attribute(span.attributes.add(), name, event.attributes[name])
-    extra: list[tuple[str, str | int]] = [
-        ("beam_agents.entity_key", event.entity_key.hex()),
-        ("beam_agents.seq", event.seq),
-        ("beam_agents.trace.index", event.index),
-        ("beam_agents.trace.kind", kind_name(event.kind)),
-        ("beam_agents.trace.name", event.name),
-    ]
-    for key, value in extra:
-        if key not in names:
-            _put(span.attributes.add(), key, value)
-    error_type = error_type_of(event)
-    if event.kind == TraceEvent.ACTIVATION_FAILED or error_type:
-        span.status.code = Status.STATUS_CODE_ERROR
-        span.status.message = error_type or event.name
+        attrs = span_attributes(event, telemetry)
+        if self._instance_id:
+            attrs["beam_agents.trace_id"] = event.trace_id.hex()
+            attrs["beam_agents.span_id"] = event.span_id.hex()
+        wall = telemetry.span_unix_ns(event.index) if telemetry is not None else None
+        if wall is None:
+            start = _nanos(event.start_ms)
+            end = _nanos(max(event.end_ms, event.start_ms))
+        else:
+            start, end = wall
+        error_type = _string(event, ATTR_ERROR_TYPE)
+        if event.kind == TraceEvent.ACTIVATION_START and failed_with is not None:
+            # The agent invocation ended in an error: its span says so (error.type is
+            # conditionally required when the operation ended in an error).
+            error_type = failed_with
+            attrs[ATTR_ERROR_TYPE] = failed_with
+        failed = event.kind == TraceEvent.ACTIVATION_FAILED or bool(error_type)
+        status = (
+            Status(StatusCode.ERROR, error_type or event.name)
+            if failed
+            else Status(StatusCode.UNSET)
+        )
+        kind = SpanKind.CLIENT if event.kind == TraceEvent.LLM_CALL else SpanKind.INTERNAL
+        return ReadableSpan(
+            name=span_name(event, telemetry.agent_name if telemetry is not None else ""),
+            context=context,
+            parent=parent,
+            resource=self._resource,
+            attributes=attrs,
+            kind=kind,
+            status=status,
+            start_time=start,
+            end_time=max(end, start),
+            instrumentation_scope=self._scope,
+        )

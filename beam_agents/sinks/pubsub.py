@@ -36,6 +36,7 @@ from beam_agents.sinks.base import (
     map_client_errors,
 )
 from beam_agents.sinks.uri import Role, SinkUri
+from beam_agents.telemetry import ActivationTelemetry
 from beam_agents.trace_events import serialize_trace_event
 
 __all__ = ["DEFAULT_TIMEOUT_S", "PubSubSinkWriter"]
@@ -78,7 +79,7 @@ class PubSubSinkWriter:
             with map_client_errors(self._sink, "no record (stopping the publisher)"):
                 client.stop()
 
-    def write_trace(self, event: TraceEvent) -> None:
+    def write_trace(self, event: TraceEvent, telemetry: ActivationTelemetry | None = None) -> None:
         """Publish one trace event (resolved by the next flush)."""
         self._publish(
             serialize_trace_event(event),

@@ -9,7 +9,8 @@ Forms (query parameters are sink options, see ``resolve_sink_options`` and docs/
     kafka://host:port[,host:port...]/topic[?producer.setting=value...]
     pubsub://project/topic
     bigquery://project.dataset.table          traces only
-    otlp://host:port                          traces only
+    otlp://[host:port][/path]                 traces only (path: OTLP/HTTP only; no host:
+                                              the endpoint from OTEL_EXPORTER_OTLP_*)
     file:///absolute/directory
 """
 
@@ -53,10 +54,24 @@ _SINK_OPTIONS: Final[dict[str, frozenset[str]]] = {
     "kafka": frozenset({"timeout_s"}),
     "pubsub": frozenset({"timeout_s"}),
     "bigquery": frozenset({"timeout_s", "create_table"}),
-    "otlp": frozenset({"timeout_s", "tls", "headers", "service_name"}),
+    "otlp": frozenset(
+        {
+            "timeout_s",
+            "tls",
+            "headers",
+            "service_name",
+            "protocol",
+            "compression",
+            "instance_id",
+        }
+    ),
     "file": frozenset(),
 }
 _BOOL_OPTIONS: Final = frozenset({"create_table", "tls"})
+_CHOICE_OPTIONS: Final = {
+    "protocol": ("grpc", "http/protobuf"),
+    "compression": ("gzip", "none"),
+}
 # Set by the sink from the URI or owned by it; a setting would silently fight it.
 _KAFKA_RESERVED: Final = frozenset(
     {"bootstrap.servers", "metadata.broker.list", "on_delivery", "delivery.report.only.error"}
@@ -107,6 +122,8 @@ class SinkUri:
     """BigQuery table."""
     directory: str = ""
     """``file://`` directory, absolute, percent-decoded."""
+    path: str = ""
+    """``otlp://``: the OTLP/HTTP endpoint's path (``/v1/traces`` when empty)."""
     params: tuple[tuple[str, str], ...] = field(default=())
     """Query parameters, in URI order: sink options that override ``options``."""
 
@@ -245,6 +262,9 @@ def _check_options(options: Mapping[str, str], scheme: str, where: str) -> None:
                 )
         if key in _BOOL_OPTIONS and value not in ("true", "false"):
             raise ConfigError(f"{where}: {key}={value!r} must be 'true' or 'false'")
+        choices = _CHOICE_OPTIONS.get(key)
+        if choices is not None and scheme != "kafka" and value not in choices:
+            raise ConfigError(f"{where}: {key}={value!r} must be one of {', '.join(choices)}")
 
 
 def parse_sink_uri(uri: str, *, role: Role) -> SinkUri:
@@ -315,11 +335,18 @@ def parse_sink_uri(uri: str, *, role: Role) -> SinkUri:
             raise _refuse(uri, f"{netloc!r} is not project.dataset.table; write {form}")
         return SinkUri(scheme, uri, project=project, dataset=dataset, table=table, params=params)
     if scheme == "otlp":
-        form = "otlp://host:port (the collector's OTLP/gRPC endpoint)"
-        if path not in ("", "/"):
-            raise _refuse(uri, f"OTLP/gRPC takes no path; write {form}")
+        form = "otlp://host:port[/path] (or otlp:// for the endpoint of OTEL_EXPORTER_OTLP_*)"
+        protocol = dict(params).get("protocol")  # checked with the other options
+        if not netloc:
+            if path not in ("", "/"):
+                raise _refuse(uri, f"a path needs a host:port; write {form}")
+            return SinkUri(scheme, uri, params=params)
         hosts = _host_ports(uri, netloc, single=True, form=form)
-        return SinkUri(scheme, uri, hosts=hosts, params=params)
+        if path in ("", "/"):
+            path = ""
+        elif protocol == "grpc":
+            raise _refuse(uri, "OTLP/gRPC takes no path; write otlp://host:port")
+        return SinkUri(scheme, uri, hosts=hosts, path=path, params=params)
     # file
     if netloc not in ("", "localhost"):
         raise _refuse(

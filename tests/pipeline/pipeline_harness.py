@@ -361,7 +361,9 @@ def run_dofn(
     return Collected(*(read_collected(out_dir, name) for name in OUTPUT_NAMES))
 
 
-def explode_trace_batch(batch: tuple[bytes, tuple[bytes, ...]]) -> list[tuple[bytes, bytes]]:
+def explode_trace_batch(
+    batch: tuple[bytes, tuple[bytes, ...], bytes],
+) -> list[tuple[bytes, bytes]]:
     """One activation's trace batch as ``(entity_key, event bytes)`` elements, in order."""
-    key, events = batch
+    key, events = batch[0], batch[1]
     return [(key, data) for data in events]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +27,11 @@ from beam_agents.blobs import load_memory, unwrap_blob
 from beam_agents.context import AgentContext, derive_intent_id
 from beam_agents.dead_letter import STATE_UNREADABLE
 from beam_agents.key_state import StateCells, load_snapshot
+from beam_agents.key_step import Emit
 from beam_agents.migrations import CURRENT_VERSIONS
 from beam_agents.pipeline import ErrorRecord
 from beam_agents.pipeline.agent_dofn import AgentDoFn
+from beam_agents.telemetry import ActivationTelemetry
 from beam_agents.testing import (
     PipelineKey,
     StepResult,
@@ -195,8 +198,35 @@ def test_a_failed_activation_writes_only_seq() -> None:
         n: w for n, w in before.items() if n != "seq"
     }
     assert AgentDoFn.TAG_OUTPUTS not in out
-    [(batch_key, trace)] = out[AgentDoFn.TAG_TRACE_BATCHES]  # one element per activation
+    [(batch_key, trace, _)] = out[AgentDoFn.TAG_TRACE_BATCHES]  # one element per activation
     assert batch_key == KEY and len(trace) >= 2
+
+
+def test_each_trace_batch_carries_the_activations_wall_times_beside_its_unchanged_trace() -> None:
+    """The side channel: real times next to the trace, never in it (the trace bytes are the
+    Beam-free step's, which measures nothing)."""
+    envelopes = [
+        event_envelope(KEY, "echo", b"a", time_ms=T0),
+        event_envelope(KEY, "fail_call", b"x", time_ms=T0 + 1),
+    ]
+    key = new_key()
+    before = time.time_ns()
+    batches = [b for e in envelopes for b in key.send(e)[AgentDoFn.TAG_TRACE_BATCHES]]
+    after = time.time_ns()
+    step = PipelineKey(SHOP_AGENT, SHOP_TOOLS, CONFIG, entity_key=KEY)
+    from_step = [b for e in envelopes for b in step.send(e).of(Emit.TRACE_BATCHES)]
+    assert [(k, events) for k, events, _ in batches] == [tuple(b) for b in from_step]
+    for (_, events, raw), name in zip(batches, ("ShopAgent", "ShopAgent"), strict=True):
+        telemetry = ActivationTelemetry.decode(raw)
+        assert telemetry is not None and telemetry.agent_name == name
+        assert telemetry.provider_name == make_provider().name
+        assert len(telemetry.spans) == len(events)
+        root = telemetry.span_unix_ns(0)
+        assert root is not None and before <= root[0] <= root[1] <= after
+        for index in range(1, len(events)):
+            span = telemetry.span_unix_ns(index)
+            assert span is not None and root[0] <= span[0] <= span[1] <= root[1]
+    assert 1 in ActivationTelemetry.decode(batches[0][2]).llm_calls  # type: ignore[union-attr]
 
 
 def test_a_refused_trigger_writes_nothing() -> None:

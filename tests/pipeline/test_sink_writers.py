@@ -65,7 +65,7 @@ class FlakyWriter:
     def open(self) -> None:
         pass
 
-    def write_trace(self, event: TraceEvent) -> None:
+    def write_trace(self, event: TraceEvent, telemetry: object = None) -> None:
         self.written.append(event)
 
     def write_snapshot(self, snapshot: StateSnapshot) -> None:

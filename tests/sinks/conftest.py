@@ -26,7 +26,9 @@ from .peers import (
     PUBSUB_PEER_ENV,
     BigQueryEmulator,
     KafkaMockCluster,
+    OtlpHttpReceiver,
     OtlpReceiver,
+    PhoenixReceiver,
     PubSubEmulator,
     PubSubPeer,
     pubsub_emulator_launcher,
@@ -130,6 +132,37 @@ def otlp(otlp_receiver: OtlpReceiver) -> Iterator[OtlpReceiver]:
     otlp_receiver.reset()
     yield otlp_receiver
     otlp_receiver.reset()
+
+
+@pytest.fixture(scope="session")
+def otlp_http_receiver() -> Iterator[OtlpHttpReceiver]:
+    receiver = OtlpHttpReceiver()
+    try:
+        yield receiver
+    finally:
+        receiver.close()
+
+
+@pytest.fixture
+def otlp_http(otlp_http_receiver: OtlpHttpReceiver) -> Iterator[OtlpHttpReceiver]:
+    """The session's OTLP/HTTP receiver, emptied and answering normally for this test."""
+    otlp_http_receiver.reset()
+    yield otlp_http_receiver
+    otlp_http_receiver.reset()
+
+
+@pytest.fixture(scope="session")
+def phoenix(request: pytest.FixtureRequest) -> Iterator[PhoenixReceiver]:
+    """Arize Phoenix, a real OTLP receiver (gRPC and HTTP), built under .peers/ on first use."""
+    receiver = PhoenixReceiver()
+    announce(
+        request.config,
+        f"OTLP tests: Arize Phoenix at {receiver.url} (gRPC 127.0.0.1:{receiver.grpc_port})",
+    )
+    try:
+        yield receiver
+    finally:
+        receiver.close()
 
 
 @pytest.fixture(autouse=True)

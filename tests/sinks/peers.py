@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import glob
+import json
 import os
 import shutil
 import signal
@@ -444,3 +445,154 @@ def env_var(name: str, value: str) -> Iterator[None]:
 def closed_port() -> int:
     """A loopback port that was just free: connecting to it is refused."""
     return free_port()
+
+
+class PhoenixReceiver:
+    """Arize Phoenix (``phoenix serve``) from its own venv under .peers/, on loopback.
+
+    A real OTLP receiver over gRPC and HTTP/protobuf; ``spans(trace_id)`` reads back
+    what it stored through its REST API (``/v1/projects/default/spans``).
+    """
+
+    def __init__(self) -> None:
+        setup = REPO / "scripts" / "peers" / "phoenix.py"
+        root = PEERS_DIR / "phoenix"
+        result = subprocess.run(
+            [sys.executable, str(setup), "ensure", "--root", str(root)],
+            capture_output=True,
+            text=True,
+            timeout=1500,
+            check=False,
+        )
+        if result.returncode != 0:
+            unavailable(f"Phoenix setup failed:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
+        venv_bin = Path(result.stdout.strip().splitlines()[-1])
+        self.http_port = free_port()
+        self.grpc_port = free_port()
+        self.url = f"http://127.0.0.1:{self.http_port}"
+        self._work = PEERS_DIR / "phoenix" / "runs" / f"{os.getpid()}-{self.http_port}"
+        self._work.mkdir(parents=True, exist_ok=True)
+        self._log_path = self._work / "serve.log"
+        log = self._log_path.open("wb")
+        env = {
+            **os.environ,
+            "PHOENIX_WORKING_DIR": str(self._work),
+            "PHOENIX_HOST": "127.0.0.1",
+            "PHOENIX_PORT": str(self.http_port),
+            "PHOENIX_GRPC_PORT": str(self.grpc_port),
+            "PHOENIX_TELEMETRY_ENABLED": "false",
+            "DO_NOT_TRACK": "1",
+        }
+        self._proc = subprocess.Popen(
+            [str(venv_bin / "phoenix"), "serve"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+        log.close()
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and self._proc.poll() is None:
+            try:
+                with urllib.request.urlopen(f"{self.url}/healthz", timeout=2) as response:
+                    if response.status == 200 and wait_for_port(self.grpc_port, deadline):
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.2)
+        stop_process(self._proc)
+        tail = self._log_path.read_text(errors="replace")[-2000:]
+        unavailable(f"Phoenix did not become ready:\n{tail}")
+
+    def spans(self, trace_id: bytes, count: int, timeout_s: float = 30.0) -> list[dict[str, Any]]:
+        """The spans of ``trace_id`` Phoenix stored, once it has ``count`` (it ingests async)."""
+        found: list[dict[str, Any]] = []
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with urllib.request.urlopen(
+                f"{self.url}/v1/projects/default/spans?limit=1000", timeout=10
+            ) as response:
+                data = json.loads(response.read())["data"]
+            found = [s for s in data if s["context"]["trace_id"] == trace_id.hex()]
+            if len(found) >= count:
+                break
+            time.sleep(0.2)
+        return sorted(found, key=lambda s: s["attributes"].get("beam_agents.trace.index", -1))
+
+    def close(self) -> None:
+        stop_process(self._proc)
+        shutil.rmtree(self._work, ignore_errors=True)
+
+
+class OtlpHttpReceiver:
+    """An in-process OTLP/HTTP receiver (``POST /v1/traces``, protobuf, gzip) on 127.0.0.1."""
+
+    def __init__(self) -> None:
+        import gzip
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+
+        receiver = self
+        self.requests: list[Any] = []
+        self.headers: list[dict[str, str]] = []
+        self.status = 200
+        self.rejected_spans = 0
+        self._lock = threading.Lock()
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                if self.headers.get("Content-Encoding") == "gzip":
+                    body = gzip.decompress(body)
+                with receiver._lock:
+                    receiver.headers.append({k.lower(): v for k, v in self.headers.items()})
+                    if receiver.status != 200:
+                        self.send_response(receiver.status)
+                        self.end_headers()
+                        return
+                    receiver.requests.append(
+                        trace_service_pb2.ExportTraceServiceRequest.FromString(body)
+                    )
+                    response = trace_service_pb2.ExportTraceServiceResponse()
+                    if receiver.rejected_spans:
+                        response.partial_success.rejected_spans = receiver.rejected_spans
+                        response.partial_success.error_message = "rejected by the test receiver"
+                data = response.SerializeToString()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name=f"{PEER_THREAD_PREFIX}-otlp-http", daemon=True
+        )
+        self._thread.start()
+
+    def spans(self) -> list[Any]:
+        with self._lock:
+            return [
+                span
+                for request in self.requests
+                for resource_spans in request.resource_spans
+                for scope_spans in resource_spans.scope_spans
+                for span in scope_spans.spans
+            ]
+
+    def reset(self) -> None:
+        with self._lock:
+            self.requests.clear()
+            self.headers.clear()
+            self.status = 200
+            self.rejected_spans = 0
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

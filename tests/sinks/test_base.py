@@ -98,10 +98,8 @@ def _writer(scheme: str, exc: BaseException, monkeypatch: pytest.MonkeyPatch) ->
     role = "snapshots" if scheme in ("kafka", "pubsub") else "traces"
     writer: Any = open_sink(uri, role=role)
     writer.close()  # release the real client; the stub takes its place
-    attribute = {"kafka": "_producer", "pubsub": "_client", "bigquery": "_client", "otlp": "_stub"}
+    attribute = {"kafka": "_producer", "pubsub": "_client", "bigquery": "_client", "otlp": "_exporter"}
     setattr(writer, attribute[scheme], Exploding(exc))
-    if scheme == "otlp":
-        writer._channel = Exploding(exc)
     if scheme == "pubsub":
         writer._topic_path = "projects/test-project/topics/topic"
     return writer
