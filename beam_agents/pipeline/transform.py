@@ -85,6 +85,36 @@ class RunAgentOutputs(NamedTuple):
         return events
 
 
+# Runners whose Python SDK support has no user state or timers (AgentDoFn needs both:
+# one serial history per key, the HITL deadline). Beam's Dask runner dies on them
+# with a bare AssertionError; RunAgent refuses it when applied instead.
+_RUNNERS_WITHOUT_STATE_AND_TIMERS = {
+    "apache_beam.runners.dask": "Beam's Dask runner, which supports neither",
+}
+
+
+def refuse_runner_without_state_and_timers(runner: Any) -> None:
+    """Refuse, at construction, a runner that cannot run a stateful DoFn with timers.
+
+    Raises:
+        ConfigError: One paragraph naming the runner and the runners to use instead.
+    """
+    if runner is None:
+        return
+    for cls in type(runner).__mro__:
+        for module, why in _RUNNERS_WITHOUT_STATE_AND_TIMERS.items():
+            if cls.__module__ == module or cls.__module__.startswith(module + "."):
+                raise ConfigError(
+                    f"RunAgent cannot run on {type(runner).__name__}: it keeps each entity "
+                    f"key's state (SEQ, memory, caches, continuation, inbox) in Beam's user "
+                    f"state and sets an event-time timer for each HITL deadline, and this "
+                    f"runner is {why}. Run it on a runner with state and timers: the "
+                    f"DirectRunner or FnApiRunner locally, the PortableRunner (Flink, Spark "
+                    f"through a job server) or Dataflow at scale (docs/pipeline.md, "
+                    f"*Runners*)."
+                )
+
+
 class RunAgent(beam.PTransform):  # type: ignore[misc]
     """Run ``agent`` with ``registry`` over a PCollection of serialized ``AgentEnvelope``s.
 
@@ -114,6 +144,7 @@ class RunAgent(beam.PTransform):  # type: ignore[misc]
         self._config = config
 
     def expand(self, pcoll: PCollection[Any]) -> RunAgentOutputs:
+        refuse_runner_without_state_and_timers(getattr(pcoll.pipeline, "runner", None))
         routed = pcoll | "RouteEnvelopes" >> beam.ParDo(RouteEnvelopes()).with_output_types(
             tuple[bytes, bytes]
         ).with_outputs(TAG_ERRORS, main=_KEYED)

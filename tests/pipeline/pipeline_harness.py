@@ -7,7 +7,9 @@ The same script runs on every runner (INFRA.md: always name the runner):
   ``streaming=True``) fed by a ``TestStream``, where ``Watermark`` steps advance the
   watermark (firing HITL timers) between elements;
 - ``fnapi``: the portable FnApiRunner, in process;
-- ``fnapi_multi``: the FnApiRunner with two SDK worker processes.
+- ``fnapi_multi``: the FnApiRunner with two SDK worker processes;
+- ``portable``: the PortableRunner with its embedded job server and a loopback SDK
+  worker (the path a Flink or Spark job server takes), for the core scenarios.
 
 Batch runners read the script with ``Create(reshuffle=False)`` (one ordered
 bundle) and skip ``Watermark`` steps: their watermark jumps to infinity when the
@@ -32,6 +34,7 @@ from agents import SHOP_AGENT, SHOP_TOOLS, make_provider
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+from apache_beam.runners.portability.portable_runner import PortableRunner
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Timestamp
@@ -48,6 +51,8 @@ T0 = 1_734_000_000_000
 KEY = b"customer-42"
 OTHER = b"customer-7"
 RUNNERS = ("batch", "streaming", "fnapi", "fnapi_multi")
+CORE_RUNNERS = (*RUNNERS, "portable")
+"""``RUNNERS`` and the PortableRunner: where the core scenarios (tests/pipeline/test_transform.py) run."""
 FINAL_WATERMARK_MS = 4_000_000_000_000
 """Where the streaming script's watermark goes before infinity (INFRA.md: TestStream drops
 timers that would fire only at ``advance_watermark_to_infinity``)."""
@@ -81,6 +86,11 @@ def new_pipeline(runner: str) -> beam.Pipeline:
             options=PipelineOptions(
                 flags=[], direct_running_mode="multi_processing", direct_num_workers=2
             ),
+        )
+    if runner == "portable":
+        return beam.Pipeline(
+            runner=PortableRunner(),
+            options=PipelineOptions(flags=[], job_endpoint="embed", environment_type="LOOPBACK"),
         )
     raise ValueError(f"unknown runner {runner!r}")
 
