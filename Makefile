@@ -64,6 +64,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/replay_cli.py
 	$(BIN)/python bench/tui_open.py
 	$(BIN)/python bench/bulk_replay.py
+	$(BIN)/python bench/ecosystem.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
