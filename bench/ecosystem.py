@@ -2,9 +2,9 @@
 and otlp:// throughput of the SDK-based sink vs the hand-built one it replaced.
 
 1. Install footprint: the built wheel in a fresh venv with only the operator's
-   dependencies (``pip install beam-agents``), vs the same wheel with ``[all]`` (what
-   every install got before the extras: Beam, Kafka, GCP, OpenTelemetry as hard
-   dependencies). Size on disk and file count of each venv's site-packages.
+   dependencies (``pip install beam-agents``), vs the same wheel with the extras that
+   hold what every install got before them (``BEFORE_EXTRAS``: Beam, Kafka, Pub/Sub,
+   BigQuery, OpenTelemetry were hard dependencies; the model SDKs were not). Size on disk and file count of each venv's site-packages.
 2. ``import beam_agents.cli`` in the operator's venv vs in the full one: median wall
    time of a fresh interpreter (``python -c 'import beam_agents.cli'``), bare Python
    subtracted, and what each imported of Beam/Kafka/GCP/OTel.
@@ -30,6 +30,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+BEFORE_EXTRAS = "pipeline,kafka,pubsub,bigquery,otlp"
 HAND_BUILT_COMMIT = "0bd1c7f"
 """The last commit whose otlp:// sink built OTLP requests by hand (before the SDK)."""
 
@@ -74,16 +75,28 @@ HEAVY = ("apache_beam", "confluent_kafka", "google.cloud", "opentelemetry", "grp
 def install_and_import(tmp: Path) -> None:
     dist = tmp / "dist"
     subprocess.run(
-        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(ROOT)],
+        [
+            sys.executable,
+            "-m",
+            "build",
+            "--wheel",
+            "--no-isolation",
+            "--outdir",
+            str(dist),
+            str(ROOT),
+        ],
         check=True,
         capture_output=True,
     )
     [wheel] = dist.glob("*.whl")
     operator = _venv(tmp / "operator", wheel, "")
-    full = _venv(tmp / "full", wheel, "all")
+    full = _venv(tmp / "full", wheel, BEFORE_EXTRAS)
     print("1. install footprint (site-packages of a fresh venv)")
     rows = []
-    for name, venv in (("operator (pip install beam-agents)", operator), ("before: every integration", full)):
+    for name, venv in (
+        ("operator (pip install beam-agents)", operator),
+        ("before: every integration", full),
+    ):
         size, files = _footprint(_site_packages(venv))
         rows.append((name, size, files))
         print(f"   {name:40s} {size / 1e6:8.1f} MB  {files:7d} files")
