@@ -25,7 +25,11 @@ Rows are accepted in the shapes they reach an operator in:
 - as ``trace_event_to_row`` writes them (the JSON of a streaming insert).
 
 Columns the table does not define are ignored, so a table with extra columns
-(an ingestion time, a partition column) converts too.
+(an ingestion time) converts too. Two columns exist for the table's layout and are
+derived, never read back: ``event_time`` (``start_ms`` as a ``TIMESTAMP``, the day
+partitioning column, ``TRACE_TABLE_PARTITION_FIELD``) and ``entity_key_hex`` (the key
+in hex: BigQuery cannot cluster on ``BYTES``; with ``seq`` the clustering columns,
+``TRACE_TABLE_CLUSTERING``).
 """
 
 from __future__ import annotations
@@ -46,8 +50,11 @@ from beam_agents.errors import TraceStreamError
 from beam_agents.trace_events import kind_name, serialize_trace_event
 
 __all__ = [
+    "TRACE_TABLE_CLUSTERING",
+    "TRACE_TABLE_PARTITION_FIELD",
     "TRACE_TABLE_SCHEMA",
     "FieldSpec",
+    "event_time_micros",
     "load_bigquery_trace_events",
     "read_bigquery_rows",
     "row_to_trace_event",
@@ -115,8 +122,23 @@ TRACE_TABLE_SCHEMA: Final[tuple[FieldSpec, ...]] = (
      "description": "8-byte span id, derived from (entity_key, seq, index)."},
     {"name": "parent_span_id", "type": "BYTES", "mode": "NULLABLE",
      "description": "The activation's start span; empty for the start event itself."},
+    {"name": "event_time", "type": "TIMESTAMP", "mode": "REQUIRED",
+     "description": "start_ms as a TIMESTAMP (clamped to 0001-01-01..9999-12-31): the "
+                    "day partitioning column. Derived; not read back."},
+    {"name": "entity_key_hex", "type": "STRING", "mode": "REQUIRED",
+     "description": "entity_key in lower-case hex: the clustering column (BigQuery cannot "
+                    "cluster on BYTES). Derived; not read back."},
 )  # fmt: skip
 """The BigQuery table the ``bigquery://`` trace sink writes: one row per ``TraceEvent``."""
+
+TRACE_TABLE_PARTITION_FIELD: Final = "event_time"
+"""The table is partitioned by day on this column: an activation's events share one day."""
+TRACE_TABLE_CLUSTERING: Final = ("entity_key_hex", "seq")
+"""The table is clustered on these: a key's events, and one activation's, sit together."""
+
+# BigQuery's TIMESTAMP range, in microseconds since the epoch.
+_TIMESTAMP_MIN_US: Final = -62_135_596_800_000_000
+_TIMESTAMP_MAX_US: Final = 253_402_300_799_999_999
 
 _INT64_MIN: Final = -(2**63)
 _INT64_MAX: Final = 2**63 - 1
@@ -139,6 +161,19 @@ def _double_json(value: float) -> float | str:
     if math.isinf(value):
         return "Infinity" if value > 0 else "-Infinity"
     return value
+
+
+def event_time_micros(start_ms: int) -> int:
+    """``event_time`` of a row: ``start_ms`` in microseconds, clamped to BigQuery's range."""
+    return min(max(start_ms * 1000, _TIMESTAMP_MIN_US), _TIMESTAMP_MAX_US)
+
+
+def _timestamp_text(micros: int) -> str:
+    import datetime
+
+    epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+    moment = epoch + datetime.timedelta(microseconds=micros)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ").rjust(27, "0")
 
 
 def trace_row_id(event: TraceEvent) -> str:
@@ -201,6 +236,8 @@ def trace_event_to_row(event: TraceEvent) -> dict[str, Any]:
         "trace_id": _b64(event.trace_id),
         "span_id": _b64(event.span_id),
         "parent_span_id": _b64(event.parent_span_id),
+        "event_time": _timestamp_text(event_time_micros(event.start_ms)),
+        "entity_key_hex": event.entity_key.hex(),
     }
 
 

@@ -78,8 +78,7 @@ def install_and_import(tmp: Path) -> None:
         [
             sys.executable,
             "-m",
-            "build",
-            "--wheel",
+            "build",  # the sdist, then the wheel from it: nothing is built inside the tree
             "--no-isolation",
             "--outdir",
             str(dist),

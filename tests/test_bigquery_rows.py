@@ -191,8 +191,22 @@ def test_the_row_layout_is_the_documented_one() -> None:
         "trace_id": base64.b64encode(event.trace_id).decode(),
         "span_id": base64.b64encode(event.span_id).decode(),
         "parent_span_id": base64.b64encode(event.parent_span_id).decode(),
+        "event_time": "2024-12-12T10:40:00.000000Z",
+        "entity_key_hex": "6b31",
     }
     assert set(row) == {f["name"] for f in TRACE_TABLE_SCHEMA}
+
+
+def test_the_layout_columns_are_derived_and_clamped_to_bigquerys_range() -> None:
+    def row(now_ms: int) -> dict[str, Any]:
+        return trace_event_to_row(
+            te.make_event(entity_key=b"", seq=0, index=0, kind=1, name="", now_ms=now_ms)
+        )
+
+    assert row(0)["event_time"] == "1970-01-01T00:00:00.000000Z"
+    assert row(-(2**63))["event_time"] == "0001-01-01T00:00:00.000000Z"
+    assert row(2**63 - 1)["event_time"] == "9999-12-31T23:59:59.999999Z"
+    assert row(0)["entity_key_hex"] == ""
 
 
 def test_row_ids_are_a_digest_of_key_seq_and_index() -> None:

@@ -53,7 +53,7 @@ _TRACES_ONLY: Final = {
 _SINK_OPTIONS: Final[dict[str, frozenset[str]]] = {
     "kafka": frozenset({"timeout_s"}),
     "pubsub": frozenset({"timeout_s"}),
-    "bigquery": frozenset({"timeout_s", "create_table"}),
+    "bigquery": frozenset({"timeout_s", "create_table", "write_mode", "require_partition_filter"}),
     "otlp": frozenset(
         {
             "timeout_s",
@@ -67,10 +67,11 @@ _SINK_OPTIONS: Final[dict[str, frozenset[str]]] = {
     ),
     "file": frozenset(),
 }
-_BOOL_OPTIONS: Final = frozenset({"create_table", "tls"})
+_BOOL_OPTIONS: Final = frozenset({"create_table", "tls", "require_partition_filter"})
 _CHOICE_OPTIONS: Final = {
     "protocol": ("grpc", "http/protobuf"),
     "compression": ("gzip", "none"),
+    "write_mode": ("default", "committed"),
 }
 # Set by the sink from the URI or owned by it; a setting would silently fight it.
 _KAFKA_RESERVED: Final = frozenset(

@@ -306,8 +306,9 @@ class BigQueryEmulator:
             unavailable(f"BigQuery emulator setup failed:\n{result.stdout}\n{result.stderr}")
         venv_bin = Path(result.stdout.strip().splitlines()[-1])
         self.port = free_port()
-        grpc_port = free_port()
+        grpc_port = self.grpc_port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.grpc_host = f"127.0.0.1:{grpc_port}"
         self._data = PEERS_DIR / "bigquery" / "runs" / f"{os.getpid()}-{self.port}"
         self._data.mkdir(parents=True, exist_ok=True)
         self._log_path = self._data / "serve.log"

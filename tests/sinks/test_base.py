@@ -89,6 +89,7 @@ def _writer(scheme: str, exc: BaseException, monkeypatch: pytest.MonkeyPatch) ->
     """A writer of ``scheme`` whose client raises ``exc`` from every call."""
     monkeypatch.setenv("PUBSUB_EMULATOR_HOST", "127.0.0.1:9")
     monkeypatch.setenv("BIGQUERY_EMULATOR_HOST", "http://127.0.0.1:9")
+    monkeypatch.setenv("BIGQUERY_STORAGE_EMULATOR_HOST", "127.0.0.1:9")
     uri = {
         "kafka": "kafka://127.0.0.1:9/t?timeout_s=0.2",
         "pubsub": "pubsub://test-project/topic",
