@@ -20,10 +20,7 @@ from __future__ import annotations
 import contextvars
 import json
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
 
 from beam_agents._protos import LlmRequest, LlmResponse
 
@@ -87,22 +84,31 @@ class ActivationTelemetry:
         return base + start, base + end
 
     def encode(self) -> bytes:
-        """Compact JSON; ``decode`` reads it back."""
-        calls = {
-            str(index): {k: v for k, v in vars(details).items() if v not in (None, "", ())}
-            for index, details in self.llm_calls.items()
-        }
-        return json.dumps(
-            {
-                "v": TELEMETRY_VERSION,
-                "t0": self.started_unix_ns,
-                "agent": self.agent_name,
-                "provider": self.provider_name,
-                "spans": [value for span in self.spans for value in span],
-                "end": self.finished_ns,
-                "llm": calls,
-            },
-            separators=(",", ":"),
+        """Compact JSON (a list, not an object: this runs once per activation); ``decode``
+        reads it back."""
+        calls = [
+            [
+                index,
+                d.response_id,
+                d.temperature,
+                d.top_p,
+                d.max_tokens,
+                d.seed,
+                list(d.stop_sequences),
+            ]
+            for index, d in self.llm_calls.items()
+        ]
+        flat = [value for span in self.spans for value in span]
+        return _ENCODER.encode(
+            [
+                TELEMETRY_VERSION,
+                self.started_unix_ns,
+                self.agent_name,
+                self.provider_name,
+                flat,
+                self.finished_ns,
+                calls,
+            ]
         ).encode()
 
     @classmethod
@@ -111,35 +117,59 @@ class ActivationTelemetry:
         if not data:
             return None
         try:
-            raw: dict[str, Any] = json.loads(data)
-            if raw.get("v") != TELEMETRY_VERSION:
+            raw = json.loads(data)
+            if not isinstance(raw, list) or len(raw) != 7 or raw[0] != TELEMETRY_VERSION:
                 return None
-            flat = [int(v) for v in raw["spans"]]
-            calls = {}
-            for index, values in raw.get("llm", {}).items():
-                values = dict(values)
-                if "stop_sequences" in values:
-                    values["stop_sequences"] = tuple(values["stop_sequences"])
-                calls[int(index)] = LlmCallDetails(**values)
+            _, started, agent, provider, flat, finished, calls = raw
+            spans = [int(v) for v in flat]
+            details = {
+                int(index): LlmCallDetails(
+                    response_id=str(response_id),
+                    temperature=temperature,
+                    top_p=top_p,
+                    max_tokens=max_tokens,
+                    seed=seed,
+                    stop_sequences=tuple(stop),
+                )
+                for index, response_id, temperature, top_p, max_tokens, seed, stop in calls
+            }
             return cls(
-                started_unix_ns=int(raw["t0"]),
-                agent_name=str(raw.get("agent", "")),
-                provider_name=str(raw.get("provider", "")),
-                spans=list(zip(flat[::2], flat[1::2], strict=True)),
-                llm_calls=calls,
-                finished_ns=int(raw.get("end", 0)),
+                started_unix_ns=int(started),
+                agent_name=str(agent),
+                provider_name=str(provider),
+                spans=list(zip(spans[::2], spans[1::2], strict=True)),
+                llm_calls=details,
+                finished_ns=int(finished),
             )
-        except (ValueError, TypeError, KeyError):
+        except (ValueError, TypeError):
             return None
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
+
+
 class _Measurement:
-    __slots__ = ("opened", "origin", "telemetry")
+    """The raw marks of one open measurement (``perf_counter_ns``), turned into spans at exit.
+
+    The hooks only append a clock reading: they run for every trace event.
+    """
+
+    __slots__ = ("ends", "opens", "origin", "telemetry")
 
     def __init__(self, telemetry: ActivationTelemetry) -> None:
         self.telemetry = telemetry
         self.origin = time.perf_counter_ns()
-        self.opened: int | None = None
+        self.ends: list[int] = []
+        """When each event was recorded, by index."""
+        self.opens: dict[int, int] = {}
+        """When the operation of event ``i`` began, for the events that have one."""
+
+    def finish(self) -> None:
+        origin, opens = self.origin, self.opens
+        spans = self.telemetry.spans
+        for index, end in enumerate(self.ends):
+            spans.append((opens.get(index, end) - origin, end - origin))
+        self.telemetry.finished_ns = time.perf_counter_ns() - origin
 
 
 _OPEN: contextvars.ContextVar[_Measurement | None] = contextvars.ContextVar(
@@ -147,43 +177,50 @@ _OPEN: contextvars.ContextVar[_Measurement | None] = contextvars.ContextVar(
 )
 
 
-@contextmanager
-def measure_activation(*, agent_name: str, provider_name: str) -> Iterator[ActivationTelemetry]:
-    """Measure the activation run inside the block (on this thread); yields its telemetry.
+class measure_activation:
+    """Measure the activation run inside the ``with`` block (on this thread).
 
-    The telemetry is complete when the block ends.
+    ``with measure_activation(agent_name=..., provider_name=...) as telemetry:``; the
+    telemetry is complete when the block ends. A class, not a generator: it runs once
+    per activation, and contextlib's machinery cost more than the measuring.
     """
-    telemetry = ActivationTelemetry(
-        started_unix_ns=time.time_ns(), agent_name=agent_name, provider_name=provider_name
-    )
-    measurement = _Measurement(telemetry)
-    token = _OPEN.set(measurement)
-    try:
-        yield telemetry
-    finally:
-        _OPEN.reset(token)
-        telemetry.finished_ns = time.perf_counter_ns() - measurement.origin
+
+    __slots__ = ("_measurement", "_token")
+
+    def __init__(self, *, agent_name: str, provider_name: str) -> None:
+        telemetry = ActivationTelemetry(
+            started_unix_ns=time.time_ns(), agent_name=agent_name, provider_name=provider_name
+        )
+        self._measurement = _Measurement(telemetry)
+        self._token: contextvars.Token[_Measurement | None] | None = None
+
+    def __enter__(self) -> ActivationTelemetry:
+        self._token = _OPEN.set(self._measurement)
+        return self._measurement.telemetry
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            _OPEN.reset(self._token)
+            self._token = None
+        self._measurement.finish()
 
 
 def span_opens() -> None:
     """An operation whose event is recorded when it ends starts now (a model or tool call)."""
     measurement = _OPEN.get()
     if measurement is not None:
-        measurement.opened = time.perf_counter_ns() - measurement.origin
+        measurement.opens[len(measurement.ends)] = time.perf_counter_ns()
 
 
 def event_recorded(index: int) -> None:
-    """Trace event ``index`` was just recorded: its span ends now (and began at the open)."""
+    """Trace event ``index`` was just recorded: its span ends now (and began at its open).
+
+    ``index`` is the context's next event in ``run_activation``; any other call (a
+    context recording outside an activation's order) is not timed.
+    """
     measurement = _OPEN.get()
-    if measurement is None:
-        return
-    now = time.perf_counter_ns() - measurement.origin
-    spans = measurement.telemetry.spans
-    if index != len(spans):  # not the context's next event (never in run_activation)
-        return
-    start = measurement.opened if measurement.opened is not None else now
-    measurement.opened = None
-    spans.append((start, now))
+    if measurement is not None and index == len(measurement.ends):
+        measurement.ends.append(time.perf_counter_ns())
 
 
 def llm_call_details(index: int, request: LlmRequest, response: LlmResponse | None) -> None:
@@ -191,9 +228,13 @@ def llm_call_details(index: int, request: LlmRequest, response: LlmResponse | No
     measurement = _OPEN.get()
     if measurement is None:
         return
+    response_id = response.id if response is not None else ""
+    if not request.HasField("params"):  # most requests: no sampling parameters
+        measurement.telemetry.llm_calls[index] = LlmCallDetails(response_id=response_id)
+        return
     params = request.params
     measurement.telemetry.llm_calls[index] = LlmCallDetails(
-        response_id=response.id if response is not None else "",
+        response_id=response_id,
         temperature=params.temperature if params.HasField("temperature") else None,
         top_p=params.top_p if params.HasField("top_p") else None,
         max_tokens=params.max_tokens if params.HasField("max_tokens") else None,

@@ -11,6 +11,10 @@ and otlp:// throughput of the SDK-based sink vs the hand-built one it replaced.
 3. otlp:// spans/s: the SDK-based writer of this tree vs the hand-built writer of
    ``HAND_BUILT_COMMIT`` (loaded from git), each exporting the same events to one
    in-process OTLP/gRPC receiver, alternating rounds.
+4. What the telemetry side channel costs an activation: the per-key step (Beam-free,
+   tests/core_agents.py's agent) plain vs measured as the DoFn measures it (inside
+   ``measure_activation``, then the telemetry encoded and the batch's seq read),
+   alternating rounds.
 
 Run: ``.venv/bin/python bench/ecosystem.py`` (a few minutes: it builds two venvs).
 """
@@ -176,10 +180,55 @@ def otlp_throughput() -> None:
     assert received[0] == 5 * 2 * len(events)
 
 
+def telemetry_cost(activations: int = 3000) -> None:
+    sys.path.insert(0, str(ROOT / "tests"))
+    from core_agents import AGENT, TOOLS, make_provider
+
+    from beam_agents import AgentConfig
+    from beam_agents._protos import TraceEvent
+    from beam_agents.key_step import Emit
+    from beam_agents.telemetry import measure_activation
+    from beam_agents.testing import PipelineKey, event_envelope
+
+    config = AgentConfig(provider_factory=make_provider)
+
+    def run(measured: bool) -> float:
+        keys = [
+            PipelineKey(AGENT, TOOLS, config, entity_key=b"customer-%d" % i) for i in range(100)
+        ]
+        envelopes = [
+            event_envelope(keys[i % 100].entity_key, "msg", b"where is A1?", time_ms=1_000 + i)
+            for i in range(activations)
+        ]
+        started = time.perf_counter()
+        for i, envelope in enumerate(envelopes):
+            key = keys[i % 100]
+            if measured:
+                with measure_activation(agent_name="SupportAgent", provider_name="p") as m:
+                    result = key.send(envelope)
+                for _, events in result.of(Emit.TRACE_BATCHES):
+                    TraceEvent.FromString(events[0])
+                    m.encode()
+            else:
+                key.send(envelope)
+        return (time.perf_counter() - started) / activations * 1e6
+
+    times: dict[str, list[float]] = {"plain": [], "measured": []}
+    for _ in range(5):
+        times["plain"].append(run(False))
+        times["measured"].append(run(True))
+    plain, measured = min(times["plain"]), min(times["measured"])
+    print(f"4. telemetry side channel, {activations} activations (fastest of 5 alternating runs)")
+    print(f"   plain per-key step                       {plain:8.1f} us/activation")
+    print(f"   measured as the DoFn measures            {measured:8.1f} us/activation")
+    print(f"   measured / plain: {measured / plain:.3f}")
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         install_and_import(Path(tmp))
     otlp_throughput()
+    telemetry_cost()
 
 
 if __name__ == "__main__":

@@ -20,15 +20,14 @@ then ``python3.13`` on PATH (each run once to check it works). Exit status 3 whe
 
 from __future__ import annotations
 
-import argparse
-import fcntl
 import glob
-import hashlib
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from peer_venv import ensure_venv, main
 
 HERE = Path(__file__).resolve().parent
 REQUIREMENTS = HERE / "bigquery-requirements.txt"
@@ -64,27 +63,20 @@ def find_python313() -> str | None:
 
 
 def ensure(root: Path) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    venv = root / "venv"
     home = root / "home"
-    stamp = venv / ".beam-agents-ready"
-    wanted = hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()
-    with (root / ".lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if stamp.exists() and stamp.read_text().strip() == wanted:
-            return venv / "bin"
-        python = find_python313()
-        if python is None:
+
+    def python() -> str:
+        found = find_python313()
+        if found is None:
             print("Python 3.13 not found (set BEAM_AGENTS_PY313)", file=sys.stderr)
             raise SystemExit(3)
-        shutil.rmtree(venv, ignore_errors=True)
-        shutil.rmtree(home, ignore_errors=True)
-        home.mkdir(parents=True)
-        subprocess.run([python, "-m", "venv", str(venv)], check=True)
-        pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
-        subprocess.run([*pip, "install", "--quiet", "-r", str(REQUIREMENTS)], check=True)
+        return found
+
+    def install_extensions(venv: Path) -> None:
         # DuckDB installs extensions under $HOME/.duckdb; the emulator runs with
         # HOME=ROOT/home so it finds them there and never tries to download.
+        shutil.rmtree(home, ignore_errors=True)
+        home.mkdir(parents=True)
         code = (
             "import duckdb_extensions as d\n"
             f"for name in {EXTENSIONS!r}:\n"
@@ -95,18 +87,9 @@ def ensure(root: Path) -> Path:
             check=True,
             env={**os.environ, "HOME": str(home)},
         )
-        stamp.write_text(wanted + "\n")
-        return venv / "bin"
 
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=["ensure"])
-    parser.add_argument("--root", type=Path, required=True)
-    args = parser.parse_args(argv)
-    print(ensure(args.root.resolve()))
-    return 0
+    return ensure_venv(root, REQUIREMENTS, python, install_extensions)
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(__doc__.split("\n\n")[0], ensure))

@@ -16,46 +16,19 @@ second run a no-op; a file lock makes concurrent runs wait for each other.
 
 from __future__ import annotations
 
-import argparse
-import fcntl
-import hashlib
-import shutil
-import subprocess
 import sys
 from pathlib import Path
+
+from peer_venv import ensure_venv, main
 
 HERE = Path(__file__).resolve().parent
 REQUIREMENTS = HERE / "phoenix-requirements.txt"
 
 
 def ensure(root: Path) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    venv = root / "venv"
-    stamp = venv / ".beam-agents-ready"
-    wanted = hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()
-    with (root / ".lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if stamp.exists() and stamp.read_text().strip() == wanted:
-            return venv / "bin"
-        shutil.rmtree(venv, ignore_errors=True)
-        # The base interpreter, not a venv's python: a venv made from a venv works, but
-        # its pip would see the outer venv's packages through nothing; keep it plain.
-        python = getattr(sys, "_base_executable", sys.executable)
-        subprocess.run([python, "-m", "venv", str(venv)], check=True)
-        pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
-        subprocess.run([*pip, "install", "--quiet", "-r", str(REQUIREMENTS)], check=True)
-        stamp.write_text(wanted + "\n")
-        return venv / "bin"
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=["ensure"])
-    parser.add_argument("--root", type=Path, required=True)
-    args = parser.parse_args(argv)
-    print(ensure(args.root.resolve()))
-    return 0
+    # The base interpreter, not the project venv's python: Phoenix's venv is its own.
+    return ensure_venv(root, REQUIREMENTS, lambda: getattr(sys, "_base_executable", sys.executable))
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(__doc__.split("\n\n")[0], ensure))

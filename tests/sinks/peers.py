@@ -368,6 +368,17 @@ class BigQueryEmulator:
 # --------------------------------------------------------------------------- OTLP
 
 
+def spans_of(requests: list[Any]) -> list[Any]:
+    """Every span of some ``ExportTraceServiceRequest``s, in the order they came."""
+    return [
+        span
+        for request in requests
+        for resource_spans in request.resource_spans
+        for scope_spans in resource_spans.scope_spans
+        for span in scope_spans.spans
+    ]
+
+
 class OtlpReceiver:
     """An in-process OTLP/gRPC TraceService on 127.0.0.1 that keeps every request it gets."""
 
@@ -411,13 +422,7 @@ class OtlpReceiver:
 
     def spans(self) -> list[Any]:
         with self._lock:
-            return [
-                span
-                for request in self.requests
-                for resource_spans in request.resource_spans
-                for scope_spans in resource_spans.scope_spans
-                for span in scope_spans.spans
-            ]
+            return spans_of(self.requests)
 
     def reset(self) -> None:
         with self._lock:
@@ -579,13 +584,7 @@ class OtlpHttpReceiver:
 
     def spans(self) -> list[Any]:
         with self._lock:
-            return [
-                span
-                for request in self.requests
-                for resource_spans in request.resource_spans
-                for scope_spans in resource_spans.scope_spans
-                for span in scope_spans.spans
-            ]
+            return spans_of(self.requests)
 
     def reset(self) -> None:
         with self._lock:
