@@ -37,7 +37,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from beam_agents._protos import AttributeValue, StateSnapshot, TraceEvent
+from beam_agents._protos import StateSnapshot, TraceEvent
 from beam_agents._version import __version__
 from beam_agents.errors import ConfigError, SinkError
 from beam_agents.sinks.base import (
@@ -100,11 +100,6 @@ def _string(event: TraceEvent, name: str) -> str:
     return value.string_value if value is not None else ""
 
 
-def _bool(event: TraceEvent, name: str) -> bool:
-    value = event.attributes.get(name)
-    return bool(value is not None and value.bool_value)
-
-
 def span_name(event: TraceEvent, agent_name: str = "") -> str:
     """The span name of an event, as the GenAI conventions spell it.
 
@@ -135,9 +130,14 @@ def conversation_id(entity_key: bytes) -> str:
     return text if text and text.isprintable() else entity_key.hex()
 
 
-def _value(value: AttributeValue) -> Any:
-    which = value.WhichOneof("value")
-    return getattr(value, which) if which else None
+def _values(event: TraceEvent) -> dict[str, Any]:
+    """The event's attribute values by name, unset ones left out (one pass over the map)."""
+    values = {}
+    for name, value in event.attributes.items():
+        which = value.WhichOneof("value")
+        if which is not None:
+            values[name] = getattr(value, which)
+    return values
 
 
 def span_attributes(
@@ -149,18 +149,17 @@ def span_attributes(
     ``gen_ai.*`` ones that way), except a cache hit's ``gen_ai.usage.*`` (renamed to
     ``beam_agents.cached_usage.*``: nothing was billed). docs/sinks.md lists them.
     """
-    attrs: dict[str, Any] = {}
-    hit = event.kind == TraceEvent.LLM_CALL and _bool(event, ATTR_CACHE_HIT)
-    for name in sorted(event.attributes):
-        value = _value(event.attributes[name])
-        if value is None:
-            continue
-        attrs[_USAGE.get(name, name) if hit else name] = value
+    values = _values(event)
+    hit = event.kind == TraceEvent.LLM_CALL and values.get(ATTR_CACHE_HIT) is True
+    if hit:
+        attrs = {_USAGE.get(name, name): values[name] for name in sorted(values)}
+    else:
+        attrs = {name: values[name] for name in sorted(values)}
     operation = _OPERATIONS.get(event.kind)
     if operation is not None:
         attrs["gen_ai.operation.name"] = operation
     attrs["gen_ai.conversation.id"] = conversation_id(event.entity_key)
-    provider = _string(event, ATTR_PROVIDER) or (telemetry.provider_name if telemetry else "")
+    provider = values.get(ATTR_PROVIDER) or (telemetry.provider_name if telemetry else "")
     if event.kind == TraceEvent.ACTIVATION_START:
         if telemetry is not None and telemetry.agent_name:
             attrs["gen_ai.agent.name"] = telemetry.agent_name
@@ -169,7 +168,7 @@ def span_attributes(
     elif event.kind == TraceEvent.LLM_CALL:
         if provider:
             attrs["gen_ai.provider.name"] = provider
-        stop = _string(event, ATTR_STOP_REASON)
+        stop = values.get(ATTR_STOP_REASON)
         if stop:
             attrs["gen_ai.response.finish_reasons"] = [stop]
         details = telemetry.llm_calls.get(event.index) if telemetry is not None else None
@@ -240,6 +239,30 @@ def _protocol(options: Mapping[str, str], where: str) -> str:
             f"(http/json is not)"
         )
     return protocol
+
+
+def _resource_with_cached_hash(resource: Any) -> Any:
+    """``resource`` as an equal ``Resource`` whose hash is computed once.
+
+    The SDK's encoder groups spans by resource, hashing it for every span, and a
+    ``Resource`` hashes by JSON-dumping its attributes each time: a tenth of an
+    export's time. A resource never changes, so its hash need not either.
+    """
+    from opentelemetry.sdk.resources import Resource
+
+    class _Resource(Resource):
+        __slots__ = ("_hash",)
+
+        def __hash__(self) -> int:
+            cached: int | None = getattr(self, "_hash", None)
+            if cached is None:
+                cached = self._hash = super().__hash__()
+            return cached
+
+        def __eq__(self, other: object) -> bool:
+            return super().__eq__(other)
+
+    return _Resource(resource.attributes, resource.schema_url)
 
 
 class _ExportOutcome:
@@ -358,7 +381,8 @@ class OtlpSinkWriter:
             from opentelemetry.sdk.resources import Resource
             from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-            self._resource = Resource.create(self._resource_attributes())
+            created = Resource.create(self._resource_attributes())
+            self._resource = _resource_with_cached_hash(created)
             self._scope = InstrumentationScope("beam_agents", __version__)
             if self._protocol == "grpc":
                 self._exporter = self._grpc_exporter()
@@ -531,7 +555,7 @@ class OtlpSinkWriter:
             end = _nanos(max(event.end_ms, event.start_ms))
         else:
             start, end = wall
-        error_type = _string(event, ATTR_ERROR_TYPE)
+        error_type = str(attrs.get(ATTR_ERROR_TYPE, ""))
         if event.kind == TraceEvent.ACTIVATION_START and failed_with is not None:
             # The agent invocation ended in an error: its span says so (error.type is
             # conditionally required when the operation ended in an error).
