@@ -177,12 +177,13 @@ def _timestamp_text(micros: int) -> str:
 
 
 def trace_row_id(event: TraceEvent) -> str:
-    """The streaming-insert id of an event's row: a digest of ``(entity_key, seq, index)``.
+    """An insert id for an event's row: a digest of ``(entity_key, seq, index)``.
 
-    A retried bundle re-inserts the same events with the same ids, so
-    BigQuery's best-effort de-duplication drops the copies. A digest rather
-    than the key itself keeps the id within BigQuery's 128-character limit
-    whatever the key's length.
+    For writers of your own on the legacy streaming inserts (``insertAll``, whose
+    best-effort de-duplication drops rows re-sent with the same id); the
+    ``bigquery://`` sink writes through the Storage Write API, which has no insert
+    ids (docs/sinks.md). A digest rather than the key itself keeps the id within
+    BigQuery's 128-character limit whatever the key's length.
     """
     material = b"beam-agents/bq-row\x00%b\x00%d:%d" % (event.entity_key, event.seq, event.index)
     return hashlib.sha256(material).hexdigest()
