@@ -32,6 +32,20 @@ due time as its clock; once it commits or is given up, the waiting envelopes run
 So every input envelope ends committed, waiting (inbox, hold, suspension) or
 dead-lettered: never lost.
 
+An ``Activate`` may also return ``STARTED``: it started the activation elsewhere (a
+worker thread, ``AgentConfig.max_in_flight > 1``) and did not wait for it. The key then
+holds the trigger **in flight** (``KeyHold.in_flight``: its SEQ, clock and earlier failed
+attempts); nothing of the key commits meanwhile, and every later input, export requests
+included, waits behind it (an export must observe the commit before it). The result comes
+back as its own input, ``ActivationDone``: it is committed (or failed) exactly as it would
+have been had the step waited, and the inbox drains as after any hold. Envelopes that
+arrived while the activation was in flight are then handled as they would have been on
+arrival (``InFlight.arrived_from`` says where they start in the inbox), so per key the
+step gives the same bytes, in the same order, as a step that waits for every activation.
+A result for another SEQ than the held one is stale and changes nothing: each activation
+is committed once, and one lost with its worker is run again from the committed cells
+(``KeyStep.in_flight``).
+
 Triggers are classified by ``classify_trigger``; the activation itself is the
 ``Activate`` callable the step is built with (``run_activation`` with the
 pipeline's configuration, see ``activation_runner``). ``AgentDoFn`` is an adapter
@@ -43,12 +57,13 @@ concurrent lanes alike; ``beam_agents.testing.PipelineKey`` drives it on a
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
 from google.protobuf.message import DecodeError
 
-from beam_agents._protos import AgentEnvelope, FailedAttempt, KeyHold, RetryPending
+from beam_agents._protos import AgentEnvelope, FailedAttempt, InFlight, KeyHold, RetryPending
 from beam_agents.activation import (
     ActivationCommit,
     ActivationFailure,
@@ -128,6 +143,44 @@ class RetryDue:
 
 
 @dataclass(frozen=True)
+class ActivationDone:
+    """The result of the activation the key holds in flight (an ``Activate`` returned
+    ``STARTED`` for it): commit it now."""
+
+    seq: int
+    """The SEQ it ran at (a result for another SEQ than the held one is stale)."""
+    result: ActivationResult
+
+
+class Started:
+    """What an ``Activate`` returns when it started the activation and did not wait for it.
+
+    Its result comes back later as ``ActivationDone``; until then the key holds the trigger
+    in flight.
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "STARTED"
+
+
+STARTED = Started()
+"""The one ``Started`` value."""
+
+
+@dataclass(frozen=True)
+class InFlightRun:
+    """What the key holds in flight, as the arguments of an ``Activate`` call: run it (again)."""
+
+    seq: int
+    state: KeyState
+    trigger: AgentEnvelope | Timeout
+    decision: TriggerDecision
+    now_ms: int
+
+
+@dataclass(frozen=True)
 class TimerTarget:
     """Where the key's HITL timer must be set after a step."""
 
@@ -161,6 +214,9 @@ class StepResult(NamedTuple):
     deferred_deadline: bool = False
     """The HITL deadline fired while the key held a trigger: noted in the hold, handled
     once the hold is resolved."""
+    started: int | None = None
+    """The SEQ of the activation this step started and did not wait for (its ``Activate``
+    returned ``STARTED``): the key holds it in flight until its ``ActivationDone``."""
 
     def of(self, where: Emit) -> tuple[Any, ...]:
         """The emitted elements that go to ``where``, in order."""
@@ -280,7 +336,7 @@ class Activate(Protocol):
         decision: TriggerDecision,
         *,
         now_ms: int,
-    ) -> ActivationResult: ...
+    ) -> ActivationResult | Started: ...
 
 
 def activation_runner(
@@ -365,6 +421,10 @@ class _KeyRun:
     clock: int = 0
     """The event time of the input being handled (an envelope's, a timer's firing): an
     envelope run from the inbox fails on its own clock, but the key reached it now."""
+    started: int | None = None
+    """The SEQ of the activation started (``STARTED``) during this input, if one was."""
+    arrival_unset: bool = False
+    """That activation's hold does not say yet where the inbox's later arrivals start."""
 
 
 class KeyStep:
@@ -386,17 +446,30 @@ class KeyStep:
         self._retry = retry
 
     def handle(
-        self, key: bytes, item: bytes | HitlDeadline | RetryDue, store: KeyStore
+        self,
+        key: bytes,
+        item: bytes | HitlDeadline | RetryDue | ActivationDone,
+        store: KeyStore,
     ) -> StepResult:
-        """Handle ``item`` (envelope bytes, a HITL deadline or a retry firing) against ``store``."""
+        """Handle ``item`` (envelope bytes, a HITL deadline or a retry firing, the result of
+        an activation in flight) against ``store``."""
         if isinstance(item, HitlDeadline):
             return self.deadline(key, item.fired_ms, store)
         if isinstance(item, RetryDue):
             return self.retry_due(key, item.fired_ms, store)
+        if isinstance(item, ActivationDone):
+            return self.completed(key, item, store)
         return self.envelope(key, item, store)
 
     def envelope(self, key: bytes, raw: bytes, store: KeyStore) -> StepResult:
         """Handle one routed envelope of ``key``."""
+        held = store.read_hold()
+        if held and _in_flight(held):
+            # Behind an activation in flight, everything waits, exports and bytes that do
+            # not parse too: each is handled once the activation is committed, as it would
+            # have been on arrival had the step waited (same bytes, same order).
+            store.write_inbox([*store.read_inbox(), raw])
+            return StepResult(queued=True)
         try:
             envelope = AgentEnvelope.FromString(raw)
         except DecodeError as exc:  # RunAgent routes only parsed envelopes; a hand-fed one
@@ -406,7 +479,9 @@ class KeyStep:
             # load the key's blobs (that is when an operator needs the snapshot most), and
             # it only copies the cells. Nor does it wait behind a hold: it observes the
             # committed state, which a pending retry has not changed.
-            return StepResult(emitted=(_export(key, raw, envelope, store),))
+            return StepResult(
+                emitted=(_export(key, raw, envelope, store.read_cells(), store.read_seq()),)
+            )
         run = _read(store, timer_at_from_state=True)
         if isinstance(run, StateError):
             return _refused(STATE_UNREADABLE, str(run), key, raw, envelope.envelope_id)
@@ -462,7 +537,13 @@ class KeyStep:
         """
         run = _read(store, timer_at_from_state=True)
         if isinstance(run, StateError):
-            return _unreadable_hold(key, fired_ms, run, store)
+            return _unreadable_hold(
+                key,
+                f"retry at {fired_ms}",
+                lambda hold: hold.HasField("retry") and hold.retry.due_ms == fired_ms,
+                run,
+                store,
+            )
         hold = run.hold
         if hold is None or not hold.HasField("retry") or hold.retry.due_ms != fired_ms:
             return StepResult(stale_timer=True)
@@ -471,16 +552,7 @@ class KeyStep:
         if hold.deferred_deadline_ms:
             run.timer_at = run.timer_target = None  # the HITL timer fired too, noted in the hold
         run.hold = None
-        trigger: AgentEnvelope | Timeout
-        raw: bytes | None
-        if hold.timeout:
-            cont = run.state.continuation
-            # Nothing commits while a key holds a trigger: it is still suspended.
-            assert cont is not None, "a held HITL timeout of a key that is not suspended"
-            trigger, raw = hitl_timeout(cont, fired_ms), None
-        else:
-            raw = hold.envelope
-            trigger = AgentEnvelope.FromString(raw)
+        trigger, raw = _held_trigger(hold, run.state, fired_ms)
         decision = classify_trigger(run.state, trigger)
         if decision.kind is None:  # nothing has changed since it was held: it cannot happen
             run.emitted.append(
@@ -503,6 +575,67 @@ class KeyStep:
             self._drain(key, run, store, deferral)
         return _write(run, store)
 
+    def completed(self, key: bytes, done: ActivationDone, store: KeyStore) -> StepResult:
+        """Commit the result of the activation ``key`` holds in flight (or fail it).
+
+        As ``_run`` would have right after the activation, had it waited for it; then the
+        envelopes that waited behind it run (those that arrived meanwhile as on arrival),
+        and a HITL deadline that passed meanwhile in its place among them. A result for
+        another SEQ than the held one, or with no activation held, is stale.
+        """
+        run = _read(store, timer_at_from_state=True)
+        if isinstance(run, StateError):
+            return _unreadable_hold(
+                key,
+                f"activation in flight at seq {done.seq}",
+                lambda hold: hold.HasField("in_flight") and hold.in_flight.seq == done.seq,
+                run,
+                store,
+            )
+        hold = run.hold
+        if hold is None or not hold.HasField("in_flight") or hold.in_flight.seq != done.seq:
+            return StepResult(stale_timer=True)
+        flight = hold.in_flight
+        run.clock = flight.reached_ms
+        if hold.deferred_deadline_ms:
+            run.timer_at = run.timer_target = None  # the HITL timer fired, noted in the hold
+        run.hold = None
+        trigger, raw = _held_trigger(hold, run.state, flight.now_ms)
+        self._finish(
+            key, run, done.seq, done.result, trigger, now_ms=flight.now_ms, raw=raw, prior=hold
+        )
+        deferral = (
+            (hold.deferred_after, _DeadlineMark(hold.deferred_deadline_ms))
+            if hold.deferred_deadline_ms
+            else None
+        )
+        # Also when it failed into a retry hold: what arrived meanwhile is handled as on
+        # arrival behind that hold (exports answered, the rest waiting while there is room).
+        self._drain(key, run, store, deferral, arrived_from=flight.arrived_from)
+        return _write(run, store)
+
+    def in_flight(self, key: bytes, store: KeyStore) -> InFlightRun | None:
+        """The activation ``key`` holds in flight, to run (again): None if it holds none.
+
+        Nothing of the key commits while it holds one, so the committed cells and the hold
+        give the very activation that was started (the same SEQ, state, trigger, clock).
+        """
+        raw_hold = store.read_hold()
+        if not raw_hold:
+            return None
+        hold = load_hold(raw_hold)[0]
+        if hold is None or not hold.HasField("in_flight"):
+            return None
+        state = load_key_state(store.read_cells())
+        trigger, _ = _held_trigger(hold, state, hold.in_flight.now_ms)
+        return InFlightRun(
+            seq=hold.in_flight.seq,
+            state=state,
+            trigger=trigger,
+            decision=classify_trigger(state, trigger),
+            now_ms=hold.in_flight.now_ms,
+        )
+
     def _run(
         self,
         key: bytes,
@@ -517,10 +650,42 @@ class KeyStep:
         """One activation of ``trigger`` (``raw``: its bytes; None for a HITL timeout).
 
         ``prior`` is the hold it was retried from (its attempts so far), None for a
-        first attempt.
+        first attempt. If the ``Activate`` started it without waiting, the key now holds
+        it in flight (``completed`` finishes it).
         """
         seq = run.seq + 1
         result = self._activate(key, seq, run.state, trigger, decision, now_ms=now_ms)
+        if isinstance(result, Started):
+            hold = KeyHold(
+                envelope=raw or b"",
+                timeout=raw is None,
+                in_flight=InFlight(
+                    seq=seq, now_ms=now_ms, reached_ms=run.clock, attempts=_attempts_of(prior)
+                ),
+            )
+            if prior is not None and prior.deferred_deadline_ms:
+                hold.deferred_deadline_ms = prior.deferred_deadline_ms
+                hold.deferred_after = prior.deferred_after
+            run.hold = hold
+            run.started = seq
+            run.arrival_unset = True
+            return
+        self._finish(key, run, seq, result, trigger, now_ms=now_ms, raw=raw, prior=prior)
+
+    def _finish(
+        self,
+        key: bytes,
+        run: _KeyRun,
+        seq: int,
+        result: ActivationResult,
+        trigger: AgentEnvelope | Timeout,
+        *,
+        now_ms: int,
+        raw: bytes | None,
+        prior: KeyHold | None,
+    ) -> None:
+        """What follows activation ``seq`` of ``trigger``: commit it, or hold or dead-letter
+        its trigger."""
         run.activations.append(result)
         # Each activation takes its SEQ, failed or not (invariant 1 keeps only this and
         # the trace of a failure).
@@ -555,7 +720,7 @@ class KeyStep:
     ) -> None:
         """Hold the failed trigger for another attempt, or dead-letter it (the policy says)."""
         error = failure.error
-        previous = list(prior.retry.attempts) if prior is not None else []
+        previous = _attempts_of(prior)
         transient = is_transient(error)
         # The wait counts from when the key got to the trigger: an envelope that waited in
         # the inbox ran on its own (earlier) clock, but its retry must not be due already.
@@ -635,6 +800,8 @@ class KeyStep:
         run: _KeyRun,
         store: KeyStore,
         deferral: tuple[int, _DeadlineMark] | None = None,
+        *,
+        arrived_from: int | None = None,
     ) -> None:
         """Run the envelopes waiting in the key's inbox, in arrival order, as far as they can.
 
@@ -642,43 +809,135 @@ class KeyStep:
         is handled as a separate element would be (its own activation, SEQ and clock, from
         the committed bytes, exactly what replay loads from a snapshot taken between the
         two). Start events wait on while the key is suspended (tool results and approvals
-        do not), and run once it is not; a trigger that fails transiently becomes the
-        key's new hold and the rest wait behind it. ``deferral``: a HITL deadline that
-        fired while the key held a trigger, and how many envelopes were waiting then.
+        do not), and run once it is not; a trigger that fails transiently, or one started in
+        flight, becomes the key's new hold and the rest wait behind it. ``deferral``: a HITL
+        deadline that fired while the key held a trigger, and how many envelopes were
+        waiting then. ``arrived_from``: where the envelopes that arrived while an activation
+        was in flight start in the inbox (None: none did); each of those is handled as on
+        arrival (``_arrive``).
         """
         inbox = store.read_inbox()
         if not inbox and deferral is None:
             return
-        queue: list[bytes | _DeadlineMark] = list(inbox)
+        arrived = len(inbox) if arrived_from is None else min(arrived_from, len(inbox))
+        # (item, whether it already had its arrival handling: it waits for a reason)
+        queue: list[tuple[bytes | _DeadlineMark, bool]] = [
+            (raw, position < arrived) for position, raw in enumerate(inbox)
+        ]
         if deferral is not None:
-            queue.insert(min(deferral[0], len(queue)), deferral[1])
-        kept: list[bytes | _DeadlineMark] = []  # start events waiting for the suspension
+            queue.insert(min(deferral[0], len(queue)), (deferral[1], True))
+        kept: list[tuple[bytes | _DeadlineMark, bool]] = []  # start events behind the suspension
         at = 0
         while at < len(queue) and run.hold is None:
-            item = queue[at]
+            item, waited = queue[at]
             at += 1
             was_suspended = run.state.continuation is not None
             if isinstance(item, _DeadlineMark):
                 self._deferred_timeout(key, run, item.fired_ms)
+            elif not waited:
+                if self._arrive(key, run, item, len(kept)):
+                    kept.append((item, True))
+                    continue
             else:
                 envelope = AgentEnvelope.FromString(item)  # only parsed envelopes wait
                 if was_suspended and trigger_name(envelope) is Trigger.EVENT:
-                    kept.append(item)
+                    kept.append((item, True))
                     continue
                 self._waited(key, run, item, envelope)
             if was_suspended and run.state.continuation is None and kept:
                 queue[at:at] = kept  # they arrived before the rest: they run first
                 kept = []
         remaining = [*kept, *queue[at:]]
-        waiting = [item for item in remaining if not isinstance(item, _DeadlineMark)]
-        for position, item in enumerate(remaining):
+        if run.hold is not None and run.hold.HasField("retry"):
+            remaining = self._behind_retry(key, run, remaining)
+        waiting: list[bytes] = []
+        first_unhandled: int | None = None
+        for item, waited in remaining:
             if isinstance(item, _DeadlineMark):
                 # The drain stopped at a new hold before the deadline's turn: it moves there.
                 assert run.hold is not None
                 run.hold.deferred_deadline_ms = item.fired_ms
-                run.hold.deferred_after = position
+                run.hold.deferred_after = len(waiting)
+                continue
+            if not waited and first_unhandled is None:
+                first_unhandled = len(waiting)
+            waiting.append(item)
+        if run.hold is not None and run.hold.HasField("in_flight"):
+            run.hold.in_flight.arrived_from = (
+                len(waiting) if first_unhandled is None else first_unhandled
+            )
+            run.arrival_unset = False
         if waiting != inbox:
             store.write_inbox(waiting)
+
+    def _arrive(self, key: bytes, run: _KeyRun, raw: bytes, waiting: int) -> bool:
+        """An envelope that arrived while an activation was in flight, handled now as
+        ``envelope`` would have handled it on arrival (the key holds nothing now).
+
+        ``waiting``: how many start events wait behind the key's suspension. True: it is
+        one more of them (it waits, in the inbox).
+        """
+        try:
+            envelope = AgentEnvelope.FromString(raw)
+        except DecodeError as exc:
+            run.emitted.append(
+                _error(MALFORMED_ENVELOPE, f"bytes that do not parse ({exc})", key, raw)
+            )
+            return False
+        if envelope.WhichOneof("body") == "export_request":
+            run.emitted.append(_export(key, raw, envelope, run.cells, run.seq))
+            return False
+        run.state = load_key_state(run.cells)
+        decision = classify_trigger(run.state, envelope)
+        if decision.action is TriggerAction.REJECT:
+            code = NO_BODY if trigger_name(envelope) is Trigger.NONE else REJECTED_TRIGGER
+            run.emitted.append(_error(code, decision.reason, key, raw, envelope.envelope_id))
+            return False
+        if decision.action is TriggerAction.QUEUE:
+            if waiting < self._inbox_limit:
+                return True
+            run.emitted.append(_overflow(key, raw, envelope, waiting, self._inbox_limit, None))
+            return False
+        run.clock = envelope.event_time_ms
+        self._run(key, run, envelope, decision, now_ms=envelope.event_time_ms, raw=raw)
+        return False
+
+    def _behind_retry(
+        self, key: bytes, run: _KeyRun, remaining: list[tuple[bytes | _DeadlineMark, bool]]
+    ) -> list[tuple[bytes | _DeadlineMark, bool]]:
+        """The drain stopped at a new retry hold: what arrived while an activation was in
+        flight and has not been handled is handled now, as on arrival behind that hold
+        (exports answered, bytes that do not parse refused, the rest queued while the inbox
+        has room)."""
+        assert run.hold is not None
+        kept: list[tuple[bytes | _DeadlineMark, bool]] = []
+        waiting = sum(1 for item, waited in remaining if waited and isinstance(item, bytes))
+        for item, waited in remaining:
+            if waited or isinstance(item, _DeadlineMark):
+                kept.append((item, waited))
+                continue
+            try:
+                envelope = AgentEnvelope.FromString(item)
+            except DecodeError as exc:
+                run.emitted.append(
+                    _error(MALFORMED_ENVELOPE, f"bytes that do not parse ({exc})", key, item)
+                )
+                continue
+            if envelope.WhichOneof("body") == "export_request":
+                run.emitted.append(_export(key, item, envelope, run.cells, run.seq))
+                continue
+            if trigger_name(envelope) is Trigger.NONE:
+                reason = classify_trigger(run.state, envelope).reason
+                run.emitted.append(_error(NO_BODY, reason, key, item, envelope.envelope_id))
+                continue
+            if waiting >= self._inbox_limit:
+                run.emitted.append(
+                    _overflow(key, item, envelope, waiting, self._inbox_limit, run.hold)
+                )
+                continue
+            waiting += 1
+            kept.append((item, True))
+        return kept
 
     def _waited(self, key: bytes, run: _KeyRun, raw: bytes, envelope: AgentEnvelope) -> None:
         """One envelope that waited in the inbox, handled now as it would have been then."""
@@ -721,22 +980,62 @@ class KeyStep:
         hold: KeyHold | None,
     ) -> StepResult:
         inbox = store.read_inbox()
-        limit = self._inbox_limit
-        if len(inbox) >= limit:
-            if hold is None:
-                reason = (
-                    f"key {key.hex()} is suspended and its inbox already holds {len(inbox)} "
-                    f"start events (AgentConfig.inbox_limit={limit}); this event was not queued"
-                )
-            else:
-                reason = (
-                    f"key {key.hex()} is waiting to retry {_held_name(hold)} and its inbox "
-                    f"already holds {len(inbox)} envelopes (AgentConfig.inbox_limit={limit}); "
-                    "this envelope was not queued"
-                )
-            return _refused(INBOX_OVERFLOW, reason, key, raw, envelope.envelope_id)
+        if len(inbox) >= self._inbox_limit:
+            return StepResult(
+                emitted=(_overflow(key, raw, envelope, len(inbox), self._inbox_limit, hold),)
+            )
         store.write_inbox([*inbox, raw])
         return StepResult(queued=True)
+
+
+def _overflow(
+    key: bytes, raw: bytes, envelope: AgentEnvelope, waiting: int, limit: int, hold: KeyHold | None
+) -> tuple[Emit, ErrorRecord]:
+    """The ``inbox_overflow`` record of an envelope that found ``waiting`` (the limit) before it."""
+    if hold is None:
+        reason = (
+            f"key {key.hex()} is suspended and its inbox already holds {waiting} "
+            f"start events (AgentConfig.inbox_limit={limit}); this event was not queued"
+        )
+    else:
+        reason = (
+            f"key {key.hex()} is waiting to retry {_held_name(hold)} and its inbox "
+            f"already holds {waiting} envelopes (AgentConfig.inbox_limit={limit}); "
+            "this envelope was not queued"
+        )
+    return _error(INBOX_OVERFLOW, reason, key, raw, envelope.envelope_id)
+
+
+def _in_flight(held: bytes) -> bool:
+    """Whether the ``hold`` cell's bytes hold an activation in flight (unreadable: no)."""
+    try:
+        hold = load_hold(held)[0]
+    except StateError:
+        return False
+    return hold is not None and hold.HasField("in_flight")
+
+
+def _attempts_of(hold: KeyHold | None) -> list[FailedAttempt]:
+    """The failed attempts before the held trigger's next one (none for a first attempt)."""
+    if hold is None:
+        return []
+    if hold.HasField("retry"):
+        return list(hold.retry.attempts)
+    if hold.HasField("in_flight"):
+        return list(hold.in_flight.attempts)
+    return []
+
+
+def _held_trigger(
+    hold: KeyHold, state: KeyState, now_ms: int
+) -> tuple[AgentEnvelope | Timeout, bytes | None]:
+    """The trigger ``hold`` holds, and its bytes (None: the HITL timeout resume at ``now_ms``)."""
+    if hold.timeout:
+        cont = state.continuation
+        # Nothing commits while a key holds a trigger: it is still suspended.
+        assert cont is not None, "a held HITL timeout of a key that is not suspended"
+        return hitl_timeout(cont, now_ms), None
+    return AgentEnvelope.FromString(hold.envelope), hold.envelope
 
 
 def _held_name(hold: KeyHold) -> str:
@@ -747,7 +1046,9 @@ def _held_name(hold: KeyHold) -> str:
         else f"envelope {AgentEnvelope.FromString(hold.envelope).envelope_id!r}"
     )
     failed = len(hold.retry.attempts)
-    return f"{what} ({failed} failed attempt{'s' if failed != 1 else ''}, next at {hold.retry.due_ms})"
+    return (
+        f"{what} ({failed} failed attempt{'s' if failed != 1 else ''}, next at {hold.retry.due_ms})"
+    )
 
 
 def _message(error: BaseException, limit: int) -> str:
@@ -791,6 +1092,11 @@ def _read(store: KeyStore, *, timer_at_from_state: bool) -> _KeyRun | StateError
 
 
 def _write(run: _KeyRun, store: KeyStore) -> StepResult:
+    if run.arrival_unset and run.hold is not None and run.hold.HasField("in_flight"):
+        # Started outside a drain: what waits in the inbox now waited before it started.
+        # (Only a suspended key or one holding a trigger has an inbox: one read fewer.)
+        waited = bool(run.stored.continuation or run.stored_hold)
+        run.hold.in_flight.arrived_from = len(store.read_inbox()) if waited else 0
     store.write_seq(run.seq)
     store.write_changed(run.stored, run.cells)
     hold = b"" if run.hold is None else dump_hold(run.hold)
@@ -802,23 +1108,36 @@ def _write(run: _KeyRun, store: KeyStore) -> StepResult:
         timer=None if run.timer_target == run.timer_at else TimerTarget(run.timer_target),
         retry_timer=None if run.retry_target == run.retry_at else TimerTarget(run.retry_target),
         retries=tuple(run.retries),
+        started=run.started,
     )
 
 
-def _unreadable_hold(key: bytes, fired_ms: int, error: StateError, store: KeyStore) -> StepResult:
-    """The retry timer fired, but the key's state cannot be loaded by this binary.
+def _unreadable_hold(
+    key: bytes,
+    what: str,
+    matches: Callable[[KeyHold], bool],
+    error: StateError,
+    store: KeyStore,
+) -> StepResult:
+    """The retry timer fired, or an activation in flight finished (``what``), but the key's
+    state cannot be loaded by this binary.
 
     Nothing can run: the held envelope and every one waiting behind it go to ``.errors``
     (``state_unreadable``, each with its bytes, to re-send once a binary that reads the
     state runs), and the hold and inbox are cleared, so that nothing stays stuck behind
-    a retry that cannot happen. The blob cells are left as they are.
+    a retry that cannot happen. The blob cells are left as they are. A readable hold the
+    input does not ``match`` (another retry, another SEQ) makes it stale instead.
     """
     held = b""
     try:
         hold = load_hold(store.read_hold())[0]
     except StateError:
         hold = None
-    if hold is not None and hold.HasField("retry") and hold.retry.due_ms != fired_ms:
+    if (
+        hold is not None
+        and (hold.HasField("retry") or hold.HasField("in_flight"))
+        and not matches(hold)
+    ):
         return StepResult(stale_timer=True)
     if hold is not None:
         held = hold.envelope
@@ -828,20 +1147,20 @@ def _unreadable_hold(key: bytes, fired_ms: int, error: StateError, store: KeySto
             envelope_id = AgentEnvelope.FromString(raw).envelope_id
         except DecodeError:
             envelope_id = ""
-        emitted.append(
-            _error(STATE_UNREADABLE, f"retry at {fired_ms}: {error}", key, raw, envelope_id)
-        )
+        emitted.append(_error(STATE_UNREADABLE, f"{what}: {error}", key, raw, envelope_id))
     store.write_hold(b"")
     store.write_inbox([])
     return StepResult(emitted=tuple(emitted))
 
 
-def _export(key: bytes, raw: bytes, envelope: AgentEnvelope, store: KeyStore) -> tuple[Emit, Any]:
+def _export(
+    key: bytes, raw: bytes, envelope: AgentEnvelope, cells: StateCells, seq: int
+) -> tuple[Emit, Any]:
     try:
         snapshot = make_snapshot(
-            store.read_cells(),
+            cells,
             entity_key=key,
-            seq=store.read_seq(),
+            seq=seq,
             snapshot_at_ms=envelope.event_time_ms,
             request_id=envelope.export_request.request_id,
         )
@@ -869,13 +1188,17 @@ def _refused(
 
 
 __all__ = [
+    "STARTED",
     "Activate",
+    "ActivationDone",
     "Emit",
     "HitlDeadline",
+    "InFlightRun",
     "KeyStep",
     "KeyStore",
     "MemoryKeyStore",
     "RetryDue",
+    "Started",
     "StepResult",
     "TimerTarget",
     "activation_runner",

@@ -25,6 +25,7 @@ from beam_agents._protos.v1.llm_pb2 import (
 from beam_agents._protos.v1.state_pb2 import (
     Continuation,
     FailedAttempt,
+    InFlight,
     KeyHold,
     LlmCacheBody,
     LlmCacheEntry,
@@ -52,6 +53,7 @@ __all__ = [
     "FailedAttempt",
     "HitlSettings",
     "IncidentBundle",
+    "InFlight",
     "KeyHold",
     "LlmCacheBody",
     "LlmCacheEntry",

@@ -165,10 +165,11 @@ Global___StateSnapshot: _TypeAlias = StateSnapshot  # noqa: Y015
 @_typing.final
 class KeyHold(_message.Message):
     """hold body, current layout: the trigger a key holds because it must run before anything
-    else of the key does. While a key holds one, its later envelopes (export requests
-    excepted) wait behind it in the inbox, in arrival order. Today's only reason is a retry
-    (`retry`); an activation in flight across bundles is meant to be another reason of the
-    same hold, so the key's waiting rules are written once.
+    else of the key does. While a key holds one, its later envelopes wait behind it in the
+    inbox, in arrival order. Two reasons: a retry (`retry`: the activation failed
+    transiently; export requests do not wait, the committed state is what they observe), or
+    an activation in flight (`in_flight`: it runs on a worker thread and is committed by a
+    later bundle; export requests wait too, they must observe its commit).
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -178,6 +179,7 @@ class KeyHold(_message.Message):
     DEFERRED_DEADLINE_MS_FIELD_NUMBER: _builtins.int
     DEFERRED_AFTER_FIELD_NUMBER: _builtins.int
     RETRY_FIELD_NUMBER: _builtins.int
+    IN_FLIGHT_FIELD_NUMBER: _builtins.int
     envelope: _builtins.bytes
     """The held envelope's bytes exactly as received; empty when the held trigger is the
     key's HITL timeout resume (then `timeout` is true).
@@ -190,6 +192,8 @@ class KeyHold(_message.Message):
     deferred_after: _builtins.int
     @_builtins.property
     def retry(self) -> Global___RetryPending: ...
+    @_builtins.property
+    def in_flight(self) -> Global___InFlight: ...
     def __init__(
         self,
         *,
@@ -198,16 +202,65 @@ class KeyHold(_message.Message):
         deferred_deadline_ms: _builtins.int = ...,
         deferred_after: _builtins.int = ...,
         retry: Global___RetryPending | None = ...,
+        in_flight: Global___InFlight | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason", "retry", b"retry"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["in_flight", b"in_flight", "reason", b"reason", "retry", b"retry"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deferred_after", b"deferred_after", "deferred_deadline_ms", b"deferred_deadline_ms", "envelope", b"envelope", "reason", b"reason", "retry", b"retry", "timeout", b"timeout"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deferred_after", b"deferred_after", "deferred_deadline_ms", b"deferred_deadline_ms", "envelope", b"envelope", "in_flight", b"in_flight", "reason", b"reason", "retry", b"retry", "timeout", b"timeout"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_reason: _TypeAlias = _typing.Literal["retry"]  # noqa: Y015
+    _WhichOneofReturnType_reason: _TypeAlias = _typing.Literal["retry", "in_flight"]  # noqa: Y015
     _WhichOneofArgType_reason: _TypeAlias = _typing.Literal["reason", b"reason"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_reason) -> _WhichOneofReturnType_reason | None: ...
 
 Global___KeyHold: _TypeAlias = KeyHold  # noqa: Y015
+
+@_typing.final
+class InFlight(_message.Message):
+    """Why a key holds a trigger: its activation was started and its result is not committed
+    yet (AgentConfig.max_in_flight > 1). Nothing of the key commits meanwhile, so the
+    activation can always be run again from the committed cells and this record.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQ_FIELD_NUMBER: _builtins.int
+    NOW_MS_FIELD_NUMBER: _builtins.int
+    REACHED_MS_FIELD_NUMBER: _builtins.int
+    ATTEMPTS_FIELD_NUMBER: _builtins.int
+    ARRIVED_FROM_FIELD_NUMBER: _builtins.int
+    seq: _builtins.int
+    """The SEQ the activation runs at (the SEQ cell + 1; the cell moves when it commits)."""
+    now_ms: _builtins.int
+    """Its activation clock."""
+    reached_ms: _builtins.int
+    """When the key got to the trigger (a waiting envelope runs on its own, earlier clock):
+    a retry's wait counts from here.
+    """
+    arrived_from: _builtins.int
+    """How many inbox entries waited before the activation started (behind a suspension or
+    an earlier hold). The entries after them arrived while it was in flight and have not
+    been handled yet: once it commits, each is handled as it would have been on arrival.
+    """
+    @_builtins.property
+    def attempts(self) -> _containers.RepeatedCompositeFieldContainer[Global___FailedAttempt]:
+        """The failed attempts before this one, oldest first, when it is a retry of a held trigger."""
+
+    def __init__(
+        self,
+        *,
+        seq: _builtins.int = ...,
+        now_ms: _builtins.int = ...,
+        reached_ms: _builtins.int = ...,
+        attempts: _abc.Iterable[Global___FailedAttempt] | None = ...,
+        arrived_from: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arrived_from", b"arrived_from", "attempts", b"attempts", "now_ms", b"now_ms", "reached_ms", b"reached_ms", "seq", b"seq"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___InFlight: _TypeAlias = InFlight  # noqa: Y015
 
 @_typing.final
 class RetryPending(_message.Message):
