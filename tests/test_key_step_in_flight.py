@@ -22,17 +22,17 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).parent / "pipeline"))
 
-from agents import SHOP_AGENT, SHOP_TOOLS, make_provider  # noqa: E402
+from agents import SHOP_AGENT, SHOP_TOOLS, make_provider
 
-from beam_agents import AgentConfig  # noqa: E402
-from beam_agents._protos import AgentEnvelope  # noqa: E402
-from beam_agents.activation import ActivationResult, TriggerDecision  # noqa: E402
-from beam_agents.agent import Timeout  # noqa: E402
-from beam_agents.blobs import load_hold  # noqa: E402
-from beam_agents.hitl import HitlPolicy  # noqa: E402
-from beam_agents.context import derive_intent_id  # noqa: E402
-from beam_agents.key_state import KeyState  # noqa: E402
-from beam_agents.key_step import (  # noqa: E402
+from beam_agents import AgentConfig
+from beam_agents._protos import AgentEnvelope
+from beam_agents.activation import ActivationResult, TriggerDecision
+from beam_agents.agent import Timeout
+from beam_agents.blobs import load_hold
+from beam_agents.context import derive_intent_id
+from beam_agents.hitl import HitlPolicy
+from beam_agents.key_state import KeyState
+from beam_agents.key_step import (
     STARTED,
     ActivationDone,
     HitlDeadline,
@@ -43,8 +43,8 @@ from beam_agents.key_step import (  # noqa: E402
     StepResult,
     activation_runner,
 )
-from beam_agents.retry import RetryPolicy  # noqa: E402
-from beam_agents.testing import (  # noqa: E402
+from beam_agents.retry import RetryPolicy
+from beam_agents.testing import (
     approval_envelope,
     event_envelope,
     export_request_envelope,
