@@ -614,6 +614,18 @@ class KeyStep:
         self._drain(key, run, store, deferral, arrived_from=flight.arrived_from)
         return _write(run, store)
 
+    @staticmethod
+    def in_flight_seq(store: KeyStore) -> int | None:
+        """The SEQ of the activation the key holds in flight (None: none, or unreadable)."""
+        raw_hold = store.read_hold()
+        if not raw_hold:
+            return None
+        try:
+            hold = load_hold(raw_hold)[0]
+        except StateError:
+            return None
+        return hold.in_flight.seq if hold is not None and hold.HasField("in_flight") else None
+
     def in_flight(self, key: bytes, store: KeyStore) -> InFlightRun | None:
         """The activation ``key`` holds in flight, to run (again): None if it holds none.
 

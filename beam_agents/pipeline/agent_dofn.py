@@ -5,9 +5,11 @@ and keys them). Per key it holds the state cells below and one event-time timer.
 What it does with each envelope and each timer firing is ``beam_agents.key_step``
 (classify, SEQ, run, commit, HITL and retry timer targets, inbox, hold, export;
 Beam-free and shared with ``beam_agents.testing.PipelineKey``): this module is only an
-adapter between that step and Beam, its state cells and two timers on one side
-(``_CellStore``), its tagged outputs and metrics on the other, serially or in
-concurrent lanes (``AgentConfig.max_in_flight > 1``, below).
+adapter between that step and Beam, its state cells and timers on one side
+(``_CellStore``, ``_Timers``), its tagged outputs and metrics on the other. With
+``AgentConfig.max_in_flight > 1`` activations run on a worker pool and outlive their
+bundle: the key holds the activation in flight, and a processing-time timer commits its
+result in a later bundle (below, *activations in flight*).
 
 Every output element is ``(entity_key, bytes)`` of deterministic serializations,
 except ``trace_batches`` (``(entity_key, tuple of bytes, telemetry bytes)``: one
@@ -20,11 +22,9 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import wait as wait_for_futures
-from dataclasses import dataclass
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from beam_agents._protos import AgentEnvelope, TraceEvent
@@ -37,12 +37,15 @@ from beam_agents.agent import Agent, Timeout
 from beam_agents.config import AgentConfig
 from beam_agents.key_state import KeyState, StateCells
 from beam_agents.key_step import (
+    STARTED,
     Activate,
+    ActivationDone,
     Emit,
     HitlDeadline,
+    InFlightRun,
     KeyStep,
-    MemoryKeyStore,
     RetryDue,
+    Started,
     StepResult,
     TimerTarget,
     activation_runner,
@@ -91,8 +94,10 @@ RESUME_HISTORY_SPEC = ReadModifyWriteStateSpec("resume_history", BytesCoder())
 TOOL_CACHE_SPEC = ReadModifyWriteStateSpec("tool_cache", BytesCoder())
 INBOX_SPEC = ReadModifyWriteStateSpec("inbox", IterableCoder(BytesCoder()))
 HOLD_SPEC = ReadModifyWriteStateSpec("hold", BytesCoder())
+IN_FLIGHT_AT_SPEC = ReadModifyWriteStateSpec("in_flight_at", VarIntCoder())
 HITL_TIMER_SPEC = TimerSpec("hitl_deadline", TimeDomain.WATERMARK)
 RETRY_TIMER_SPEC = TimerSpec("retry_due", TimeDomain.WATERMARK)
+IN_FLIGHT_TIMER_SPEC = TimerSpec("in_flight", TimeDomain.REAL_TIME)
 
 # The DoFn parameters that ask Beam for each cell (module-level: they are shared defaults).
 SEQ_PARAM = beam.DoFn.StateParam(SEQ_SPEC)
@@ -104,8 +109,10 @@ RESUME_HISTORY_PARAM = beam.DoFn.StateParam(RESUME_HISTORY_SPEC)
 TOOL_CACHE_PARAM = beam.DoFn.StateParam(TOOL_CACHE_SPEC)
 INBOX_PARAM = beam.DoFn.StateParam(INBOX_SPEC)
 HOLD_PARAM = beam.DoFn.StateParam(HOLD_SPEC)
+IN_FLIGHT_AT_PARAM = beam.DoFn.StateParam(IN_FLIGHT_AT_SPEC)
 HITL_TIMER_PARAM = beam.DoFn.TimerParam(HITL_TIMER_SPEC)
 RETRY_TIMER_PARAM = beam.DoFn.TimerParam(RETRY_TIMER_SPEC)
+IN_FLIGHT_TIMER_PARAM = beam.DoFn.TimerParam(IN_FLIGHT_TIMER_SPEC)
 KEY_PARAM = beam.DoFn.KeyParam
 TIMESTAMP_PARAM = beam.DoFn.TimestampParam
 WINDOW_PARAM = beam.DoFn.WindowParam
@@ -155,6 +162,12 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
     """Set at the continuation's ``deadline_ms`` while the key is suspended."""
     RETRY_TIMER = RETRY_TIMER_SPEC
     """Set at the hold's next attempt (``RetryPending.due_ms``) while the key holds one."""
+    IN_FLIGHT_TIMER = IN_FLIGHT_TIMER_SPEC
+    """Processing time, set at once while the key holds an activation in flight: its firing
+    commits the activation's result once it is there (and sets it again until then)."""
+    IN_FLIGHT_AT = IN_FLIGHT_AT_SPEC
+    """The timestamp (µs) of the element that started the activation in flight: what its
+    commit emits carries it."""
 
     def __init__(self, agent: Agent, registry: ToolRegistry, config: AgentConfig) -> None:
         super().__init__()
@@ -165,7 +178,10 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
         # Names this transform's activation pool in each worker process (survives pickling,
         # so every instance of the DoFn in a process shares one pool and one bound).
         self._pool_id = uuid.uuid4().hex
-        self._lanes: _Lanes | None = None
+        self._flights: _Flights | None = None
+        self._started: set[Future[Any]] = set()
+        """Activations this instance started that may still run (its teardown waits for them)."""
+        self._started_lock = threading.Lock()
         self._run_activation: Activate | None = None
         self._step: KeyStep | None = None
 
@@ -173,12 +189,16 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
         # The provider is built per instance in setup() and is never shipped to workers.
         state = dict(self.__dict__)
         state["_provider"] = None
-        state["_lanes"] = None
+        state["_flights"] = None
+        state["_started"] = set()
+        state["_started_lock"] = None
         state["_step"] = None
         state["_run_activation"] = None
         return state
 
     def setup(self) -> None:
+        self._started = set()
+        self._started_lock = threading.Lock()
         self._provider = self._config.provider_factory()
         # Providers that report their calls (beam_agents.providers do) feed Beam metrics.
         observe_calls(self._provider, _ProviderMetrics())
@@ -194,6 +214,7 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
         self._deferred = _Metric(Metrics.counter(METRICS_NAMESPACE, "deferred_hitl_timeouts"))
         self._latency = _Metric(Metrics.distribution(METRICS_NAMESPACE, "activation_wall_ms"))
         self._agent_name = str(getattr(self._agent, "name", "") or type(self._agent).__name__)
+        self._restarts = _Metric(Metrics.counter(METRICS_NAMESPACE, "in_flight_restarts"))
         self._run_activation = activation_runner(
             self._agent,
             self._registry,
@@ -202,30 +223,44 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
             cache_policy=self._config.cache,
             tool_cache_policy=self._config.tool_cache,
         )
-        self._step = KeyStep(
-            self._activate, inbox_limit=self._config.inbox_limit, retry=self._config.retry
-        )
-
-    def start_bundle(self) -> None:
-        if self._lanes is not None:  # the previous bundle failed: drop its work unrun
-            self._lanes.abandon()
-            self._lanes = None
+        activate: Activate = self._activate
         if self._config.max_in_flight > 1:
-            self._lanes = _Lanes(self, _activation_pool(self._pool_id, self._config.max_in_flight))
-
-    def finish_bundle(self) -> Iterator[Any]:
-        lanes, self._lanes = self._lanes, None
-        if lanes is not None:
-            yield from lanes.commit_all()
+            self._flights = _flights_of(self._pool_id, self._config.max_in_flight)
+            activate = self._start
+        self._step = KeyStep(
+            activate, inbox_limit=self._config.inbox_limit, retry=self._config.retry
+        )
 
     def teardown(self) -> None:
         # A provider holding connections (beam_agents.providers) offers close().
         close = getattr(self._provider, "close", None)
         self._provider = None
-        self._run_activation = None
         self._step = None
-        if callable(close):
-            close()
+
+        def release() -> None:
+            self._run_activation = None
+            if callable(close):
+                close()
+
+        # Activations this instance started may still be running on the pool (they outlive
+        # bundles, and a later bundle, maybe another instance's, commits them): the model
+        # client is released once the last of them is done.
+        with self._started_lock:
+            unfinished = [future for future in self._started if not future.done()]
+        if not unfinished:
+            release()
+            return
+        remaining = [len(unfinished)]
+
+        def one_done(_: Future[Any]) -> None:
+            with self._started_lock:
+                remaining[0] -= 1
+                last = remaining[0] == 0
+            if last:
+                release()
+
+        for future in unfinished:
+            future.add_done_callback(one_done)
 
     # -- Beam entry points ----------------------------------------------------------------
 
@@ -241,32 +276,33 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
         tool_cache_cell: Any = TOOL_CACHE_PARAM,
         inbox_cell: Any = INBOX_PARAM,
         hold_cell: Any = HOLD_PARAM,
+        in_flight_at_cell: Any = IN_FLIGHT_AT_PARAM,
         timer: Any = HITL_TIMER_PARAM,
         retry_timer: Any = RETRY_TIMER_PARAM,
+        in_flight_timer: Any = IN_FLIGHT_TIMER_PARAM,
         timestamp: Any = TIMESTAMP_PARAM,
         window: Any = WINDOW_PARAM,
     ) -> Iterator[Any]:
         key, raw = element
-        store = _CellStore(
-            seq_cell,
-            (
-                memory_cell,
-                llm_cache_cell,
-                continuation_cell,
-                pending_cell,
-                resume_history_cell,
-                tool_cache_cell,
+        return self._handle(
+            key,
+            raw,
+            timestamp,
+            _CellStore(
+                seq_cell,
+                (
+                    memory_cell,
+                    llm_cache_cell,
+                    continuation_cell,
+                    pending_cell,
+                    resume_history_cell,
+                    tool_cache_cell,
+                ),
+                inbox_cell,
+                hold_cell,
             ),
-            inbox_cell,
-            hold_cell,
+            _Timers(timer, retry_timer, in_flight_timer, in_flight_at_cell),
         )
-        timers = _Timers(timer, retry_timer)
-        if self._lanes is not None:
-            self._lanes.add(key, store, timers, _Item(raw, timestamp, window))
-            return iter(())
-        result = self._stepper().envelope(key, raw, store)
-        timers.apply(result)
-        return _tagged(self._account(result))
 
     @on_timer(HITL_TIMER_SPEC)  # type: ignore[untyped-decorator]
     def on_hitl_deadline(
@@ -282,28 +318,30 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
         tool_cache_cell: Any = TOOL_CACHE_PARAM,
         inbox_cell: Any = INBOX_PARAM,
         hold_cell: Any = HOLD_PARAM,
+        in_flight_at_cell: Any = IN_FLIGHT_AT_PARAM,
         timer: Any = HITL_TIMER_PARAM,
         retry_timer: Any = RETRY_TIMER_PARAM,
+        in_flight_timer: Any = IN_FLIGHT_TIMER_PARAM,
         window: Any = WINDOW_PARAM,
     ) -> Iterator[Any]:
-        fired_ms = fired_at.micros // 1000
-        return self._on_timer(
+        return self._handle(
             key,
-            HitlDeadline(fired_ms),
+            HitlDeadline(fired_at.micros // 1000),
             fired_at,
-            window,
-            seq_cell,
-            (
-                memory_cell,
-                llm_cache_cell,
-                continuation_cell,
-                pending_cell,
-                resume_history_cell,
-                tool_cache_cell,
+            _CellStore(
+                seq_cell,
+                (
+                    memory_cell,
+                    llm_cache_cell,
+                    continuation_cell,
+                    pending_cell,
+                    resume_history_cell,
+                    tool_cache_cell,
+                ),
+                inbox_cell,
+                hold_cell,
             ),
-            inbox_cell,
-            hold_cell,
-            _Timers(timer, retry_timer),
+            _Timers(timer, retry_timer, in_flight_timer, in_flight_at_cell),
         )
 
     @on_timer(RETRY_TIMER_SPEC)  # type: ignore[untyped-decorator]
@@ -320,16 +358,53 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
         tool_cache_cell: Any = TOOL_CACHE_PARAM,
         inbox_cell: Any = INBOX_PARAM,
         hold_cell: Any = HOLD_PARAM,
+        in_flight_at_cell: Any = IN_FLIGHT_AT_PARAM,
         timer: Any = HITL_TIMER_PARAM,
         retry_timer: Any = RETRY_TIMER_PARAM,
+        in_flight_timer: Any = IN_FLIGHT_TIMER_PARAM,
         window: Any = WINDOW_PARAM,
     ) -> Iterator[Any]:
-        fired_ms = fired_at.micros // 1000
-        return self._on_timer(
+        return self._handle(
             key,
-            RetryDue(fired_ms),
+            RetryDue(fired_at.micros // 1000),
             fired_at,
-            window,
+            _CellStore(
+                seq_cell,
+                (
+                    memory_cell,
+                    llm_cache_cell,
+                    continuation_cell,
+                    pending_cell,
+                    resume_history_cell,
+                    tool_cache_cell,
+                ),
+                inbox_cell,
+                hold_cell,
+            ),
+            _Timers(timer, retry_timer, in_flight_timer, in_flight_at_cell),
+        )
+
+    @on_timer(IN_FLIGHT_TIMER_SPEC)  # type: ignore[untyped-decorator]
+    def on_in_flight(
+        self,
+        key: Any = KEY_PARAM,
+        seq_cell: Any = SEQ_PARAM,
+        memory_cell: Any = MEMORY_PARAM,
+        llm_cache_cell: Any = LLM_CACHE_PARAM,
+        continuation_cell: Any = CONTINUATION_PARAM,
+        pending_cell: Any = PENDING_PARAM,
+        resume_history_cell: Any = RESUME_HISTORY_PARAM,
+        tool_cache_cell: Any = TOOL_CACHE_PARAM,
+        inbox_cell: Any = INBOX_PARAM,
+        hold_cell: Any = HOLD_PARAM,
+        in_flight_at_cell: Any = IN_FLIGHT_AT_PARAM,
+        timer: Any = HITL_TIMER_PARAM,
+        retry_timer: Any = RETRY_TIMER_PARAM,
+        in_flight_timer: Any = IN_FLIGHT_TIMER_PARAM,
+        window: Any = WINDOW_PARAM,
+    ) -> Iterator[Any]:
+        """Commit the key's activation in flight if its result is there; else come back."""
+        store = _CellStore(
             seq_cell,
             (
                 memory_cell,
@@ -341,30 +416,135 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
             ),
             inbox_cell,
             hold_cell,
-            _Timers(timer, retry_timer),
+        )
+        timers = _Timers(timer, retry_timer, in_flight_timer, in_flight_at_cell)
+        step = self._stepper()
+        seq = step.in_flight_seq(store)
+        flights = self._flights
+        if seq is None or flights is None:
+            # Committed already (a timer set again by a retried bundle), or never in flight.
+            self._stale_timers.inc()
+            return iter(())
+        flight = flights.get(key, seq)
+        if flight is None:
+            # Lost with its worker (or with the bundle that committed it, then failed):
+            # nothing of it was committed, so it runs again, from the very same state.
+            again = step.in_flight(key, store)
+            assert again is not None and again.seq == seq
+            flight = flights.start(
+                key, again.seq, again.now_ms, lambda: self._activate_on_pool(key, again)
+            )
+            self._track(flight)
+            self._restarts.inc()
+        outcome = flight.wait(_COMMIT_POLL_S)
+        if outcome is None:
+            timers.in_flight.set(_ASAP)  # not there yet: look again in a later bundle
+            return iter(())
+        flights.discard(key, flight)
+        result, tally, measured = outcome  # a bug raised on the pool fails this bundle
+        for apply, value in tally:
+            apply(value)
+        _measured_on_this_thread().update(measured)
+        at = timers.in_flight_at.read()
+        return self._emit_at(
+            self._apply(key, ActivationDone(seq, result), store, timers, None),
+            _ASAP if at is None else Timestamp(micros=at),
+            window,
         )
 
-    def _on_timer(
+    # -- the adapter's side of the step ------------------------------------------------------
+
+    def _handle(
         self,
         key: bytes,
-        item: HitlDeadline | RetryDue,
-        fired_at: Any,
-        window: Any,
-        seq_cell: Any,
-        blob_cells: tuple[Any, ...],
-        inbox_cell: Any,
-        hold_cell: Any,
+        item: bytes | HitlDeadline | RetryDue,
+        timestamp: Any,
+        store: _CellStore,
         timers: _Timers,
     ) -> Iterator[Any]:
-        store = _CellStore(seq_cell, blob_cells, inbox_cell, hold_cell)
-        if self._lanes is not None:
-            self._lanes.add(key, store, timers, _Item(item, fired_at, window))
-            return iter(())
+        """One element or timer firing of ``key`` through the step; what it emits."""
+        return _tagged(self._apply(key, item, store, timers, timestamp))
+
+    def _apply(
+        self,
+        key: bytes,
+        item: bytes | HitlDeadline | RetryDue | ActivationDone,
+        store: _CellStore,
+        timers: _Timers,
+        timestamp: Any,
+    ) -> tuple[tuple[Emit, Any], ...]:
+        """Run ``item`` through the step, move the timers where it says, count it.
+
+        ``timestamp``: the element's (or timer's), which an activation it starts in flight
+        records for its commit's outputs (None: keep the one recorded).
+        """
         result = self._stepper().handle(key, item, store)
         timers.apply(result)
-        return _tagged(self._account(result))
+        if result.started is not None:
+            timers.in_flight.set(_ASAP)
+            if timestamp is not None:
+                timers.in_flight_at.write(timestamp.micros)
+        elif isinstance(item, ActivationDone):
+            timers.in_flight_at.clear()
+        return self._account(result)
 
-    # -- the adapter's side of the step ------------------------------------------------------
+    @staticmethod
+    def _emit_at(pairs: tuple[tuple[Emit, Any], ...], timestamp: Any, window: Any) -> Iterator[Any]:
+        """``pairs`` as Beam outputs carrying ``timestamp`` (a processing-time firing's own
+        timestamp means nothing in event time)."""
+        for tag, value in pairs:
+            windowed = WindowedValue(value, timestamp, (window,))
+            yield (
+                windowed if tag is _OUTPUTS else beam.pvalue.TaggedOutput(_TAG_NAMES[tag], windowed)
+            )
+
+    def _start(
+        self,
+        key: bytes,
+        seq: int,
+        state: KeyState,
+        trigger: AgentEnvelope | Timeout,
+        decision: TriggerDecision,
+        *,
+        now_ms: int,
+    ) -> Started:
+        """The step's ``Activate`` with ``max_in_flight > 1``: start it on the pool, return."""
+        flights = self._flights
+        assert flights is not None
+        run = InFlightRun(seq, state, trigger, decision, now_ms)
+        self._track(flights.start(key, seq, now_ms, lambda: self._activate_on_pool(key, run)))
+        return STARTED
+
+    def _track(self, flight: _Flight) -> None:
+        """Note that this instance started ``flight`` (until it is done)."""
+        with self._started_lock:
+            self._started.add(flight.future)
+
+        def forget(future: Future[Any]) -> None:
+            with self._started_lock:
+                self._started.discard(future)
+
+        flight.future.add_done_callback(forget)
+
+    def _activate_on_pool(
+        self, key: bytes, run: InFlightRun
+    ) -> tuple[
+        ActivationResult,
+        list[tuple[Callable[[int], None], int]],
+        dict[tuple[bytes, int], ActivationTelemetry],
+    ]:
+        """Runs on a pool thread: the activation, the metric updates it made, its telemetry."""
+        tally: list[tuple[Callable[[int], None], int]] = []
+        _POOL_THREAD.tally = tally
+        try:
+            result = self._activate(
+                key, run.seq, run.state, run.trigger, run.decision, now_ms=run.now_ms
+            )
+        finally:
+            _POOL_THREAD.tally = None
+            # Its wall times, measured here, go with it to the bundle that commits it.
+            measured = _take_measured_on_this_thread()
+        return result, tally, measured
 
     def _stepper(self) -> KeyStep:
         step = self._step
@@ -382,7 +562,8 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
         *,
         now_ms: int,
     ) -> ActivationResult:
-        """The step's ``Activate``: ``activation_runner``'s, timed and counted (Beam metrics)."""
+        """One activation, to its end: ``activation_runner``'s, timed and counted (Beam
+        metrics). The step's ``Activate`` serially; on the pool with ``max_in_flight > 1``."""
         run = self._run_activation
         if run is None:  # process() before setup(): a runner bug, or a hand-made call
             raise RuntimeError("AgentDoFn.setup() was not called before processing")
@@ -391,6 +572,7 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
             agent_name=self._agent_name, provider_name=getattr(self._provider, "name", "")
         ) as telemetry:
             result = run(key, seq, state, trigger, decision, now_ms=now_ms)
+        assert not isinstance(result, Started)  # activation_runner's runs it to the end
         self._latency.update(int((time.perf_counter() - started) * 1000))
         _measured_on_this_thread()[(key, seq)] = telemetry
         self._activations.inc()
@@ -426,8 +608,8 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
 # -- real wall times beside each activation's trace (beam_agents.telemetry) -----------------
 #
 # ``_activate`` measures each activation it runs and leaves the telemetry on its thread;
-# ``_account``, which handles the step's result on the same thread (the bundle's, or the
-# lane's), takes it and puts each activation's telemetry next to its trace batch. Taking
+# ``_account``, which handles the step's result on the bundle's thread, takes it (an
+# activation in flight ran on a pool thread: its telemetry comes with its result) and puts each activation's telemetry next to its trace batch. Taking
 # clears it, so a step that failed halfway leaves nothing for the next one.
 
 _MEASURED = threading.local()
@@ -476,13 +658,16 @@ def _set_timer(timer: Any, target: TimerTarget | None) -> None:
 
 
 class _Timers:
-    """A key's two Beam timers: the HITL deadline and the retry of a held trigger."""
+    """A key's Beam timers: the HITL deadline, the retry of a held trigger, the commit of an
+    activation in flight (with the cell recording its element's timestamp)."""
 
-    __slots__ = ("hitl", "retry")
+    __slots__ = ("hitl", "in_flight", "in_flight_at", "retry")
 
-    def __init__(self, hitl: Any, retry: Any) -> None:
+    def __init__(self, hitl: Any, retry: Any, in_flight: Any, in_flight_at: Any) -> None:
         self.hitl = hitl
         self.retry = retry
+        self.in_flight = in_flight
+        self.in_flight_at = in_flight_at
 
     def apply(self, result: StepResult) -> None:
         """Move both timers where ``result`` says."""
@@ -550,43 +735,117 @@ class _CellStore:
             self._hold.clear()
 
 
-# -- concurrent activations (AgentConfig.max_in_flight > 1) ---------------------------------
+# -- activations in flight (AgentConfig.max_in_flight > 1) --------------------------------
 #
-# Within a bundle, each key's elements and timer firings run in a *lane*: one after another,
-# in arrival order, on a pool thread, against an in-memory copy of the key's cells (read on
-# the bundle's thread when the key first appears). Lanes of different keys run at once, up to
-# max_in_flight per transform per worker process. Nothing reaches Beam until finish_bundle:
-# there, on the bundle's thread, every lane's final cells and timer are written through the
-# state objects Beam handed to process() for that key, and its outputs are emitted with the
-# timestamp and window of the element that caused them. The runner commits a bundle's state
-# and outputs together or not at all, so an activation in flight when a bundle fails is
-# never half-committed or committed twice: the retried bundle runs it again.
-# This relies on the Python SDK committing user state after finish_bundle (every Python
-# runner: DirectRunner, FnApiRunner, the portable Fn API harness of Dataflow/Flink/Spark);
-# docs/pipeline.md says what a production runner needs.
+# An activation does not hold its bundle. When the step runs one, ``_start`` submits it to
+# the transform's pool in this worker process (at most max_in_flight at once, the rest
+# queued in order) and returns STARTED: the step writes the key's hold as *in flight*
+# (KeyHold.in_flight: SEQ, clock) and every later input of the key waits behind it in the
+# inbox. The DoFn sets the key's processing-time timer ``in_flight`` at once. Each firing,
+# in a later bundle, looks the activation up here by (key, SEQ): finished, its result goes
+# to the step as ActivationDone and is committed with that bundle (state, outputs and
+# timers together, or nothing if the bundle fails); not finished, it waits a little and
+# sets the timer again; not here at all (a new worker, or the bundle that committed it
+# failed after taking it), it is started again from the key's cells, which nothing has
+# changed since (the hold keeps them still). So each activation is committed exactly once,
+# in the key's order, whatever bundles fail or workers die. A result the runner never asks
+# for (its bundle was retried elsewhere) is dropped with the entry of the next SEQ.
 
-_POOLS: dict[str, ThreadPoolExecutor] = {}
-_POOLS_LOCK = threading.Lock()
-_LANE_THREAD = threading.local()
-"""``tally``: the metric updates of the lane running on this thread (None on Beam's threads)."""
+_COMMIT_POLL_S = 0.05
+"""How long one firing of the in-flight timer waits for an unfinished activation before it
+sets the timer again (bounds the busy-looking of a runner that fires timers at once)."""
+
+_ASAP = Timestamp(micros=0)
+"""A processing-time timer target already passed on every runner's clock (the streaming
+DirectRunner's test clock starts at 0): fire as soon as the runner gets to it."""
+
+_POOL_THREAD = threading.local()
+"""``tally``: the metric updates of the activation running on this pool thread (None on
+Beam's threads)."""
 
 
-def _activation_pool(pool_id: str, size: int) -> ThreadPoolExecutor:
-    """The process-wide pool of one RunAgent transform (one bound across its DoFn instances)."""
-    with _POOLS_LOCK:
-        pool = _POOLS.get(pool_id)
-        if pool is None:
-            pool = ThreadPoolExecutor(max_workers=size, thread_name_prefix="beam-agents-activation")
-            _POOLS[pool_id] = pool
-        return pool
+class _Flight:
+    """One activation started on the pool: its SEQ and clock, and its future."""
+
+    __slots__ = ("future", "now_ms", "seq")
+
+    def __init__(self, seq: int, now_ms: int, future: Future[Any]) -> None:
+        self.seq = seq
+        self.now_ms = now_ms
+        self.future = future
+
+    def wait(self, timeout_s: float) -> Any | None:
+        """Its outcome (re-raising a bug), or None if it has not finished within ``timeout_s``."""
+        try:
+            return self.future.result(timeout=timeout_s)
+        except FutureTimeout:
+            return None
+
+
+class _Flights:
+    """The activations in flight of one RunAgent transform in this worker process, by key.
+
+    Shared by every DoFn instance of the transform in the process (a firing may come to
+    another instance than the one that started it), with one pool of max_in_flight threads.
+    """
+
+    def __init__(self, size: int) -> None:
+        self._pool = ThreadPoolExecutor(
+            max_workers=size, thread_name_prefix="beam-agents-activation"
+        )
+        self._by_key: dict[bytes, _Flight] = {}
+        self._lock = threading.Lock()
+
+    def start(self, key: bytes, seq: int, now_ms: int, run: Callable[[], Any]) -> _Flight:
+        """Start activation ``seq`` of ``key`` (the same one already started: kept, not run
+        twice; a retried bundle starts it again)."""
+        with self._lock:
+            found = self._by_key.get(key)
+            if found is not None and found.seq == seq and found.now_ms == now_ms:
+                return found
+            flight = self._by_key[key] = _Flight(seq, now_ms, self._pool.submit(run))
+            return flight
+
+    def get(self, key: bytes, seq: int) -> _Flight | None:
+        with self._lock:
+            found = self._by_key.get(key)
+        return found if found is not None and found.seq == seq else None
+
+    def discard(self, key: bytes, flight: _Flight) -> None:
+        """Forget ``flight`` (its result is being committed)."""
+        with self._lock:
+            if self._by_key.get(key) is flight:
+                del self._by_key[key]
+
+    def forget_all(self) -> None:
+        """Forget every activation, as a worker process that died would (tests)."""
+        with self._lock:
+            self._by_key.clear()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._by_key)
+
+
+_FLIGHTS: dict[str, _Flights] = {}
+_FLIGHTS_LOCK = threading.Lock()
+
+
+def _flights_of(pool_id: str, size: int) -> _Flights:
+    """The process-wide activations in flight of one RunAgent transform."""
+    with _FLIGHTS_LOCK:
+        flights = _FLIGHTS.get(pool_id)
+        if flights is None:
+            flights = _FLIGHTS[pool_id] = _Flights(size)
+        return flights
 
 
 class _Metric:
-    """A Beam counter or distribution, updatable from a lane's thread.
+    """A Beam counter or distribution, updatable from a pool thread.
 
     Beam finds the metrics container of the running bundle through the calling thread;
-    a pool thread has none, so a lane tallies its updates and the bundle's thread applies
-    them when it commits the lane (a failed bundle reports none, like its state).
+    a pool thread has none, so an activation in flight tallies its updates and the bundle
+    that commits it applies them (a failed bundle reports none, like its state).
     """
 
     __slots__ = ("_metric",)
@@ -602,7 +861,7 @@ class _Metric:
 
     @staticmethod
     def _record(apply: Callable[[int], None], value: int) -> None:
-        tally: list[tuple[Callable[[int], None], int]] | None = getattr(_LANE_THREAD, "tally", None)
+        tally: list[tuple[Callable[[int], None], int]] | None = getattr(_POOL_THREAD, "tally", None)
         if tally is None:
             apply(value)
         else:
@@ -645,139 +904,6 @@ class _ProviderMetrics:
         _, _, _, waits, wait_ms = self._metrics(provider)
         waits.inc()
         wait_ms.update(int(seconds * 1000))
-
-
-@dataclass(frozen=True)
-class _Item:
-    """One thing a lane runs: an envelope's bytes, or a HITL or retry timer firing."""
-
-    input: bytes | HitlDeadline | RetryDue
-    timestamp: Any
-    """The element's (or timer's) timestamp: its outputs carry it."""
-    window: Any
-
-
-class _Lane:
-    """One key's work in one bundle: its items, run in order, one at a time."""
-
-    def __init__(
-        self, key: bytes, store: _CellStore, timers: _Timers, bundle_failed: threading.Event
-    ) -> None:
-        self.key = key
-        self._bundle_failed = bundle_failed
-        self._store = store
-        self._timers = timers
-        # Read on the bundle's thread: Beam state is only read or written there.
-        self._seq = store.read_seq()
-        self._cells = store.read_cells()
-        self._hold = store.read_hold()
-        # Only a suspended key or one holding a trigger has waiting envelopes (the serial
-        # path relies on the same rule): one state read fewer per key.
-        self._inbox = store.read_inbox() if self._cells.continuation or self._hold else []
-        self._memory = MemoryKeyStore(self._seq, self._cells, self._inbox, self._hold)
-        self._timer_target: TimerTarget | None = None
-        """Where the lane's last step that moved the HITL timer left it (None: untouched)."""
-        self._retry_target: TimerTarget | None = None
-        """The same for the retry timer."""
-        self._items: deque[_Item] = deque()
-        self._results: list[tuple[tuple[tuple[Emit, Any], ...], _Item]] = []
-        self._tally: list[tuple[Callable[[int], None], int]] = []
-        self._lock = threading.Lock()
-        self._running = False
-        self._abandoned = False
-        self.future: Future[None] | None = None
-        self.error: BaseException | None = None
-
-    def add(self, item: _Item, pool: ThreadPoolExecutor, dofn: AgentDoFn) -> None:
-        with self._lock:
-            self._items.append(item)
-            if self._running or self.error is not None:
-                return
-            self._running = True
-        self.future = pool.submit(self._run, dofn)
-
-    def abandon(self) -> None:
-        with self._lock:
-            self._abandoned = True
-            self._items.clear()
-
-    def _run(self, dofn: AgentDoFn) -> None:
-        _LANE_THREAD.tally = self._tally
-        try:
-            while True:
-                with self._lock:
-                    # Once any lane of the bundle failed, nothing of it will be committed:
-                    # start no more work (the retried bundle runs it all again).
-                    if not self._items or self._abandoned or self._bundle_failed.is_set():
-                        self._running = False
-                        return
-                    item = self._items.popleft()
-                result = dofn._stepper().handle(self.key, item.input, self._memory)
-                if result.timer is not None:
-                    self._timer_target = result.timer
-                if result.retry_timer is not None:
-                    self._retry_target = result.retry_timer
-                self._results.append((dofn._account(result), item))
-        except BaseException as exc:  # the bundle fails with it (commit_all re-raises)
-            with self._lock:
-                self.error = exc
-                self._running = False
-            self._bundle_failed.set()
-        finally:
-            _LANE_THREAD.tally = None
-
-    def commit(self) -> Iterator[Any]:
-        """Write the lane's final cells and timers through Beam's objects; yield its outputs."""
-        for apply, value in self._tally:
-            apply(value)
-        memory = self._memory
-        if memory.seq != self._seq:
-            self._store.write_seq(memory.seq)
-        self._store.write_changed(self._cells, memory.cells)
-        if memory.inbox != self._inbox:
-            self._store.write_inbox(memory.inbox)
-        if memory.hold != self._hold:
-            self._store.write_hold(memory.hold)
-        _set_timer(self._timers.hitl, self._timer_target)
-        _set_timer(self._timers.retry, self._retry_target)
-        for pairs, item in self._results:
-            for tag, value in pairs:
-                windowed = WindowedValue(value, item.timestamp, (item.window,))
-                yield (
-                    windowed
-                    if tag is _OUTPUTS
-                    else beam.pvalue.TaggedOutput(_TAG_NAMES[tag], windowed)
-                )
-
-
-class _Lanes:
-    """A bundle's lanes, by key in order of first appearance."""
-
-    def __init__(self, dofn: AgentDoFn, pool: ThreadPoolExecutor) -> None:
-        self._dofn = dofn
-        self._pool = pool
-        self._by_key: dict[bytes, _Lane] = {}
-        self._failed = threading.Event()
-
-    def add(self, key: bytes, store: _CellStore, timers: _Timers, item: _Item) -> None:
-        lane = self._by_key.get(key)
-        if lane is None:
-            lane = self._by_key[key] = _Lane(key, store, timers, self._failed)
-        lane.add(item, self._pool, self._dofn)
-
-    def abandon(self) -> None:
-        for lane in self._by_key.values():
-            lane.abandon()
-
-    def commit_all(self) -> Iterator[Any]:
-        """Wait for every lane; if one failed, raise (nothing written); else commit each."""
-        lanes = list(self._by_key.values())
-        wait_for_futures([lane.future for lane in lanes if lane.future is not None])
-        for lane in lanes:
-            if lane.error is not None:
-                raise lane.error
-        for lane in lanes:
-            yield from lane.commit()
 
 
 def _tagged(pairs: Iterable[tuple[Emit, Any]]) -> Iterator[Any]:

@@ -282,8 +282,10 @@ class SeededAgentDoFn(AgentDoFn):
         tool_cache_cell: Any = dofn_params.TOOL_CACHE_PARAM,
         inbox_cell: Any = dofn_params.INBOX_PARAM,
         hold_cell: Any = dofn_params.HOLD_PARAM,
+        in_flight_at_cell: Any = dofn_params.IN_FLIGHT_AT_PARAM,
         timer: Any = dofn_params.HITL_TIMER_PARAM,
         retry_timer: Any = dofn_params.RETRY_TIMER_PARAM,
+        in_flight_timer: Any = dofn_params.IN_FLIGHT_TIMER_PARAM,
         timestamp: Any = dofn_params.TIMESTAMP_PARAM,
         window: Any = dofn_params.WINDOW_PARAM,
     ) -> Iterator[Any]:
@@ -300,8 +302,10 @@ class SeededAgentDoFn(AgentDoFn):
                 tool_cache_cell=tool_cache_cell,
                 inbox_cell=inbox_cell,
                 hold_cell=hold_cell,
+                in_flight_at_cell=in_flight_at_cell,
                 timer=timer,
                 retry_timer=retry_timer,
+                in_flight_timer=in_flight_timer,
                 timestamp=timestamp,
                 window=window,
             )
