@@ -436,7 +436,11 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
             )
             self._track(flight)
             self._restarts.inc()
-        outcome = flight.wait(_COMMIT_POLL_S)
+        try:
+            outcome = flight.wait(_COMMIT_POLL_S)
+        except BaseException:
+            flights.discard(key, flight)  # the retried bundle starts it again
+            raise
         if outcome is None:
             timers.in_flight.set(_ASAP)  # not there yet: look again in a later bundle
             return iter(())

@@ -123,3 +123,79 @@ class CrashOnceDoFn(AgentDoFn):
                     break
                 time.sleep(0.001)
         raise SimulatedWorkerCrash(f"worker lost while {key!r} seq {seq} was in flight")
+
+
+class FaultsInFlightDoFn(AgentDoFn):
+    """Breaks things while activations are in flight across bundle boundaries.
+
+    Every activation attempt is appended to ``attempts_file`` (``key-hex:seq``). Faults,
+    each once per ``(key, seq)`` across retries (marker files under ``marker_dir``):
+
+    - ``fail_start``: the bundle that started activation ``(key, seq)`` fails after it
+      started (its hold never committed): the retried bundle starts the same one again.
+    - ``fail_commit``: the bundle committing ``(key, seq)`` fails after the step ran (state
+      written, outputs made, all discarded by the runner): retried, it runs again.
+    - ``kill_at``: when ``(key, seq)`` is committed, the worker "dies" first: every
+      activation in flight in this process is forgotten, as a new worker process would
+      have none of them; their keys' timers start them again from the committed cells.
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        attempts_file: str,
+        marker_dir: str,
+        fail_start: frozenset[tuple[bytes, int]],
+        fail_commit: frozenset[tuple[bytes, int]],
+        kill_at: frozenset[tuple[bytes, int]],
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self._attempts_file = attempts_file
+        self._marker_dir = marker_dir
+        self._fail_start = fail_start
+        self._fail_commit = fail_commit
+        self._kill_at = kill_at
+
+    def _once(self, what: str, key: bytes, seq: int) -> bool:
+        marker = Path(self._marker_dir) / f"{what}-{key.hex()}-{seq}"
+        with _LOCK:
+            if marker.exists():
+                return False
+            marker.write_text(what)
+            return True
+
+    def _activate(
+        self,
+        key: bytes,
+        seq: int,
+        state: KeyState,
+        trigger: AgentEnvelope | Timeout,
+        decision: TriggerDecision,
+        *,
+        now_ms: int,
+    ) -> ActivationResult:
+        result = super()._activate(key, seq, state, trigger, decision, now_ms=now_ms)
+        with _LOCK, open(self._attempts_file, "a") as attempts:
+            attempts.write(f"{key.hex()}:{seq}\n")
+        return result
+
+    def _apply(self, key: bytes, item: Any, store: Any, timers: Any, timestamp: Any) -> Any:
+        from beam_agents.key_step import ActivationDone
+
+        killing = isinstance(item, ActivationDone) and (key, item.seq) in self._kill_at
+        if killing and self._once("kill", key, item.seq):
+            assert self._flights is not None
+            self._flights.forget_all()
+            Path(self._marker_dir, f"killed-with-{len(IN_FLIGHT)}").touch()
+            raise SimulatedWorkerCrash(f"worker died committing {key!r} seq {item.seq}")
+        emitted = super()._apply(key, item, store, timers, timestamp)
+        if isinstance(item, ActivationDone):
+            if (key, item.seq) in self._fail_commit and self._once("commit", key, item.seq):
+                raise SimulatedWorkerCrash(f"bundle lost committing {key!r} seq {item.seq}")
+        else:
+            started = self._stepper().in_flight_seq(store)
+            failing = started is not None and (key, started) in self._fail_start
+            if failing and self._once("start", key, started):
+                raise SimulatedWorkerCrash(f"bundle lost after starting {key!r} seq {started}")
+        return emitted

@@ -27,7 +27,9 @@ class ReplyAgent(Agent):
             raise ValueError(f"cannot parse {text!r}")
         answer = ctx.complete(
             chat_request(
-                MODEL, ("system", "Answer the customer briefly."), ("user", f"{text} at={ctx.now_ms}")
+                MODEL,
+                ("system", "Answer the customer briefly."),
+                ("user", f"{text} at={ctx.now_ms}"),
             )
         )
         ctx.memory["replies"] = int(ctx.memory.get("replies", 0)) + 1

@@ -463,12 +463,15 @@ def comparable(by_tag: dict[str, list[Any]]) -> dict[str, list[Any]]:
 
 
 @pytest.mark.parametrize(
-    ("runner", "max_in_flight"), [("batch", 1), ("batch", 4), ("streaming", 1)]
+    ("runner", "max_in_flight"),
+    # streaming: one element a bundle, so with 4 in flight activations outlive bundles.
+    [("batch", 1), ("batch", 4), ("streaming", 1), ("streaming", 4), ("fnapi", 4)],
 )
 def test_the_dofn_emits_exactly_what_the_key_step_returns(
     runner: str, max_in_flight: int, tmp_path: Path
 ) -> None:
-    """AgentDoFn on a real runner (serially, and in concurrent lanes) vs PipelineKey: same bytes."""
+    """AgentDoFn on a real runner (serially, and with activations in flight across bundles)
+    vs PipelineKey: same bytes."""
     script = mixed_script()
     config = dataclasses.replace(CONFIG, max_in_flight=max_in_flight)
     got = run_dofn(runner, AgentDoFn(SHOP_AGENT, SHOP_TOOLS, config), script, tmp_path)

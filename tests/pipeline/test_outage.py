@@ -105,8 +105,11 @@ def completion(at: int) -> Reply:
             "object": "chat.completion",
             "model": "support-model-q4",
             "choices": [
-                {"index": 0, "finish_reason": "stop",
-                 "message": {"role": "assistant", "content": f"ok {at}"}}
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": f"ok {at}"},
+                }
             ],
             "usage": {"prompt_tokens": 12, "completion_tokens": 2},
         }
@@ -186,7 +189,9 @@ def run_outage(runner: str, workdir: Path) -> Run:
         for r in result.metrics().query(MetricsFilter().with_namespace("beam_agents"))["counters"]
     }
     collected = Collected(*(read_collected(out_dir, name) for name in OUTPUT_NAMES))
-    return Run(collected, received, counters, workdir, {e.envelope_id: e for e in envelopes}, runner)
+    return Run(
+        collected, received, counters, workdir, {e.envelope_id: e for e in envelopes}, runner
+    )
 
 
 @dataclass(frozen=True)
@@ -352,10 +357,18 @@ def test_an_outage_on_the_streaming_runner_loses_nothing_and_every_failure_repla
         done = subprocess.run(
             [
                 str(Path(sys.executable).with_name("beam-agents-replay")),
-                "--snapshot", str(snapshot), "--traces", str(tmp_path / "traces"),
-                "--event", str(tmp_path / "events" / f"{a.envelope_id}.pb"),
-                "--seq", str(a.seq),
-                "--agent", "outage_agents:AGENT", "--registry", "outage_agents:TOOLS",
+                "--snapshot",
+                str(snapshot),
+                "--traces",
+                str(tmp_path / "traces"),
+                "--event",
+                str(tmp_path / "events" / f"{a.envelope_id}.pb"),
+                "--seq",
+                str(a.seq),
+                "--agent",
+                "outage_agents:AGENT",
+                "--registry",
+                "outage_agents:TOOLS",
             ],
             capture_output=True,
             text=True,
