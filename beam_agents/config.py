@@ -72,10 +72,12 @@ class AgentConfig:
     """Envelopes a key may hold waiting (behind its suspension or a pending retry); more go
     to ``.errors``."""
     max_in_flight: int = 1
-    """Activations of *different* keys one DoFn instance runs at once (threads). 1: one
-    after another, as they arrive. More: while one key's activation waits on its model,
-    other keys' run; per key still one at a time, in order (docs/pipeline.md,
-    *Concurrent activations*). The provider is then called from several threads."""
+    """Activations of *different* keys a worker process has in flight at once (threads of
+    one pool per RunAgent). 1: one after another, as they arrive, each within its bundle.
+    More: an activation does not hold its bundle; while it waits on its model, other keys'
+    run, and a later bundle commits it; per key still one at a time, in order
+    (docs/pipeline.md, *Concurrent activations*). The provider is then called from several
+    threads."""
 
     def __repr__(self) -> str:
         # Every field as the dataclass would show it, except what may hold a secret: sink

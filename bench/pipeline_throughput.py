@@ -1,39 +1,34 @@
-"""Activations per second of RunAgent when the model is slow, by ``AgentConfig.max_in_flight``.
+"""Activations per second of RunAgent when the model is slow, by ``AgentConfig.max_in_flight``
+and by how the input arrives (bundles of 1, 10 or 100 elements).
 
 Usage (from the repository root):
 
-    .venv/bin/python bench/pipeline_throughput.py [--keys 1000] [--latency-ms 200]
-        [--limits 1,16,64,256] [--serial-keys 20] [--runners streaming,fnapi]
+    .venv/bin/python bench/pipeline_throughput.py [--keys 200,1000] [--latency-ms 200]
+        [--limits 16,64,256] [--bundles 1,10,100] [--runners streaming,fnapi] [--repeat 1]
 
-Each run feeds ``--keys`` keys x 1 event to RunAgent; every activation makes one model
-call to a ScriptedProvider that sleeps ``--latency-ms`` before answering (a remote model's
-wait, no CPU). The input arrives as one bundle: one ``TestStream.add_elements`` on the
-BundleBasedDirectRunner in streaming mode, one ``Create`` on the FnApiRunner.
+Each run feeds ``keys`` keys x 1 event to RunAgent; every activation makes one model call
+to a ScriptedProvider that sleeps ``--latency-ms`` before answering (a remote model's wait,
+no CPU). Streaming (the BundleBasedDirectRunner fed by a TestStream) the input arrives in
+bundles of ``--bundles`` elements (one ``add_elements`` each); on the FnApiRunner it is
+one ``Create`` (one bundle: the in-process FnApiRunner cannot be made to cut a source into
+small bundles). Activations are in flight across bundles: a bundle only starts them, later
+bundles commit them.
 
-For each runner and limit it prints activations/s (keys / wall time of the whole
-pipeline run, start-up included) against the limit ``max_in_flight / latency`` (no
-worker can beat it: each activation waits ``latency`` in one of ``max_in_flight``
-slots). Target: >= 0.8 of the limit up to 64 in flight.
-It also runs the same input with an instant model (*instant s*): what the runner itself
-needs for these keys. ``keys / instant`` caps the rate whatever the limit; the last
-column compares the rate with ``min(limit, keys / instant)``. On the in-process
-FnApiRunner that cap is low: its state cache sizes every cached value with objsize,
-which walks every loaded module's globals (milliseconds per state access, a dozen
-accesses per new key), in the serial mode as much as in the concurrent one;
-``--fnapi-state-cache-mb 0`` turns that cache off (what the rate is without it).
-*span act/s* leaves the runner's start-up and shutdown out: keys / the time from the
-first model call's start to the last one's end (both runners run the provider in this
-process).
-
-``max_in_flight=1`` would take keys x latency (200 s for the defaults): it runs
-``--serial-keys`` keys and says so; its rate does not depend on the key count (one at a
-time), so it is reported as measured, not scaled up.
-Not a test: timings depend on the machine (see STYLE.md).
+For each run it prints activations/s (keys / the time from the first model call's start to
+the last one's end, *span act/s*; and keys / wall time of the whole pipeline run, start-up
+included, *wall act/s*) against the **target**: 0.8 x ``max_in_flight / latency`` where
+the keys outnumber the slots, else 0.8 x the capacity bound
+``keys / ceil(keys / max_in_flight) / latency``. With ``--repeat N`` each configuration
+runs N times, interleaved, and the median is printed. The load average is printed first
+and last: the machine is shared. Not a test: timings depend on the machine (STYLE.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
+import statistics
 import time
 
 import apache_beam as beam
@@ -78,14 +73,19 @@ def envelopes(keys: int) -> list[bytes]:
     ]
 
 
-def run(runner: str, data: list[bytes], config: AgentConfig) -> float:
+def run(runner: str, data: list[bytes], config: AgentConfig, bundle: int) -> float:
     """Seconds for the whole pipeline over ``data`` on ``runner``."""
     agent = CachedCallAgent()
     started = time.perf_counter()
     if runner == "streaming":
-        stream = TestStream().add_elements(
-            [TimestampedValue(raw, (T0 + i) / 1000) for i, raw in enumerate(data)]
-        )
+        stream = TestStream()
+        for at in range(0, len(data), bundle):
+            stream = stream.add_elements(
+                [
+                    TimestampedValue(raw, (T0 + at + i) / 1000)
+                    for i, raw in enumerate(data[at : at + bundle])
+                ]
+            )
         stream = stream.advance_watermark_to_infinity()
         options = PipelineOptions(flags=[], streaming=True)
         with beam.Pipeline(runner=BundleBasedDirectRunner(), options=options) as p:
@@ -96,66 +96,60 @@ def run(runner: str, data: list[bytes], config: AgentConfig) -> float:
     return time.perf_counter() - started
 
 
+def target(keys: int, limit: int) -> tuple[float, str]:
+    """The activations/s to reach (0.8 of the bound), and which bound it is."""
+    if keys > limit:
+        return 0.8 * limit / LATENCY_S, "0.8 x max_in_flight/latency"
+    return 0.8 * keys / math.ceil(keys / limit) / LATENCY_S, "0.8 x capacity bound"
+
+
 def main() -> int:
     global LATENCY_S
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--keys", type=int, default=1000)
+    parser.add_argument("--keys", default="200,1000")
     parser.add_argument("--latency-ms", type=int, default=200)
-    parser.add_argument("--limits", default="1,16,64,256")
-    parser.add_argument("--serial-keys", type=int, default=20)
+    parser.add_argument("--limits", default="16,64,256")
+    parser.add_argument("--bundles", default="1,10,100")
     parser.add_argument("--runners", default="streaming,fnapi")
-    parser.add_argument("--fnapi-state-cache-mb", type=int, default=None)
+    parser.add_argument("--repeat", type=int, default=1)
     args = parser.parse_args()
-    if args.fnapi_state_cache_mb is not None:
-        from apache_beam.runners.portability.fn_api_runner import worker_handlers
-
-        worker_handlers.STATE_CACHE_SIZE_MB = args.fnapi_state_cache_mb
     LATENCY_S = args.latency_ms / 1000
     limits = [int(x) for x in args.limits.split(",")]
-    runners = args.runners.split(",")
-    names = {
-        "streaming": "BundleBasedDirectRunner, streaming",
-        "fnapi": "FnApiRunner, in process"
-        + (
-            ""
-            if args.fnapi_state_cache_mb is None
-            else f", state cache {args.fnapi_state_cache_mb} MB"
-        ),
-    }
-    print(
-        f"{args.keys} keys x 1 event, one model call each, model latency {args.latency_ms} ms;"
-        f" limit = max_in_flight / latency"
-    )
-    for runner in runners:
-        print(f"\n{names[runner]}")
-        run(runner, envelopes(20), AgentConfig(provider_factory=make_instant_provider))  # warm-up
-        print(
-            f"  {'max_in_flight':>13} {'keys':>5} {'wall s':>7} {'act/s':>7} {'limit':>7}"
-            f" {'of limit':>8} {'instant s':>9} {'of min(limit, keys/instant)':>28}"
-            f" {'span act/s':>10} {'of limit':>8}"
-        )
-        for limit in limits:
-            keys = args.serial_keys if limit == 1 else args.keys
-            data = envelopes(keys)
-            instant = run(
-                runner,
-                data,
-                AgentConfig(provider_factory=make_instant_provider, max_in_flight=limit),
-            )
+    key_counts = [int(x) for x in args.keys.split(",")]
+    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"1 event a key, one model call each, model latency {args.latency_ms} ms")
+    configs = []
+    for runner in args.runners.split(","):
+        bundles = [int(x) for x in args.bundles.split(",")] if runner == "streaming" else [0]
+        for bundle in bundles:
+            for keys in key_counts:
+                for limit in limits:
+                    configs.append((runner, bundle, keys, limit))
+    run("streaming", envelopes(20), AgentConfig(provider_factory=make_instant_provider), 20)
+    spans: dict[tuple[str, int, int, int], list[float]] = {c: [] for c in configs}
+    walls: dict[tuple[str, int, int, int], list[float]] = {c: [] for c in configs}
+    for _ in range(args.repeat):  # interleaved: each round runs every configuration once
+        for runner, bundle, keys, limit in configs:
             CALLS.clear()
-            wall = run(
-                runner, data, AgentConfig(provider_factory=make_slow_provider, max_in_flight=limit)
-            )
+            config = AgentConfig(provider_factory=make_slow_provider, max_in_flight=limit)
+            wall = run(runner, envelopes(keys), config, bundle)
             span = max(end for _, end in CALLS) - min(start for start, _ in CALLS)
-            ceiling = min(limit, keys) / LATENCY_S
-            rate = keys / wall
-            bound = min(ceiling, keys / instant)
-            print(
-                f"  {limit:>13} {keys:>5} {wall:>7.2f} {rate:>7.1f} {ceiling:>7.1f}"
-                f" {rate / ceiling:>8.2f} {instant:>9.2f} {rate / bound:>28.2f}"
-                f" {keys / span:>10.1f} {keys / span / ceiling:>8.2f}"
-                + ("   (fewer keys: one at a time)" if limit == 1 else "")
-            )
+            spans[(runner, bundle, keys, limit)].append(keys / span)
+            walls[(runner, bundle, keys, limit)].append(keys / wall)
+    print(
+        f"\n{'runner':<10} {'bundle':>6} {'keys':>5} {'in flight':>9} {'span act/s':>10}"
+        f" {'wall act/s':>10} {'target':>7} {'span/target':>11}  target is"
+    )
+    for key in configs:
+        runner, bundle, keys, limit = key
+        rate = statistics.median(spans[key])
+        goal, what = target(keys, limit)
+        print(
+            f"{runner:<10} {bundle or 'all':>6} {keys:>5} {limit:>9} {rate:>10.1f}"
+            f" {statistics.median(walls[key]):>10.1f} {goal:>7.1f} {rate / goal:>11.2f}  {what}"
+            + ("" if rate >= goal else "   BELOW TARGET")
+        )
+    print(f"\nload average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 
 
