@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test fuzz protos lint bench clean
+.PHONY: install peers demo test fuzz protos lint bench clean
 
 # "major.minor" of a Python, empty if it does not run.
 py_version = $(shell $(1) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
@@ -40,7 +40,14 @@ demo: $(STAMP)
 protos: $(STAMP)
 	$(BIN)/python scripts/gen_protos.py beam_agents/_protos
 
-test: $(STAMP)
+# The test peers that are built rather than started (each its own venv under .peers/; a
+# no-op once built): built before the suite, so a slow build on a loaded machine is not cut
+# short by the suite's per-test timeout.
+peers: $(STAMP)
+	$(BIN)/python scripts/peers/bigquery_emulator.py ensure --root .peers/bigquery >/dev/null
+	$(BIN)/python scripts/peers/phoenix.py ensure --root .peers/phoenix >/dev/null
+
+test: peers
 	$(BIN)/python -m pytest -q
 
 # A long run of the replay property (tests/replay/test_replay_property.py): random agent programs

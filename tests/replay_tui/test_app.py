@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from textual.widgets import DataTable, Input, Static, TabbedContent, Tree
@@ -284,6 +286,14 @@ async def test_state_screen_shows_memory_tree_cache_and_tabs(real: Real) -> None
         assert cache.row_count == len(result.state.cache_entries)
 
 
+async def until(pilot: Any, condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Wait (in the app's loop) until ``condition()``; fail past ``timeout`` seconds."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "timed out waiting for the app"
+        await pilot.pause(0.05)
+
+
 async def test_every_table_and_tree_moves_with_j_k_g_shift_g(real: Real) -> None:
     """The timeline's keys work in the state tables, the memory tree, intents and outputs."""
     from replay_tui.widgets.keyed import KeyedDataTable, KeyedTree
@@ -292,6 +302,10 @@ async def test_every_table_and_tree_moves_with_j_k_g_shift_g(real: Real) -> None
     app = ReplayApp(result)
     async with app.run_test(size=WIDE) as pilot:
         await pilot.press("s")
+        # The screen and its focus arrive after a refresh or two: on a loaded machine, later.
+        await until(
+            pilot, lambda: isinstance(app.screen, StateScreen) and app.screen.focused is not None
+        )
         tree = app.screen.query_one("#memory-tree", Tree)
         assert isinstance(tree, KeyedTree) and tree.has_focus and tree.last_line >= 2
         await pilot.press("j")
@@ -317,8 +331,11 @@ async def test_every_table_and_tree_moves_with_j_k_g_shift_g(real: Real) -> None
         assert cache.cursor_row == 0
         await pilot.press("j")
         assert cache.cursor_row == 1
-        for key in ("i", "o"):
+        for key, screen in (("i", IntentsScreen), ("o", OutputsScreen)):
             await pilot.press(key)
+            await until(
+                pilot, lambda s=screen: isinstance(app.screen, s) and app.screen.focused is not None
+            )
             table = app.screen.query_one(DataTable)
             assert isinstance(table, KeyedDataTable) and table.has_focus
             await pilot.press("G")

@@ -233,6 +233,10 @@ def test_agent_code_ending_the_process_never_makes_the_cli_exit_0(
     assert importlib.import_module(os.name)._exit is os._exit
 
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_in_agent_code_without_a_time_limit_interrupts_and_judges_nothing(
     recorded: tuple[KeyHistory, object], tmp_path: Path
 ) -> None:
@@ -254,6 +258,9 @@ def test_ctrl_c_in_agent_code_without_a_time_limit_interrupts_and_judges_nothing
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # A child inherits an ignored SIGINT (something in the suite's process may have
+        # ignored it, as a shell does for a background job) and would never see Ctrl+C.
+        preexec_fn=_sigint_default,
     )  # fmt: skip
     try:
         assert proc.stderr is not None
