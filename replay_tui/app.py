@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
+from textual.filter import Monochrome
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
@@ -26,6 +27,7 @@ from beam_agents.replay.options import ReplayOptions
 from beam_agents.replay.result import ReplayResult, Verdict
 from replay_tui.export import export_report
 from replay_tui.messages import ReplayCrashed, ReplayLoaded
+from replay_tui.render.monochrome import ReadableMonochrome
 from replay_tui.screens.error import USAGE_EXIT_CODE, ErrorScreen
 from replay_tui.screens.help import HelpScreen
 from replay_tui.screens.intents import IntentsScreen
@@ -56,7 +58,8 @@ class ReplayApp(App[int]):
         # Ctrl+C / Ctrl+Q quit with the verdict's code, as q does (Textual's own Ctrl+C only
         # told the operator, in markup this app shows literally, to press Ctrl+Q).
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
-        Binding("ctrl+q", "quit", "Quit", show=False, priority=True),
+        # Shown where q types into a line (filter, search): the footer shows one key per action.
+        Binding("ctrl+q", "quit", "Quit", key_display="^q", priority=True),
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("s", "show('state')", "State"),
         Binding("i", "show('intents')", "Intents"),
@@ -86,9 +89,16 @@ class ReplayApp(App[int]):
         if result is None and options is None:
             raise ValueError("ReplayApp needs a ReplayResult or ReplayOptions to replay")
         super().__init__()
+        if self.no_color:
+            # Textual's monochrome put magenta labels at grey 237 on 234 (render/monochrome.py).
+            self._filters = [
+                ReadableMonochrome() if isinstance(f, Monochrome) else f for f in self._filters
+            ]
         self.result = result
         self.options = options
         self.export_dir = export_dir if export_dir is not None else Path.cwd()
+        self.export_dir_given = export_dir is not None
+        """False: ``e`` writes into the working directory, and says so each time."""
         self.crash: tuple[str, str] | None = None
         self.exit_code: int | None = None
         """The code ``q`` exited with (None until the operator quits)."""
@@ -98,6 +108,9 @@ class ReplayApp(App[int]):
         """Every ``(severity, message)`` the app told the operator, in order."""
         self.seqs = tuple(sorted(set(seqs)))
         """The activations ``[`` / ``]`` switch between (needs ``options``)."""
+        self.opened: ReplayResult | None = result
+        """The result of the activation the app was opened on (the command line's): its
+        verdict is the exit code, whichever activation ``[`` / ``]`` show when ``q`` quits."""
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -133,6 +146,8 @@ class ReplayApp(App[int]):
     # Pushed over the loading screen (the default screen cannot be switched away).
     def on_replay_loaded(self, message: ReplayLoaded) -> None:
         self.result = message.result
+        if self.opened is None:
+            self.opened = message.result
         self.push_screen(self._result_screen(message.result))
 
     def on_replay_crashed(self, message: ReplayCrashed) -> None:
@@ -141,9 +156,11 @@ class ReplayApp(App[int]):
 
     @property
     def verdict_exit_code(self) -> int:
-        """The code ``q`` exits with now: the verdict's, 2 after a crash, 130 before a result."""
-        if self.result is not None:
-            return self.result.exit_code
+        """The code ``q`` exits with now: the verdict of the activation the app was opened on
+        (``[`` and ``]`` browse others; they never change it), 2 if its replay crashed, 130
+        before its result."""
+        if self.opened is not None:
+            return self.opened.exit_code
         if self.crash is not None:
             return USAGE_EXIT_CODE
         return INTERRUPTED_EXIT_CODE
@@ -221,71 +238,78 @@ class ReplayApp(App[int]):
     def action_export(self) -> None:
         if self.result is None:
             return
+        selected = None
+        if isinstance(self.screen, MainScreen) and self.screen.timeline.position is not None:
+            selected = self.result.events[self.screen.timeline.position].index
         try:
-            md_path, json_path = export_report(self.result, self.export_dir)
+            md_path, json_path = export_report(self.result, self.export_dir, selected=selected)
         except OSError as exc:
             self.notify(f"Export failed: {exc}", severity="error", timeout=10)
             return
         self.last_export = (md_path, json_path)
-        self.notify(f"Report written:\n{md_path}\n{json_path}", title="exported", timeout=10)
+        where = (
+            ""
+            if self.export_dir_given
+            else f"\ninto the current directory, {self.export_dir} (--export-dir DIR: elsewhere)"
+        )
+        self.notify(f"Report written:\n{md_path}\n{json_path}{where}", title="exported", timeout=10)
 
     # -- command palette --------------------------------------------------------------------
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
-        main = screen if isinstance(screen, MainScreen) else None
-        if main is not None:
-            yield SystemCommand(
-                "First divergence",
-                "Jump to the first diverging event (d)",
-                main.action_first_divergence,
-            )
-            yield SystemCommand(
-                "Next difference",
-                "Next differing or cache-missed row (n)",
-                main.action_next_notable,
-            )
-            yield SystemCommand(
-                "Previous difference",
-                "Previous differing or cache-missed row (N)",
-                main.action_previous_notable,
-            )
-            yield SystemCommand(
-                "Step forward",
-                "Advance one event in step mode (space, →)",
-                main.action_step_forward,
-            )
-            yield SystemCommand(
-                "Step back", "Go back one event in step mode (←)", main.action_step_back
-            )
-            yield SystemCommand(
-                "Filter timeline", "Filter rows by text or kind:NAME (/)", main.action_filter
-            )
-            yield SystemCommand(
-                "Copy event",
-                "Copy the selected event as JSON via OSC 52 (c)",
-                main.action_copy_event,
-            )
+        for title, what, key, run in self.palette_commands(screen):
+            yield SystemCommand(title, f"{what} ({key})", run)
+
+    def palette_commands(
+        self, screen: Screen[Any]
+    ) -> list[tuple[str, str, str, Callable[[], Any]]]:
+        """The command palette's own commands on ``screen``: ``(title, what it does, its key,
+        what it runs)``, one for every key of the screen and of the app that applies there
+        (docs/tui.md: the palette holds every action; a test checks it against the keys)."""
+        commands: list[tuple[str, str, str, Callable[[], Any]]] = []
+        if isinstance(screen, MainScreen):
+            main = screen
+            commands += [
+                ("First divergence", "Jump to the first diverging event", "d",
+                 main.action_first_divergence),
+                ("Next difference", "Next differing or cache-missed row", "n",
+                 main.action_next_notable),
+                ("Previous difference", "Previous differing or cache-missed row", "N",
+                 main.action_previous_notable),
+                ("Step forward", "Advance one event in step mode", "space, →",
+                 main.action_step_forward),
+                ("Step back", "Go back one event in step mode", "←", main.action_step_back),
+                ("Search values", "Find a text in the values and names, jump to it", "/",
+                 main.action_search),
+                ("Filter timeline", "Filter rows by text or kind:NAME", "f", main.action_filter),
+                ("Values of the event", "The selected event's values, whole", "v",
+                 main.action_values),
+                ("Copy event", "Copy the selected event and its values as JSON via OSC 52",
+                 "c", main.action_copy_event),
+                ("Clear", "Close the search or filter line, leave step mode, clear the filter",
+                 "escape", main.action_clear),
+            ]  # fmt: skip
         if self.result is not None and self.result.verdict is not Verdict.USAGE_ERROR:
-            yield SystemCommand(
-                "State",
-                "Memory, cache, pending intents, continuation, versions (s)",
-                lambda: self.action_show("state"),
-            )
-            yield SystemCommand(
-                "Intents ledger",
-                "Intents staged/released, traced vs replayed (i)",
-                lambda: self.action_show("intents"),
-            )
-            yield SystemCommand(
-                "Outputs",
-                "Output sizes, digests and payloads (o)",
-                lambda: self.action_show("outputs"),
-            )
-            yield SystemCommand(
-                "Export report", "Write the report as Markdown and JSON (e)", self.action_export
-            )
-        yield SystemCommand("Help", "Every key (?)", self.action_help)
+            commands += [
+                ("State", "Memory, cache, pending intents, continuation, versions, tools", "s",
+                 lambda: self.action_show("state")),
+                ("Intents ledger", "Intents staged/released, traced vs replayed", "i",
+                 lambda: self.action_show("intents")),
+                ("Outputs", "Output sizes, digests and payloads", "o",
+                 lambda: self.action_show("outputs")),
+                ("Export report", "Write the report as Markdown and JSON and say where", "e",
+                 self.action_export),
+            ]  # fmt: skip
+        if self.check_action("switch_seq", (1,)) is True:
+            commands += [
+                ("Previous activation", "Replay the previous activation of the key", "[",
+                 lambda: self.action_switch_seq(-1)),
+                ("Next activation", "Replay the next activation of the key", "]",
+                 lambda: self.action_switch_seq(1)),
+            ]  # fmt: skip
+        commands.append(("Help", "Every key", "?", self.action_help))
+        return commands
 
 
 def run_tui(

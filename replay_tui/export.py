@@ -16,7 +16,7 @@ from beam_agents.replay.reporting.json_doc import render_json
 from beam_agents.replay.reporting.markdown import report_markdown
 from beam_agents.replay.result import ReplayResult
 
-__all__ = ["export_report", "report_basename"]
+__all__ = ["check_export_dir", "export_report", "report_basename"]
 
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 _MAX_EXPORTS_OF_ONE_NAME = 1000
@@ -52,21 +52,40 @@ def _create(path: Path, text: str) -> bool:
     return True
 
 
-def export_report(result: ReplayResult, directory: Path) -> tuple[Path, Path]:
+def check_export_dir(directory: Path) -> None:
+    """Refuse a ``directory`` that is not an existing folder: ``e`` creates no folder (as
+    ``check --junit`` creates none: a mistyped name must not grow a tree of folders).
+
+    Raises:
+        FileNotFoundError: Nothing is there.
+        NotADirectoryError: Something that is not a folder is there.
+    """
+    if not directory.exists():
+        raise FileNotFoundError(
+            errno.ENOENT, "no such folder (the report creates none: make it first)", str(directory)
+        )
+    if not directory.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "not a folder", str(directory))
+
+
+def export_report(
+    result: ReplayResult, directory: Path, *, selected: int | None = None
+) -> tuple[Path, Path]:
     """Write the Markdown and JSON reports as new files in ``directory``; returns both paths.
 
     The names are ``report_basename(result)`` plus ``.md`` / ``.json``; if either
     exists (a file, a directory or a symbolic link), ``-2``, ``-3``, ... is added
     until both are new. Existing files are never overwritten and links never followed.
+    The Markdown quotes the values at the divergence, at the miss and at ``selected``
+    (the event the operator had selected); the JSON holds every value.
 
     Raises:
-        OSError: The directory cannot be created or written (the app shows the message).
+        OSError: The directory is not an existing folder, or cannot be written (the app
+            shows the message).
     """
-    directory.mkdir(parents=True, exist_ok=True)
-    if not directory.is_dir():
-        raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(directory))
+    check_export_dir(directory)
     base = report_basename(result)
-    markdown, document = report_markdown(result), render_json(result)
+    markdown, document = report_markdown(result, selected=selected), render_json(result)
     for n in range(1, _MAX_EXPORTS_OF_ONE_NAME + 1):
         stem = base if n == 1 else f"{base}-{n}"
         md_path, json_path = directory / f"{stem}.md", directory / f"{stem}.json"

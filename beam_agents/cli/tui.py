@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +21,7 @@ from beam_agents.cli.parsing import (
 from beam_agents.cli.process import cwd_importable, isolate
 from beam_agents.cli.replay import bundle_replay_options, emit, start_last_resort
 from beam_agents.replay.options import ReplayOptions
+from beam_agents.replay.reporting.escape import escape
 from beam_agents.replay.result import EXIT_USAGE, ReplayResult
 
 
@@ -103,11 +105,22 @@ def open_tui(
             "(standard input); save the input to a file, or drop 'tui' for the headless report",
             f"{PROG} tui",
         )
-    if not _has_terminal():
+    if export_dir is not None and not os.path.isdir(export_dir):
+        # Refused before the replay, as check --junit is: 'e' creates no folder.
+        what = "is not a folder" if os.path.exists(export_dir) else "does not exist"
         raise UsageError(
-            "the TUI needs a terminal (standard input and output are not both one); "
-            "for scripts and pipes use the headless report: drop 'tui' (or add --headless, "
-            "or --json)",
+            f"--export-dir {escape(export_dir)} {what}: 'e' writes its reports into an "
+            "existing folder and creates none (make it first, or leave the flag out for the "
+            "current directory)",
+            f"{PROG} tui",
+        )
+    if not _has_terminal():
+        # --headless and --json are the top-level command's, not tui's: name the command.
+        raise UsageError(
+            "the TUI needs a terminal (standard input and output are not both one); for "
+            "scripts and pipes run the same arguments without 'tui' (beam-agents-replay "
+            "--snapshot ... or beam-agents-replay BUNDLE prints the report; add --json for one "
+            "JSON document)",
             f"{PROG} tui",
         )
     if seqs is None:

@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, overload
 
-from beam_agents._protos import TraceEvent
+from beam_agents._protos import LlmResponse, TraceEvent
 from beam_agents.trace_view import ActivationKind, Trigger
 
 
@@ -495,6 +495,9 @@ class CacheEntryView:
     """The re-run was served this entry."""
     status: EntryStatus = EntryStatus.SERVABLE
     """What a lookup at the activation clock finds (the engine always sets it)."""
+    response: LlmResponse | None = field(default=None, repr=False, compare=False)
+    """The cached response as the snapshot holds it (None when digest-only): the state
+    screen shows its text. A reference to the loaded cache's own message, not a copy."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -25,7 +25,7 @@ from beam_agents.event_log import EventLog
 from beam_agents.replay.result import EventPair, EventPairs, ReplayResult, Value
 from beam_agents.trace_events import kind_name
 
-__all__ = ["SearchIndex", "search_position"]
+__all__ = ["SearchIndex", "search_example", "search_position"]
 
 
 class _Values(Protocol):
@@ -241,3 +241,22 @@ class SearchIndex:
         self._corpus = folded
         self._starts = starts
         self._built = True
+
+
+_EXAMPLE_ROWS = 200
+"""How far into the timeline the search line looks for an example to offer."""
+
+
+def search_example(result: ReplayResult) -> str:
+    """A name from this result to show as an example in the search line (a tool's, else a
+    model's), or empty: never a fixed example that belongs to another agent."""
+    fallback = ""
+    for pair in result.events[:_EXAMPLE_ROWS]:
+        event = pair.replayed or pair.traced
+        if event is None or not event.name.isprintable() or len(event.name) > 40:
+            continue
+        if event.kind == TraceEvent.TOOL_CALL:
+            return event.name
+        if event.kind == TraceEvent.LLM_CALL and not fallback:
+            fallback = event.name
+    return fallback

@@ -6,6 +6,7 @@ Everything here formats what the result holds (``StateView``, ``IntentRow``,
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -75,17 +76,78 @@ def _short(value: Any) -> str:
     return escape(shown)
 
 
+_MATCH_BUDGET = 4_000_000
+"""Lists whose differing middles are larger (items × items) are compared by position."""
+
+
+def _item_key(item: Any) -> str:
+    return json.dumps(item, sort_keys=True, ensure_ascii=False, default=repr)
+
+
+def _list_steps(
+    where: str, old: list[Any], new: list[Any]
+) -> tuple[list[tuple[str, Any, Any]], list[tuple[str, str, str]]]:
+    """How two lists differ, their items matched by content, not by position.
+
+    Returns the pairs of items to compare further (``(path, old, new)``, where an item
+    changed in place) and the rows already decided: an item removed, added, or moved (the
+    same item at another index: a reorder is named as one, never as every field changed).
+    """
+    old_keys, new_keys = [_item_key(i) for i in old], [_item_key(i) for i in new]
+    if len(old) * len(new) > _MATCH_BUDGET:
+        pairs = [
+            (
+                f"{where}[{i}]",
+                old[i] if i < len(old) else _ABSENT,
+                new[i] if i < len(new) else _ABSENT,
+            )
+            for i in range(max(len(old), len(new)))
+            if i >= len(old) or i >= len(new) or old_keys[i] != new_keys[i]
+        ]
+        return pairs, []
+    matcher = difflib.SequenceMatcher(None, old_keys, new_keys, autojunk=False)
+    pairs: list[tuple[str, Any, Any]] = []
+    removed: dict[str, list[int]] = {}
+    added: dict[str, list[int]] = {}
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        if tag == "replace" and i2 - i1 == j2 - j1:
+            for i, j in zip(range(i1, i2), range(j1, j2), strict=True):
+                pairs.append((f"{where}[{j}]", old[i], new[j]))
+            continue
+        for i in range(i1, i2):
+            removed.setdefault(old_keys[i], []).append(i)
+        for j in range(j1, j2):
+            added.setdefault(new_keys[j], []).append(j)
+    rows: list[tuple[int, tuple[str, str, str]]] = []
+    for key, old_at in removed.items():
+        new_at = added.get(key, [])
+        while old_at and new_at:
+            i, j = old_at.pop(0), new_at.pop(0)
+            rows.append(
+                (j, (f"{where}[{i}]", _short(old[i]), f"moved to {where}[{j}] (same item)"))
+            )
+    for old_at in removed.values():
+        rows.extend((i, (f"{where}[{i}]", _short(old[i]), "—")) for i in old_at)
+    for new_at in added.values():
+        rows.extend((j, (f"{where}[{j}]", "—", _short(new[j]))) for j in new_at)
+    return pairs, [row for _, row in sorted(rows, key=lambda r: r[0])]
+
+
 def memory_delta(before: Any, after: Any, path: str = "") -> list[tuple[str, str, str]]:
     """``(path, before, after)`` for each leaf that differs (``"—"`` where absent), in order.
 
-    A hand-written walk (no DeepDiff): objects key by key, lists index by index; anything
-    else that differs is one row. Cut at a few hundred rows.
+    A hand-written walk (no DeepDiff): objects key by key; lists item by item matched by
+    content (``difflib``'s longest matching blocks), so an item inserted, removed or moved
+    is one row and the items around it are not marked changed; an item changed in place
+    is walked into. Anything else that differs is one row. Cut at a few hundred rows.
     """
     rows: list[tuple[str, str, str]] = []
     stack: list[tuple[str, Any, Any]] = [(path, before, after)]
     while stack and len(rows) < _DELTA_MAX_ROWS:
         where, old, new = stack.pop()
-        if old == new:
+        if old == new and type(old) is type(new):
             continue
         if isinstance(old, dict) and isinstance(new, dict):
             for key in sorted(set(old) | set(new), reverse=True):
@@ -94,14 +156,9 @@ def memory_delta(before: Any, after: Any, path: str = "") -> list[tuple[str, str
                 )
             continue
         if isinstance(old, list) and isinstance(new, list):
-            for i in reversed(range(max(len(old), len(new)))):
-                stack.append(
-                    (
-                        f"{where}[{i}]",
-                        old[i] if i < len(old) else _ABSENT,
-                        new[i] if i < len(new) else _ABSENT,
-                    )
-                )
+            pairs, decided = _list_steps(where, old, new)
+            rows.extend(decided)
+            stack.extend(reversed(pairs))
             continue
         rows.append(
             (
@@ -110,7 +167,7 @@ def memory_delta(before: Any, after: Any, path: str = "") -> list[tuple[str, str
                 "—" if new is _ABSENT else _short(new),
             )
         )
-    return rows
+    return rows[:_DELTA_MAX_ROWS]
 
 
 _ABSENT = object()
@@ -126,9 +183,7 @@ def memory_delta_text(result: ReplayResult) -> Text:
         return text
     rows = memory_delta(result.state.memory, result.replayed_memory)
     if result.memory is not None:
-        text.append(
-            f"   {digest_note(result, result.memory)}", style=_memory_style(result)
-        )
+        text.append(f"   {digest_note(result, result.memory)}", style=_memory_style(result))
     if not rows:
         text.append("\n  no change: the re-run wrote back what the snapshot holds", style="dim")
     for where, old, new in rows:
@@ -225,7 +280,11 @@ def _built(built: list[JsonNode | None], index: int) -> JsonNode:
 
 # -- cache, pending, continuation, versions ---------------------------------------------------
 
-CACHE_COLUMNS = ("LRU", "key", "model", "provider", "age", "TTL left", "digest-only", "hit", "seq")
+CACHE_COLUMNS = ("LRU", "hit", "key", "model", "age", "TTL left", "digest-only", "provider", "seq")
+"""What a row says first comes first: at 80 columns the whole key pushed ``hit`` off screen
+(the key is cut to ``CACHE_KEY_CHARS``; the entry's pane below the table shows it whole)."""
+
+CACHE_KEY_CHARS = 16
 
 
 def cache_rows(entries: tuple[CacheEntryView, ...]) -> list[tuple[Text, ...]]:
@@ -240,17 +299,44 @@ def cache_rows(entries: tuple[CacheEntryView, ...]) -> list[tuple[Text, ...]]:
         rows.append(
             (
                 Text(str(entry.lru_rank), style="dim"),
-                Text(escape(entry.cache_key)),
+                Text("hit", style="bold green") if entry.hit_in_activation else NO.copy(),
+                Text(clip(escape(entry.cache_key), CACHE_KEY_CHARS + 1)),
                 Text(escape(entry.model)),
-                Text(escape(entry.provider)),
                 _cache_age(entry),
                 ttl,
                 Text("digest-only", style="bold yellow") if entry.digest_only else NO.copy(),
-                Text("hit", style="bold green") if entry.hit_in_activation else NO.copy(),
+                Text(escape(entry.provider)),
                 Text(str(entry.inserted_seq), style="dim"),
             )
         )
     return rows
+
+
+def cache_entry_text(entry: CacheEntryView, limit: int = PAYLOAD_VIEW_BYTES) -> Text:
+    """One cache entry whole: its key, and the cached response's text and tool calls as the
+    snapshot holds them (controls shown as escapes), or why there is none."""
+    text = Text(f"LRU {entry.lru_rank}  ", style="bold")
+    text.append(escape(entry.cache_key))
+    text.append(f"\nmodel {escape(entry.model)}  provider {escape(entry.provider)}", style="dim")
+    text.append(f"  inserted at seq {entry.inserted_seq}\n\n", style="dim")
+    response = entry.response
+    if response is None:
+        text.append(
+            "digest-only: the pipeline kept the response's digest, not the response (replay "
+            "cannot serve it)",
+            style="bold yellow",
+        )
+        return text
+    shown = response.text[:limit]
+    text.append(escape(shown, multiline=True) if shown else "(no text)")
+    if len(response.text) > limit:
+        text.append(f"\n… {len(response.text) - limit} more characters not shown", style="dim")
+    for call in response.tool_calls:
+        text.append(f"\n\ntool call {escape(call.name)}: ", style="bold")
+        text.append(escape(clip(call.arguments_json, limit), multiline=True))
+    if response.stop_reason:
+        text.append(f"\n\nstop reason {escape(response.stop_reason)}", style="dim")
+    return text
 
 
 def _cache_age(entry: CacheEntryView) -> Text:

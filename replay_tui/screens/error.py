@@ -6,11 +6,12 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from beam_agents.replay.result import ReplayResult
 from replay_tui.render.header import header_lines, verdict_banner
 from replay_tui.render.literal import literal_text
+from replay_tui.widgets.footer import KeysFooter
 
 USAGE_EXIT_CODE = 2
 
@@ -41,7 +42,7 @@ class ErrorScreen(Screen[None]):
                 Text(f"Press q to quit (exit code {USAGE_EXIT_CODE}).", style="bold"),
                 id="error-hint",
             )
-        yield Footer()
+        yield KeysFooter()
 
     def _message(self) -> Text:
         text = Text()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -43,7 +44,10 @@ HELP: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
             ("←", "step mode: go back one event"),
             ("n / N", "next / previous differing or cache-missed row"),
             ("d", "jump to the first divergence (or the cache miss)"),
-            ("/", "search the values (and names) for a text, jump to the next match (enter again: the one after)"),
+            (
+                "/",
+                "search the values (and names) for a text, jump to the next match (enter again: the one after)",
+            ),
             ("f", "filter rows by text, or by kind with kind:LLM (enter applies, empty clears)"),
             ("v", "the selected event's values, whole (the detail pane cuts long ones)"),
             ("escape", "leave step mode, then clear the filter"),
@@ -88,27 +92,43 @@ SEQ_KEYS = "[ ]"
 """The row of ``HELP`` that is left out when there is no other activation to switch to."""
 
 
-def help_table(*, seq_switching: bool = True) -> Table:
-    """All of ``HELP`` as one table; without ``[ ]`` when they do nothing (the footer hides
-    them then too)."""
-    table = Table(box=None, expand=True, padding=(0, 2), show_header=False)
-    table.add_column("key", style="bold cyan", no_wrap=True)
-    table.add_column("what it does", ratio=1)
+KEY_COLUMN_WIDTH = max(len(key) for _, keys in HELP for key, _ in keys)
+"""The key column is as wide as the longest key, never as a section's title."""
+
+
+def help_table(*, seq_switching: bool = True) -> Group:
+    """All of ``HELP``: each section's title on a line of its own above its table of keys
+    (a title in the key column made it 45 of 80 columns wide); without ``[ ]`` when they
+    do nothing (the footer hides them then too)."""
+    parts: list[Text | Table] = []
     for section, keys in HELP:
-        table.add_row(Text(section, style="bold underline"), Text(""))
+        parts.append(Text(section, style="bold underline"))
+        table = Table(box=None, expand=True, padding=(0, 2, 0, 0), show_header=False)
+        table.add_column("key", style="bold cyan", no_wrap=True, width=KEY_COLUMN_WIDTH)
+        table.add_column("what it does", ratio=1)
         for key, what in keys:
             if key == SEQ_KEYS and not seq_switching:
                 continue
             table.add_row(Text(key), Text(what))
-        table.add_row(Text(""), Text(""))
-    return table
+        parts.append(table)
+        parts.append(Text(""))
+    return Group(*parts)
 
 
 class HelpScreen(ModalScreen[None]):
     """A modal over the current screen; any of escape, ? or enter closes it."""
 
+    # A modal screen sees none of the app's keys: the ones this help lists as "everywhere"
+    # are bound again here (q quit from the help only after it was closed).
     BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("q", "app.quit", "Quit"),
         Binding("escape,question_mark,enter", "app.pop_screen", "Close"),
+        Binding("s", "app.show('state')", "State", show=False),
+        Binding("i", "app.show('intents')", "Intents", show=False),
+        Binding("o", "app.show('outputs')", "Outputs", show=False),
+        Binding("e", "app.export", "Export", show=False),
+        Binding("left_square_bracket", "app.switch_seq(-1)", "Prev seq", show=False),
+        Binding("right_square_bracket", "app.switch_seq(1)", "Next seq", show=False),
         Binding("down,j", "scroll('down')", "Down", show=False),
         Binding("up,k", "scroll('up')", "Up", show=False),
         Binding("g", "scroll('home')", "Top", show=False),

@@ -8,16 +8,20 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from beam_agents.replay.result import ReplayResult
 from replay_tui.render.state import INTENT_COLUMNS, intent_rows
+from replay_tui.widgets.footer import KeysFooter
 from replay_tui.widgets.header import VerdictBanner
 from replay_tui.widgets.keyed import KeyedDataTable
 
 
 class IntentsScreen(Screen[None]):
     """One row per intent; a disagreement between trace and re-run is marked ≠ in red."""
+
+    FOOTER_FIRST = ("app.pop_screen",)
+    """Back comes right after q and ? in the footer (``KeysFooter``)."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "app.pop_screen", "Back")]
 
@@ -34,7 +38,7 @@ class IntentsScreen(Screen[None]):
         summary.append(f"  ·  re-run staged {staged}, released {released}", style="dim")
         yield Static(summary, id="intents-summary")
         yield KeyedDataTable(id="intents-table", cursor_type="row", zebra_stripes=True)
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)

@@ -9,9 +9,10 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Center, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, LoadingIndicator, Static
+from textual.widgets import LoadingIndicator, Static
 
 from beam_agents.replay.reporting.escape import escape
+from replay_tui.widgets.footer import KeysFooter
 
 
 def describe_options(options: Any) -> Text:
@@ -48,7 +49,7 @@ class LoadingScreen(Screen[None]):
             yield Static(id="loading-elapsed")
             with Center():
                 yield Static(describe_options(self.options), id="loading-inputs")
-        yield Footer()
+        yield KeysFooter()
 
     def restart(self, options: Any) -> None:
         """Show another replay's inputs and start the clock again (switching seq)."""

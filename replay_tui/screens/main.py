@@ -10,20 +10,33 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Input, Static
 from textual.worker import get_current_worker
 
-from beam_agents.replay.reporting.json_doc import pair_document
+from beam_agents.replay.reporting.json_doc import pair_document, value_document
 from beam_agents.replay.result import ReplayResult
 from replay_tui.messages import EventHighlighted, FilterFinished, SearchFinished
 from replay_tui.render.literal import literal_text
-from replay_tui.render.search import SearchIndex
+from replay_tui.render.search import SearchIndex, search_example
 from replay_tui.render.timeline import TimelineModel, filter_positions
 from replay_tui.screens.values import ValuesScreen
 from replay_tui.widgets.detail import DetailPane
+from replay_tui.widgets.footer import KeysFooter
 from replay_tui.widgets.header import ReplayHeaderPanel, VerdictBanner
 from replay_tui.widgets.step import StepPane
 from replay_tui.widgets.timeline import Timeline
+
+
+class QueryLine(Input):
+    """The filter or search line: while it is open, its keys are the footer's (the screen's
+    letters type into it)."""
+
+    def __init__(self, *, placeholder: str, submit: str, id: str) -> None:
+        super().__init__(placeholder=placeholder, id=id)
+        # Input binds enter unseen; these replace it and add escape, both shown.
+        keys = self._bindings.key_to_bindings
+        keys["enter"] = [Binding("enter", "submit", submit)]
+        keys["escape"] = [Binding("escape", "screen.clear", "Close")]
 
 
 def _events(count: int) -> str:
@@ -61,6 +74,10 @@ class MainScreen(Screen[None]):
         """Counts searches: only the newest one's result is shown."""
         self._search_index: SearchIndex | None = None
         """Built by the first search (in its worker), then searched by every one."""
+        self.FOOTER_FIRST: tuple[str, ...] = (
+            ("first_divergence", "next_notable") if self.model.notable else ()
+        )
+        """The verdict's keys come right after q and ? in the footer (``KeysFooter``)."""
 
     def compose(self) -> ComposeResult:
         yield ReplayHeaderPanel(self.result, id="header")
@@ -72,15 +89,22 @@ class MainScreen(Screen[None]):
             with Horizontal(id="panes"):
                 yield DetailPane(self.result, id="detail")
                 yield StepPane(self.result, id="step")
-        yield Input(
-            placeholder="filter: text, or kind:LLM   (enter apply · esc clear)", id="filter"
+        yield QueryLine(
+            placeholder="filter: text, or kind:LLM   (enter applies, empty clears · esc closes)",
+            submit="Apply",
+            id="filter",
         )
-        yield Input(
-            placeholder="search values and names, e.g. B2001   (enter: next match · esc)",
+        example = search_example(self.result)
+        yield QueryLine(
+            placeholder=(
+                f"search values and names{f', e.g. {example}' if example else ''}   "
+                "(enter: next match · esc closes)"
+            ),
+            submit="Next match",
             id="search",
         )
         yield Static(id="status")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         timeline = self.timeline
@@ -318,8 +342,14 @@ class MainScreen(Screen[None]):
             self.notify("No event selected.", timeout=3)
             return
         pair = self.result.events[position]
-        text = json.dumps(pair_document(pair), indent=2, sort_keys=True, ensure_ascii=False)
+        # The pair as --json encodes it, and the values the detail pane shows for it (a
+        # pair alone holds digests: they say where, the values say why).
+        values = self.query_one(DetailPane).values.get(pair.index, [])
+        document = {**pair_document(pair), "values": [value_document(v) for v in values]}
+        text = json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False)
         self.app.copy_to_clipboard(text)
         self.notify(
-            f"Copied event {pair.index} ({len(text)} characters) to the clipboard (OSC 52)."
+            f"Copied event {pair.index} with its {len(values)} value"
+            f"{'' if len(values) == 1 else 's'} ({len(text)} characters) to the clipboard "
+            "(OSC 52)."
         )

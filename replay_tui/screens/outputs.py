@@ -10,16 +10,20 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from beam_agents.replay.result import BlobDigest, ReplayResult
 from replay_tui.render.state import OUTPUT_COLUMNS, output_rows, payload_as_hex, payload_as_text
+from replay_tui.widgets.footer import KeysFooter
 from replay_tui.widgets.header import VerdictBanner
 from replay_tui.widgets.keyed import KeyedDataTable
 
 
 class OutputsScreen(Screen[None]):
     """Reported, not diffed: the outputs and the post-activation memory blob."""
+
+    FOOTER_FIRST = ("app.pop_screen",)
+    """Back comes right after q and ? in the footer (``KeysFooter``)."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "app.pop_screen", "Back"),
@@ -40,7 +44,7 @@ class OutputsScreen(Screen[None]):
                 Text("Select a row and press t for text or x for hex.", style="dim"),
                 id="payload-body",
             )
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)

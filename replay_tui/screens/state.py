@@ -6,17 +6,19 @@ from __future__ import annotations
 from typing import ClassVar
 
 from rich.text import Text
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
+from textual.widgets import DataTable, Static, TabbedContent, TabPane
 
 from beam_agents.replay.result import ReplayResult
 from replay_tui.render.state import (
     CACHE_COLUMNS,
     PENDING_COLUMNS,
     TOOL_CACHE_COLUMNS,
+    cache_entry_text,
     cache_rows,
     continuation_text,
     memory_delta_text,
@@ -25,6 +27,7 @@ from replay_tui.render.state import (
     tool_cache_rows,
     versions_text,
 )
+from replay_tui.widgets.footer import KeysFooter
 from replay_tui.widgets.header import VerdictBanner
 from replay_tui.widgets.json_tree import JsonTree
 from replay_tui.widgets.keyed import KeyedDataTable
@@ -32,6 +35,9 @@ from replay_tui.widgets.keyed import KeyedDataTable
 
 class StateScreen(Screen[None]):
     """The pre-replay picture of the key, as loaded from the snapshot (migrated in memory)."""
+
+    FOOTER_FIRST = ("app.pop_screen",)
+    """Back comes right after q and ? in the footer (``KeysFooter``)."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "app.pop_screen", "Back"),
@@ -54,7 +60,7 @@ class StateScreen(Screen[None]):
             yield Static(
                 Text("This result carries no snapshot state.", style="dim"), id="state-empty"
             )
-            yield Footer()
+            yield KeysFooter()
             return
         with TabbedContent(id="state-tabs"):
             with TabPane("1 memory", id="memory"):
@@ -63,6 +69,8 @@ class StateScreen(Screen[None]):
                 yield Static(memory_delta_text(self.result), id="memory-delta")
             with TabPane(f"2 cache ({len(state.cache_entries)})", id="cache"):
                 yield KeyedDataTable(id="cache-table", cursor_type="row", zebra_stripes=True)
+                with VerticalScroll(id="cache-entry"):
+                    yield Static(id="cache-entry-text")
             with TabPane(f"3 pending ({len(state.pending)})", id="pending"):
                 yield KeyedDataTable(id="pending-table", cursor_type="row", zebra_stripes=True)
                 if not state.pending:
@@ -86,7 +94,7 @@ class StateScreen(Screen[None]):
                         Text("  nothing recorded: the snapshot's tool cache is empty", style="dim"),
                         id="tools-empty",
                     )
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         state = self.result.state
@@ -95,6 +103,7 @@ class StateScreen(Screen[None]):
         cache = self.query_one("#cache-table", DataTable)
         cache.add_columns(*CACHE_COLUMNS)
         cache.add_rows(cache_rows(state.cache_entries))
+        self._show_cache_entry(0)
         pending = self.query_one("#pending-table", DataTable)
         pending.add_columns(*PENDING_COLUMNS)
         pending.add_rows(pending_rows(state.pending))
@@ -102,6 +111,21 @@ class StateScreen(Screen[None]):
         tools.add_columns(*TOOL_CACHE_COLUMNS)
         tools.add_rows(tool_cache_rows(state.tool_cache_entries))
         self.query_one(JsonTree).focus()
+
+    @on(DataTable.RowHighlighted, "#cache-table")
+    def _cache_row(self, event: DataTable.RowHighlighted) -> None:
+        self._show_cache_entry(event.cursor_row)
+
+    def _show_cache_entry(self, row: int) -> None:
+        """The highlighted entry whole under the table: its key and the response's text."""
+        state = self.result.state
+        assert state is not None
+        entries = sorted(state.cache_entries, key=lambda e: e.lru_rank)
+        shown = self.query_one("#cache-entry-text", Static)
+        if 0 <= row < len(entries):
+            shown.update(cache_entry_text(entries[row]))
+        else:
+            shown.update(Text("the snapshot's replay cache is empty", style="dim"))
 
     def action_tab(self, tab: str) -> None:
         if self.result.state is not None:

@@ -9,11 +9,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from beam_agents.replay.reporting.escape import escape
 from beam_agents.replay.result import ReplayResult, Value
 from replay_tui.render.detail import MARKS
+from replay_tui.widgets.footer import KeysFooter
 from replay_tui.widgets.header import VerdictBanner
 
 
@@ -41,6 +42,9 @@ def whole_values_text(index: int, values: list[Value]) -> Text:
 class ValuesScreen(Screen[None]):
     """The selected event's values in full (the detail pane cuts long ones)."""
 
+    FOOTER_FIRST = ("app.pop_screen",)
+    """Back comes right after q and ? in the footer (``KeysFooter``)."""
+
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,v", "app.pop_screen", "Back")]
 
     def __init__(self, result: ReplayResult, index: int, values: list[Value]) -> None:
@@ -53,4 +57,4 @@ class ValuesScreen(Screen[None]):
         yield VerdictBanner(self.result, id="verdict")
         with VerticalScroll(id="values"):
             yield Static(whole_values_text(self.index, self.values), id="values-body")
-        yield Footer()
+        yield KeysFooter()

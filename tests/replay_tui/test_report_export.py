@@ -18,6 +18,7 @@ def test_export_writes_markdown_and_the_headless_json(
     real: Callable[[str], ReplayResult], tmp_path: Path
 ) -> None:
     result = real("diverged")
+    (tmp_path / "reports").mkdir()
     md_path, json_path = export_report(result, tmp_path / "reports")
     assert md_path.parent == json_path.parent == (tmp_path / "reports").resolve()
     assert md_path.name == f"{report_basename(result)}.md"

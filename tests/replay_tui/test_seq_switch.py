@@ -65,8 +65,11 @@ def help_keys(app: ReplayApp) -> list[str]:
     from replay_tui.screens.help import HelpScreen, help_table
 
     assert isinstance(app.screen, HelpScreen)
-    table = help_table(seq_switching=app.screen.seq_switching)
-    return [str(cell) for cell in table.columns[0].cells]
+    from rich.table import Table
+
+    group = help_table(seq_switching=app.screen.seq_switching)
+    tables = [part for part in group.renderables if isinstance(part, Table)]
+    return [str(cell) for table in tables for cell in table.columns[0].cells]
 
 
 async def test_help_lists_the_brackets_only_where_they_switch(real: Any) -> None:

@@ -36,17 +36,17 @@ def test_cache_rows_in_lru_order_with_age_ttl_digest_only_and_hit() -> None:
     assert len(rows[0]) == len(CACHE_COLUMNS)
     assert [row[0] for row in rows] == ["1", "2", "3"]
     first, _, expired = rows
-    assert first[1] == tui_results.cache_key("plan")
-    assert (first[4], first[5], first[7]) == ("1h 35m", "4h 25m", "hit")
-    assert expired[5] == "expired 1h 00m ago" and expired[6] == "digest-only" and expired[7] == "no"
+    assert first[2] == tui_results.cache_key("plan")[:16] + "…"  # whole in the entry's pane
+    assert (first[4], first[5], first[1]) == ("1h 35m", "4h 25m", "hit")
+    assert expired[5] == "expired 1h 00m ago" and expired[6] == "digest-only" and expired[1] == "no"
 
 
 def test_real_cache_view_marks_the_entries_the_rerun_was_served(real: Callable[[str], ReplayResult]) -> None:
     result = real("reproduced")
     assert result.state is not None
     rows = [plains(row) for row in cache_rows(result.state.cache_entries)]
-    hits = {row[1] for row in rows if row[7] == "hit"}
-    served = {e.cache_key for e in result.state.cache_entries if e.hit_in_activation}
+    hits = {row[2] for row in rows if row[1] == "hit"}
+    served = {e.cache_key[:16] + "…" for e in result.state.cache_entries if e.hit_in_activation}
     assert hits == served and served
 
 

@@ -121,6 +121,7 @@ def test_a_hostile_agent_path_cannot_leave_the_directory(real: Real, tmp_path: P
     hostile = dataclasses.replace(
         result, header=dataclasses.replace(result.header, agent_path="../../etc/x:\x1b[2J/y")
     )
+    (tmp_path / "out").mkdir()
     md_path, _ = export_report(hostile, tmp_path / "out")
     assert md_path.parent == (tmp_path / "out").resolve()
     assert "/" not in md_path.name and "\x1b" not in md_path.name
@@ -143,5 +144,6 @@ def test_tui_export_dir_flag_reaches_the_app(
     monkeypatch.setitem(sys.modules, "replay_tui.app", fake)
     monkeypatch.setattr(tui, "_has_terminal", lambda: True)
     flags = real_results.write_inputs("diverged", tmp_path / "in")
+    (tmp_path / "reports").mkdir()  # e creates no folder: --export-dir names an existing one
     assert cli.main(["tui", *flags, "--export-dir", str(tmp_path / "reports")]) == 0
     assert seen[0]["export_dir"] == tmp_path / "reports"

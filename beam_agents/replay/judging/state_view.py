@@ -213,6 +213,7 @@ def state_view(
             digest_only=entry.digest_only,
             inserted_seq=entry.inserted_seq,
             hit_in_activation=entry.cache_key in hits,
+            response=None if entry.digest_only else entry.response,
             status=_entry_status(
                 entry_status(entry, now_ms=now_ms, visible_through_seq=visible_through_seq)
             ),

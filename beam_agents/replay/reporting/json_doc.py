@@ -25,7 +25,14 @@ from beam_agents.replay.result import (
 )
 from beam_agents.trace_data import event_to_dict
 
-__all__ = ["JSON_SCHEMA", "pair_document", "render_json", "result_to_dict", "write_json"]
+__all__ = [
+    "JSON_SCHEMA",
+    "pair_document",
+    "render_json",
+    "result_to_dict",
+    "value_document",
+    "write_json",
+]
 
 JSON_SCHEMA = "beam-agents-replay/1"
 """The ``schema`` field of every document."""
@@ -222,7 +229,7 @@ def _document(result: ReplayResult) -> dict[str, Any]:
         "memory": _blob(result.memory),
         "end_digests_traced": result.end_digests_traced,
         "values_error": result.values_error or None,
-        "values": _Lazy(result.values, _value_dict),
+        "values": _Lazy(result.values, value_document),
         "memory_not_judged": result.memory_not_judged or None,
         "state": _state(result.state),
     }
@@ -241,7 +248,8 @@ def pair_document(pair: EventPair) -> dict[str, Any]:
     }
 
 
-def _value_dict(v: Value) -> dict[str, Any]:
+def value_document(v: Value) -> dict[str, Any]:
+    """One value as the document's ``values`` hold it (the TUI's ``c`` copies these too)."""
     return {
         "event_index": v.event_index,
         "path": v.path,

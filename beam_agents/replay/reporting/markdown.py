@@ -11,8 +11,8 @@ from beam_agents import trace_events as te
 from beam_agents._protos import TraceEvent
 from beam_agents.replay.reporting.escape import escape
 from beam_agents.replay.reporting.labels import VERDICT_TITLES, key_text, utc_time
-from beam_agents.replay.reporting.text import digest_note
-from beam_agents.replay.result import ReplayResult
+from beam_agents.replay.reporting.text import digest_note, mark_text
+from beam_agents.replay.result import Mark, ReplayResult, event_values
 
 MARKDOWN_EVENT_ROWS = 200
 """Timeline rows in the Markdown report around the notable ones (the JSON has all of them)."""
@@ -29,8 +29,29 @@ def _event_cell(event: TraceEvent | None) -> str:
     return f"{te.kind_name(event.kind)} `{_md(event.name)}`"
 
 
-def report_markdown(result: ReplayResult) -> str:
-    """The result as a Markdown incident report."""
+MARKDOWN_VALUE_CHARS = 2000
+"""How much of one value the report quotes (the JSON report holds every value whole)."""
+
+
+def _value_lines(result: ReplayResult, index: int) -> list[str]:
+    """The re-run's values of event ``index``, differing ones first, each with its mark: the
+    values the TUI's detail pane shows there (the digests alone say where, not why)."""
+    order = {Mark.DIFFERS: 0, Mark.VERIFIED: 1, Mark.UNVERIFIABLE: 2}
+    values = sorted(event_values(result.values, index), key=lambda v: order[v.mark])
+    if not values:
+        return []
+    lines = ["", f"Values at event {index} (the re-run's, marked against the traced digests):", ""]
+    for value in values:
+        text = escape(value.text)
+        if len(text) > MARKDOWN_VALUE_CHARS:
+            text = f"{text[:MARKDOWN_VALUE_CHARS]}… ({len(text) - MARKDOWN_VALUE_CHARS} more characters)"
+        lines.append(f"- `{_md(value.path)}` {_md(mark_text(value))}: `{_md(text)}`")
+    return lines
+
+
+def report_markdown(result: ReplayResult, *, selected: int | None = None) -> str:
+    """The result as a Markdown incident report; ``selected``: also the values of that event
+    (the one the operator had selected), after those of the divergence and the miss."""
     h = result.header
     lines = [
         f"# beam-agents-replay: {VERDICT_TITLES[result.verdict]} (exit {result.exit_code})",
@@ -77,6 +98,7 @@ def report_markdown(result: ReplayResult) -> str:
             ]
         if div.detail:
             lines += ["", "```", escape(div.detail, multiline=True), "```"]
+        lines += _value_lines(result, div.index)
         lines.append("")
     miss = result.cache_miss
     if miss is not None:
@@ -93,6 +115,7 @@ def report_markdown(result: ReplayResult) -> str:
                 f"- nearest entry: `{_md(miss.nearest.cache_key)}` (model `{_md(miss.nearest.model)}`),"
                 f" differs in: {_md(', '.join(miss.nearest.differences) or 'nothing recorded')}"
             )
+        lines += _value_lines(result, miss.event_index)
         lines.append("")
     tool_miss = result.tool_miss
     if tool_miss is not None:
@@ -117,6 +140,11 @@ def report_markdown(result: ReplayResult) -> str:
             if event is not None:
                 lines.append(f"- event {index}: `{_md(event.name)}` (never run in replay)")
         lines.append("")
+    covered = {div.index if div else None, miss.event_index if miss else None}
+    if selected is not None and selected not in covered:
+        values = _value_lines(result, selected)
+        if values:
+            lines += [f"## Selected event {selected}", *values, ""]
     if result.network_attempts:
         lines += ["## Blocked network attempts", ""]
         lines += [f"- `{_md(a)}`" for a in result.network_attempts]
