@@ -59,7 +59,19 @@ class LoadingScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self._tick()
-        self.set_interval(0.1, self._tick)
+        self._clock = self.set_interval(0.1, self._tick)
+
+    # The result is pushed over this screen, which stays below it (the default screen cannot
+    # be switched away): its clock and spinner kept repainting under the main screen, 25
+    # frames a second to an idle terminal. Both stop while it is covered.
+    def on_screen_suspend(self) -> None:
+        self._clock.pause()
+        self.query_one("#loading-spinner", LoadingIndicator).display = False
+
+    def on_screen_resume(self) -> None:
+        self.query_one("#loading-spinner", LoadingIndicator).display = True
+        self._tick()
+        self._clock.resume()
 
     def _tick(self) -> None:
         elapsed = time.monotonic() - self._started
