@@ -79,7 +79,7 @@ def _build() -> tuple[Parser, argparse._SubParsersAction[Parser]]:
             f"       {PROG} BUNDLE [--seq N] [--json] ...  (an incident bundle's replay; "
             "see BUNDLE --help)\n"
             f"       {PROG} COMMAND ...  (COMMAND --help for its flags)\n"
-            f"       {PROG} --version | --help"
+            f"       {PROG} -V | --version | --help"
         ),
         description=(
             "Re-run one traced activation offline, from a StateSnapshot, its trace stream and "
@@ -92,7 +92,7 @@ def _build() -> tuple[Parser, argparse._SubParsersAction[Parser]]:
         allow_abbrev=False,
     )
     add_replay_flags(parser, headless=True)
-    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    parser.add_argument("-V", "--version", action="version", version=f"{PROG} {__version__}")
     commands = parser.add_subparsers(
         title="commands", dest="command", metavar="COMMAND", prog=PROG, parser_class=Parser
     )
@@ -119,6 +119,11 @@ def _parse(args: Sequence[str]) -> argparse.Namespace:
         ns = sub.parse_args(args[1:])
         ns.command = args[0]
         return ns
+    unknown = _unknown_flag(parser, args)
+    if unknown is not None:
+        # Before argparse: it would take the flag's value for a COMMAND ("argument COMMAND:
+        # invalid choice: '1'" for a mistyped --seq 1).
+        raise UsageError(unknown)
     try:
         ns = parser.parse_args(args)
     except UsageError as exc:
@@ -134,6 +139,25 @@ def _parse(args: Sequence[str]) -> argparse.Namespace:
             f"({PROG} {ns.command} --help shows its flags)"
         )
     return ns
+
+
+def _unknown_flag(parser: Parser, args: Sequence[str]) -> str | None:
+    """The refusal of the first flag the replay does not have, with the nearest one it has."""
+    import difflib
+
+    known = sorted({flag for action in parser._actions for flag in action.option_strings})
+    for arg in args:
+        if arg == "--":
+            return None
+        if not arg.startswith("-") or arg == "-" or arg[1:2].isdigit():
+            continue
+        flag = arg.split("=", 1)[0]
+        if flag in known:
+            continue
+        near = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        return f"unrecognized flag {escape(flag)}{hint}"
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

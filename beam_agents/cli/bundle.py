@@ -7,6 +7,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from beam_agents.cli.docs import doc_page
 from beam_agents.cli.output import report_refusal, write_output
 from beam_agents.cli.parsing import CLI_NAMING, PROG, ExitCodesFormatter, Parser, UsageError
 from beam_agents.cli.process import cwd_importable, isolate
@@ -29,7 +30,8 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
         "bundle",
         help="write an incident bundle: snapshot, trace slice, envelopes, agent, in one file",
         description=(
-            "Write one self-describing incident bundle (docs/incidents.md): the snapshot, the "
+            f"Write one self-describing incident bundle ({doc_page('incidents.md')}): the "
+            "snapshot, the "
             "trace events of the activations it replays (the highest traced one, --seq N, or "
             "--all up to the snapshot's seq), the envelopes that triggered them (picked from "
             "--events by traced id and sha256), the agent, registry and HITL policy, and the "

@@ -7,10 +7,29 @@ import os
 import sys
 
 from beam_agents.cli.output import check_output_path, json_text, print_out, write_output
-from beam_agents.cli.parsing import CLI_NAMING, PROG, Parser, UsageError, add_time_limit_flag
+from beam_agents.cli.docs import doc_page
+from beam_agents.cli.parsing import (
+    CLI_NAMING,
+    PROG,
+    ExitCodesFormatter,
+    Parser,
+    UsageError,
+    add_time_limit_flag,
+)
 from beam_agents.cli.process import PROCESS_LIFE, cwd_importable
 from beam_agents.replay.reporting.escape import escape
 from beam_agents.replay.result import EXIT_USAGE
+
+
+_CHECK_EXIT_CODES_HELP = f"""\
+exit codes: the worst verdict of every row, in this order
+  2  error: a file that is not a bundle or cannot be read, a bundle whose replay was
+     refused, a worker that ended without a verdict, or a usage error (nothing replayed)
+  1  diverged: an activation's re-run differs from its trace
+  3  irreproducible: a cache miss, a digest-only entry, a migration gap, a time limit
+  0  every activation reproduced (or was a what-if)
+
+The table, --json and --junit: {doc_page("incidents.md")}"""
 
 
 def register(commands: argparse._SubParsersAction[Parser]) -> None:
@@ -25,6 +44,8 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
             "never stops at it. Exit code: the worst verdict, in the order error (2), "
             "diverged (1), irreproducible (3), reproduced (0)."
         ),
+        epilog=_CHECK_EXIT_CODES_HELP,
+        formatter_class=ExitCodesFormatter,
         allow_abbrev=False,
     )
     parser.add_argument("paths", metavar="PATH", nargs="+", help="bundle files or directories")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from beam_agents.cli.docs import doc_page
 from beam_agents.cli.output import json_text, print_out, report_refusal
 from beam_agents.cli.parsing import CLI_NAMING, ExitCodesFormatter, Parser
 from beam_agents.cli.process import isolate
@@ -29,7 +30,8 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
             "tool result is in the snapshot), evicted, expired, digest-only, minted-later, "
             "ambiguous (a recorded tool call with two results), not-committed (a failed "
             "activation's billed response), continuation-gone, after-snapshot, "
-            "incomplete-trace, or the key's pending-resume (a what-if). See docs/incidents.md."
+            "incomplete-trace, or the key's pending-resume (a what-if). See "
+            f"{doc_page('incidents.md')}."
         ),
         epilog=_LS_EXIT_CODES_HELP,
         formatter_class=ExitCodesFormatter,

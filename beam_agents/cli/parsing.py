@@ -9,6 +9,7 @@ import os
 import sys
 from typing import NoReturn
 
+from beam_agents.cli.docs import doc_page
 from beam_agents.replay.naming import Input, Naming
 from beam_agents.replay.options import (
     DEFAULT_TIME_LIMIT,
@@ -48,7 +49,7 @@ CLI_NAMING = Naming(
 )
 """How the command line names replay's inputs in the messages that refuse them: by its flags
 (the replay package takes this from its caller; docs/index.md, "How the code is laid out")."""
-EXIT_CODES_HELP = """\
+EXIT_CODES_HELP = f"""\
 exit codes:
   0  reproduced: the re-run matched the traced record (also: a what-if of a pending resume)
   1  diverged: the first diverging event is printed as a structured diff
@@ -61,7 +62,7 @@ exit codes:
      --time-limit; replay's watchdog said so on standard error and ended the process
 
 A FILE of - is read from standard input (for one flag at most).
-See docs/replay.md for the report fields and the --json schema."""
+The report's fields and the --json schema: {doc_page("replay.md")}"""
 
 
 class ExitCodesFormatter(argparse.HelpFormatter):

@@ -15,7 +15,7 @@ from beam_agents.errors import ReplayError
 from beam_agents.replay.result import StopCause, TargetFacts, Verdict
 
 FILE = "FILE"
-"""How a refusal's ``cause`` names the file it is about (``bundle FILE is truncated``)."""
+"""How a refusal's ``cause`` names the file it is about (``--snapshot FILE is a directory``)."""
 
 
 class ReplayRefused(ReplayError):
@@ -30,8 +30,8 @@ class ReplayRefused(ReplayError):
         self.detail = detail
         """More sentences: what to do about it (may be empty)."""
         self.cause = reason if cause is None else cause
-        """The reason without the name of the file it is about (``bundle FILE is not an
-        incident bundle``): what ``check`` groups by. Said where the refusal is made, so
+        """The reason without the name of the file it is about (``the bundle is not an
+        incident bundle``): what ``check`` groups by, the files listed under it. Said where the refusal is made, so
         that nothing takes a name back out of the reason."""
         self.target = TargetFacts()
         """What was already known about the target activation when replay stopped."""

@@ -45,7 +45,7 @@ from beam_agents.replay.inputs.sources import describe_source, open_regular, rea
 from beam_agents.replay.inputs.traces import check_complete, seq_ranges, trace_events
 from beam_agents.replay.naming import CHECK_BUNDLES, MAKE_BUNDLE, Input, Naming
 from beam_agents.replay.options import ReplayOptions, Source, as_sources
-from beam_agents.replay.refusal import FILE, CannotReproduce, InputError
+from beam_agents.replay.refusal import CannotReproduce, InputError
 from beam_agents.trace_events import serialize_trace_event
 from beam_agents.trace_view import ActivationStart
 
@@ -270,7 +270,7 @@ _LOAD_ADVICE = "make bundles with beam-agents-replay bundle; never edit one by h
 
 
 def _refuse(name: str, what: str, advice: str = _LOAD_ADVICE) -> InputError:
-    return InputError(f"bundle {name} {what}", advice, cause=f"bundle {FILE} {what}")
+    return InputError(f"bundle {name} {what}", advice, cause=f"the bundle {what}")
 
 
 def load_bundle(
@@ -291,7 +291,7 @@ def load_bundle(
         except OSError as exc:
             why = exc.strerror or exc
             raise InputError(
-                f"cannot read bundle {name}: {why}", cause=f"cannot read bundle {FILE}: {why}"
+                f"cannot read bundle {name}: {why}", cause=f"cannot read the bundle: {why}"
             ) from None
         import stat
 
@@ -363,7 +363,7 @@ def _check_parts(
         raise _refuse(name, f"holds a snapshot that does not load: {exc.reason}") from None
     except CannotReproduce as exc:  # a migration gap: exit 3, named by the bundle too
         raise CannotReproduce(
-            f"bundle {name}: {exc.reason}", exc.detail, cause=f"bundle {FILE}: {exc.reason}"
+            f"bundle {name}: {exc.reason}", exc.detail, cause=f"the bundle: {exc.reason}"
         ) from None
     snapshot = loaded[0]
     if snapshot.entity_key != key:

@@ -13,7 +13,7 @@ reason's words.
 - past the time limit: the limit (``the re-run ran past the time limit of 60 s``),
   not the event the re-run had reached;
 - a refusal: its ``cause``, the reason without the name of the file it is about
-  (``bundle FILE is not an incident bundle``), said where the refusal is made;
+  (``the bundle is not an incident bundle``; the files are listed under it), said where the refusal is made;
 - otherwise the reason.
 
 The worst verdict decides the exit code, worst first: error (2), diverged (1),

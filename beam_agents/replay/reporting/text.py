@@ -290,6 +290,20 @@ def _served_tool_lines(result: ReplayResult, *, width: int | None = VALUE_WIDTH)
     return lines
 
 
+def _provider_calls_note(result: ReplayResult) -> str:
+    """On a divergence, what a provider call means: each one is a miss, so the re-run
+    stopped there too (``provider calls: 1`` beside ``diverged`` read as a live call)."""
+    if result.verdict is not Verdict.DIVERGED or not result.provider_calls:
+        return ""
+    where = (
+        f" at event {result.cache_miss.event_index}" if result.cache_miss is not None else ""
+    )
+    return (
+        f" (each one a miss: after diverging, the re-run also stopped at a model call the "
+        f"snapshot's cache could not serve{where})"
+    )
+
+
 def render_report(result: ReplayResult, *, full_values: bool = False) -> str:
     """The headless report (stdout) for any verdict but a usage error.
 
@@ -306,7 +320,7 @@ def render_report(result: ReplayResult, *, full_values: bool = False) -> str:
         f"  seq: {_unknown(h.seq)}  now_ms: {_unknown(h.now_ms)}",
         f"  kind:   {_unknown(h.kind)}",
         result.verdict.value,
-        f"  provider calls: {result.provider_calls}",
+        f"  provider calls: {result.provider_calls}{_provider_calls_note(result)}",
     ]
     for i, output in enumerate(result.outputs):
         lines.append(f"  outputs[{i}]: {_digest_line(output)} {digest_note(result, output)}")

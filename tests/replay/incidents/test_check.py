@@ -66,8 +66,8 @@ def test_rows_groups_and_the_worst_verdict(folder: Path) -> None:
         ]
         == 1
     )
-    assert causes[(Verdict.USAGE_ERROR, "bundle FILE is truncated or corrupt")] == 1
-    assert causes[(Verdict.USAGE_ERROR, "bundle FILE is not an incident bundle")] == 1
+    assert causes[(Verdict.USAGE_ERROR, "the bundle is truncated or corrupt")] == 1
+    assert causes[(Verdict.USAGE_ERROR, "the bundle is not an incident bundle")] == 1
     misses = {c: n for (v, c), n in causes.items() if v is Verdict.IRREPRODUCIBLE}
     assert misses == {"cache miss (absent): messages[0]": 3}  # one group, three activations
     assert report.groups[0].verdict is Verdict.USAGE_ERROR  # worst first
@@ -242,8 +242,8 @@ def test_a_cause_never_loses_letters_to_the_file_name(
             CheckCause.DIVERGED,
             "TOOL_CALL 'lookup_order': attributes['beam_agents.result_sha256']",
         ),
-        "d": (Verdict.USAGE_ERROR, CheckCause.REFUSED, "bundle FILE is truncated or corrupt"),
-        "u": (Verdict.USAGE_ERROR, CheckCause.REFUSED, "bundle FILE is not an incident bundle"),
+        "d": (Verdict.USAGE_ERROR, CheckCause.REFUSED, "the bundle is truncated or corrupt"),
+        "u": (Verdict.USAGE_ERROR, CheckCause.REFUSED, "the bundle is not an incident bundle"),
     }
     # The detail still names the file.
     assert any(r.detail.startswith("bundle d ") for r in check_bundles(["d"]).rows)

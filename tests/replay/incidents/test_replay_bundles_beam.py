@@ -78,7 +78,7 @@ def test_rows_and_counts_match_check_on_the_multi_process_runner(tmp_path: Path)
     ]
     counts = dict(_collected(counts_dir))
     assert counts == {(g.verdict.value, g.cause): len(g.rows) for g in expected.groups}
-    assert counts[("error", "bundle FILE is truncated or corrupt")] == 1
+    assert counts[("error", "the bundle is truncated or corrupt")] == 1
     assert sum(counts.values()) == 4 + 1 + 4 + 1
 
 
