@@ -11,8 +11,11 @@ nothing can tell the difference except ``is``. ``append`` adds an event (its
 bytes): ``run_activation(..., replay=ReplayHooks(compact_trace=True))`` records the re-run's trace
 into one, and replay's trace scan keeps the traced activation in one.
 
-The bytes are ``serialize_trace_event``'s (deterministic), so comparing two
-events' ``raw`` bytes is the comparison ``compare`` makes, without parsing.
+The bytes are ``serialize_trace_event``'s (deterministic) for every event beam-agents
+wrote, so comparing two events' ``raw`` bytes is the comparison ``compare`` makes,
+without parsing; a traced activation is kept as its frames, which a foreign writer may
+have encoded otherwise: ``compare`` then compares the fields (equal bytes prove the same
+event, different bytes prove nothing).
 """
 
 from __future__ import annotations

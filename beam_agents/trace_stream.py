@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 import os
 import uuid
-from collections.abc import Generator, Iterable
+from collections.abc import Generator, Iterable, Sequence
 from pathlib import Path
 from typing import BinaryIO, NoReturn, Protocol
 
@@ -35,6 +35,7 @@ from beam_agents.trace_events import serialize_trace_event
 __all__ = [
     "MAX_FRAME_BYTES",
     "iter_frames",
+    "read_trace_frames",
     "read_trace_stream",
     "trace_stream_files",
     "write_trace_stream",
@@ -448,17 +449,32 @@ def read_trace_stream(
         TraceStreamError: A length prefix is over-long, a frame is not a
             ``TraceEvent``, or the source cannot be read.
     """
+    keys = None if entity_key is None else (bytes(entity_key),)
+    return (event for event, _ in read_trace_frames(source, entity_keys=keys, chunk_size=chunk_size))
+
+
+def read_trace_frames(
+    source: StreamSource,
+    *,
+    entity_keys: Sequence[bytes] | None = None,
+    chunk_size: int = _DEFAULT_CHUNK,
+) -> Generator[tuple[TraceEvent, bytes], None, None]:
+    """``read_trace_stream`` with each event's frame (its bytes as the stream holds them),
+    and optionally the events of several keys (``entity_keys``; None: every key).
+
+    Frames of other keys are skipped unparsed, as ``read_trace_stream`` does for one.
+    """
     chunks = _Chunks(source, _check_chunk_size(chunk_size))
-    if entity_key is None:
-        return _all_events(chunks)
-    return _key_events(chunks, bytes(entity_key))
+    if entity_keys is None:
+        return _all_frames(chunks)
+    return _key_frames(chunks, tuple(dict.fromkeys(bytes(k) for k in entity_keys)))
 
 
-def _all_events(chunks: _Chunks) -> Generator[TraceEvent, None, None]:
+def _all_frames(chunks: _Chunks) -> Generator[tuple[TraceEvent, bytes], None, None]:
     frames = _frames(chunks)
     try:
         for offset, frame in frames:
-            yield _parse(frame, chunks, offset)
+            yield _parse(frame, chunks, offset), frame
     finally:
         frames.close()
 
@@ -493,7 +509,13 @@ def _probe_position(buf: bytes, prefix: bytes) -> int:
     return best
 
 
-def _key_events(chunks: _Chunks, key: bytes) -> Generator[TraceEvent, None, None]:
+def _key_frames(
+    chunks: _Chunks, keys: tuple[bytes, ...]
+) -> Generator[tuple[TraceEvent, bytes], None, None]:
+    if len(keys) != 1:
+        yield from _keys_frames(chunks, keys)
+        return
+    key = keys[0]
     prefix = b"\x0a" + varint(len(key)) + key
     try:
         # The splitting loop of _frames with the key test in place of the
@@ -537,15 +559,36 @@ def _key_events(chunks: _Chunks, key: bytes) -> Generator[TraceEvent, None, None
                         pos = q
                         continue
                     if startswith(prefix, p, q) or p == q or buf[p] != 0x0A:
-                        event = _parse(buf[p:q], chunks, chunks.base + pos)
+                        frame = buf[p:q]
+                        event = _parse(frame, chunks, chunks.base + pos)
                         if event.entity_key == key:
-                            yield event
+                            yield event, frame
                     pos = q
             except IndexError:
                 pass
             buf = chunks.refill(buf, pos, need)
     finally:
         chunks.close()
+
+
+
+
+def _keys_frames(
+    chunks: _Chunks, keys: tuple[bytes, ...]
+) -> Generator[tuple[TraceEvent, bytes], None, None]:
+    """``_key_frames`` for several keys (or none): a prefix test per key, no probe byte."""
+    prefixes = tuple(b"\x0a" + varint(len(k)) + k for k in keys)
+    wanted = frozenset(keys)
+    frames = _frames(chunks)
+    try:
+        for offset, frame in frames:
+            if frame[:1] == b"\x0a" and not frame.startswith(prefixes):
+                continue
+            event = _parse(frame, chunks, offset)
+            if event.entity_key in wanted:
+                yield event, frame
+    finally:
+        frames.close()
 
 
 # --------------------------------------------------------------------------- files

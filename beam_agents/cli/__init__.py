@@ -119,7 +119,8 @@ def _parse(args: Sequence[str]) -> argparse.Namespace:
         ns = sub.parse_args(args[1:])
         ns.command = args[0]
         return ns
-    unknown = _unknown_flag(parser, args)
+    # A command after flags is named as such below; only then is a flag no flag of the replay.
+    unknown = None if any(a in commands.choices for a in args) else _unknown_flag(parser, args)
     if unknown is not None:
         # Before argparse: it would take the flag's value for a COMMAND ("argument COMMAND:
         # invalid choice: '1'" for a mistyped --seq 1).

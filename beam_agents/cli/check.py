@@ -6,8 +6,8 @@ import argparse
 import os
 import sys
 
-from beam_agents.cli.output import check_output_path, json_text, print_out, write_output
 from beam_agents.cli.docs import doc_page
+from beam_agents.cli.output import check_output_path, json_text, print_out, write_output
 from beam_agents.cli.parsing import (
     CLI_NAMING,
     PROG,
@@ -19,7 +19,6 @@ from beam_agents.cli.parsing import (
 from beam_agents.cli.process import PROCESS_LIFE, cwd_importable
 from beam_agents.replay.reporting.escape import escape
 from beam_agents.replay.result import EXIT_USAGE
-
 
 _CHECK_EXIT_CODES_HELP = f"""\
 exit codes: the worst verdict of every row, in this order

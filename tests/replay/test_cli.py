@@ -265,7 +265,9 @@ def test_a_usage_error_is_one_paragraph_on_stderr(
     [
         ([], "missing --snapshot, --traces, --agent, --registry"),
         (["--seq", "x"], "invalid int value"),
-        (["--bogus"], "unrecognized arguments: --bogus"),
+        (["--bogus"], "unrecognized flag --bogus"),
+        (["--sequence", "1"], "unrecognized flag --sequence (did you mean --seq?)"),
+        (["--trace", "DIR"], "unrecognized flag --trace (did you mean --traces?)"),
         (
             [
                 "--snapshot",

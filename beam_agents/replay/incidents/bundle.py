@@ -116,8 +116,9 @@ def _key_events(
 ) -> dict[int, dict[int, bytes]]:
     """The deterministic bytes of every traced event of ``key``, by seq and index."""
     found: dict[int, dict[int, bytes]] = {}
-    for _, event, data in trace_events(traces, key, naming):
-        found.setdefault(event.seq, {})[event.index] = data
+    for _, event, _frame in trace_events(traces, key, naming):
+        # Canonical bytes, whatever wrote the stream: the loader refuses any other.
+        found.setdefault(event.seq, {})[event.index] = serialize_trace_event(event)
     return found
 
 

@@ -4,11 +4,11 @@
 ``*.pb``, ``-``, stream bytes, or events given as messages): ``replay``, ``ls``
 and ``bundle`` all read through it, so they apply one rule to what the streams
 hold. Sinks deliver at least once, so an event may appear twice: an exact copy
-(the same deterministic bytes at the same key, seq and index) is skipped; a
+(the same bytes at the same key, seq and index) is skipped; a
 *different* event at a position already seen is refused (exit 2), since only
 one of them can be the record of what happened; an event with more than
 ``MAX_EVENT_ATTRIBUTES`` attributes is refused too. Only the wanted key's frames
-are parsed (``read_trace_stream`` filters them before parsing).
+are parsed (``read_trace_frames`` filters them before parsing).
 
 ``scan_traces`` keeps, for one key: the opening ``ACTIVATION_START`` of every
 traced activation (to name the traced seqs and match an envelope to its
@@ -25,7 +25,6 @@ messages.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
@@ -39,11 +38,12 @@ from beam_agents.replay.naming import REPLAYER, Input, Naming
 from beam_agents.replay.options import Source
 from beam_agents.replay.refusal import InputError
 from beam_agents.trace_events import END_DIGEST_ATTRIBUTES, kind_name, serialize_trace_event
-from beam_agents.trace_stream import read_trace_stream, trace_stream_files
+from beam_agents.trace_stream import read_trace_frames, trace_stream_files
 from beam_agents.trace_view import IntentStaged, LlmCall, attribute_kind
 
 __all__ = [
     "MAX_EVENT_ATTRIBUTES",
+    "EntityKeys",
     "TraceMessages",
     "TraceSource",
     "TracedKey",
@@ -106,7 +106,8 @@ class TracedKey:
     kept_seq: int | None = None
     """The seq whose events ``event_bytes`` holds."""
     event_bytes: dict[int, bytes] = field(default_factory=dict, repr=False)
-    """The events of ``kept_seq``, by index, as their deterministic serializations (a
+    """The events of ``kept_seq``, by index, as their frames (deterministic serializations
+    when beam-agents wrote them; the comparison falls back to the fields otherwise) (a
     parsed event costs four times its bytes: ``event_log``)."""
     provider: str = ""
     """The provider named by the first traced LLM_CALL of the key (any activation)."""
@@ -168,24 +169,33 @@ MAX_EVENT_ATTRIBUTES = 4096
 _STREAM_ADVICE = "pass trace streams as the file:// sink or convert-bq writes them"
 
 
+EntityKeys = bytes | tuple[bytes, ...] | None
+"""The keys whose events a scan reads: one, several (``ls --key`` that reads as hex or as
+text), or None for every key."""
+
+
 def _streams(
-    sources: Sequence[TraceSource], entity_key: bytes | None, naming: Naming
-) -> Iterator[tuple[str, Iterable[TraceEvent]]]:
-    """Each source's name and its events (of ``entity_key`` only, unless None)."""
+    sources: Sequence[TraceSource], entity_keys: EntityKeys, naming: Naming
+) -> Iterator[tuple[str, Iterable[tuple[TraceEvent, bytes]]]]:
+    """Each source's name and its events with their frames (of ``entity_keys`` only)."""
+    keys = (entity_keys,) if isinstance(entity_keys, bytes) else entity_keys
     for source in sources:
         if isinstance(source, TraceMessages):
             events = source.events
+            wanted = None if keys is None else frozenset(keys)
             yield source.name, (
-                events if entity_key is None else (e for e in events if e.entity_key == entity_key)
+                (e, serialize_trace_event(e))
+                for e in events
+                if wanted is None or e.entity_key in wanted
             )
             continue
         if isinstance(source, bytes):
-            yield describe_source(source), read_trace_stream(source, entity_key=entity_key)
+            yield describe_source(source), read_trace_frames(source, entity_keys=keys)
             continue
         if os.fspath(source) == STDIN:
             # Read as a stream, in chunks, like a file: a piped trace dump can be large.
             stdin = CappedReader(sys.stdin.buffer, Input.TRACES, naming, "<stdin>")
-            yield "<stdin>", read_trace_stream(stdin, entity_key=entity_key)
+            yield "<stdin>", read_trace_frames(stdin, entity_keys=keys)
             continue
         files = trace_stream_files(source)
         if not files:
@@ -199,14 +209,21 @@ def _streams(
             # Regular files only (no FIFO, no /dev/zero), each within the traces' cap.
             with open_regular(str(path), Input.TRACES, naming) as stream:
                 capped = CappedReader(stream, Input.TRACES, naming, str(path))
-                yield str(path), read_trace_stream(capped, entity_key=entity_key)
+                yield str(path), read_trace_frames(capped, entity_keys=keys)
 
 
 def trace_events(
-    sources: Sequence[TraceSource], entity_key: bytes | None, naming: Naming = REPLAYER
+    sources: Sequence[TraceSource], entity_key: EntityKeys, naming: Naming = REPLAYER
 ) -> Iterator[tuple[str, TraceEvent, bytes]]:
-    """Every event of ``entity_key`` (None: of every key) in ``sources``, each position
-    once: ``(the source's name, the event, its deterministic bytes)``, in reading order.
+    """Every event of ``entity_key`` (a key, several, or None: every key) in ``sources``,
+    each position once: ``(the source's name, the event, its frame)``, in reading order.
+
+    The frame is the event's bytes as the stream holds them (beam-agents writes
+    ``serialize_trace_event``'s deterministic bytes; messages given as such are
+    serialized so). The duplicate rule compares frames: a copy is the same bytes at the
+    same position, as an at-least-once sink delivers it; it keeps a 64-bit hash per
+    position (``hash`` of the frame: a different event passes for a copy with
+    probability 2**-64), in one flat table per key.
 
     Raises:
         InputError: No source, a source missing or unreadable, a stream corrupt (naming
@@ -218,19 +235,22 @@ def trace_events(
             f"no {naming.name(Input.TRACES)} given",
             "pass the trace stream(s) holding the activations",
         )
-    seen: dict[tuple[bytes, int], dict[int, bytes]] = {}
+    seen: dict[bytes, dict[int, int]] = {}
+    """Per key: ``seq << 32 | index`` (index is 32 bits) -> the hash of its first frame."""
     try:
         for name, events in _streams(sources, entity_key, naming):
-            for event in events:
+            for event, frame in events:
                 if len(event.attributes) > MAX_EVENT_ATTRIBUTES:
                     raise _too_many_attributes(event, name)
-                data = serialize_trace_event(event)
-                digest = hashlib.blake2b(data, digest_size=16).digest()
-                at = seen.setdefault((event.entity_key, event.seq), {})
-                known = at.get(event.index)
+                positions = seen.get(event.entity_key)
+                if positions is None:
+                    positions = seen[event.entity_key] = {}
+                position = (event.seq << 32) | event.index
+                known = positions.get(position)
+                digest = hash(frame)
                 if known is None:
-                    at[event.index] = digest
-                    yield name, event, data
+                    positions[position] = digest
+                    yield name, event, frame
                 elif known != digest:
                     raise InputError(
                         f"the traces hold two different events for key {event.entity_key.hex()} "

@@ -8,7 +8,7 @@ Modules, and what each gives the floors above:
     text       the headless report (render_report, render_error; digest_note,
                miss_request_values, request_components_differing for the TUI's panes)
     json_doc   ``--json``, and the one encoding of an event pair and a value
-               (render_json, write_json, pair_document)
+               (render_json, write_json, pair_document, value_document)
     markdown   the incident report for the ticket (report_markdown)
     redact     ``--redact``: every value replaced by its digest (redact)
 

@@ -131,7 +131,10 @@ def test_tui_without_a_terminal_points_to_the_headless_report(
     monkeypatch.setattr(tui, "_has_terminal", lambda: False)
     code, out, err = run(["tui", *inputs.flags()], capsys)
     assert (code, out) == (2, "")
-    assert "needs a terminal" in err and "--headless" in err
+    # It advised adding --headless, which tui refuses: it names the command that takes it.
+    assert "needs a terminal" in err and "without 'tui'" in err and "--headless" not in err
+    code, out, _ = run([*inputs.flags(), "--json"], capsys)
+    assert code == 0 and out.startswith("{")
 
 
 def test_tui_without_a_terminal_as_a_process_exits_2_and_writes_no_escape_codes(
