@@ -7,7 +7,7 @@ import os
 import sys
 
 from beam_agents.cli.docs import doc_page
-from beam_agents.cli.output import check_output_path, json_text, print_out, write_output
+from beam_agents.cli.output import check_output_path, print_out, write_out, write_output
 from beam_agents.cli.parsing import (
     CLI_NAMING,
     PROG,
@@ -17,6 +17,7 @@ from beam_agents.cli.parsing import (
     add_time_limit_flag,
 )
 from beam_agents.cli.process import PROCESS_LIFE, cwd_importable
+from beam_agents.cli.progress import Progress
 from beam_agents.replay.reporting.escape import escape
 from beam_agents.replay.result import EXIT_USAGE
 
@@ -70,7 +71,11 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
 
 def _run_check(ns: argparse.Namespace) -> int:
     from beam_agents.replay.incidents.check import check_bundles
-    from beam_agents.replay.incidents.check_render import check_json, render_check, render_junit
+    from beam_agents.replay.incidents.check_render import (
+        render_check,
+        render_junit,
+        write_check_json,
+    )
 
     prog = f"{PROG} check"
     if ns.jobs < 1:
@@ -95,15 +100,17 @@ def _run_check(ns: argparse.Namespace) -> int:
     cwd_importable()  # before the workers start: they inherit the import path
     # As the console script, even one job replays in a worker process: agent code never
     # runs in this one, so a worker it ends, crashes or hangs is one row (docs/incidents.md).
-    report = check_bundles(
-        ns.paths,
-        agent=ns.agent,
-        registry=ns.registry,
-        jobs=ns.jobs,
-        time_limit=ns.time_limit,
-        isolate=PROCESS_LIFE["isolate"],
-        naming=CLI_NAMING,
-    )
+    with Progress("check", "activation(s) replayed") as progress:
+        report = check_bundles(
+            ns.paths,
+            agent=ns.agent,
+            registry=ns.registry,
+            jobs=ns.jobs,
+            time_limit=ns.time_limit,
+            isolate=PROCESS_LIFE["isolate"],
+            naming=CLI_NAMING,
+            progress=progress,
+        )
     if ns.junit is not None:
         try:
             write_output(ns.junit, render_junit(report))
@@ -113,5 +120,8 @@ def _run_check(ns: argparse.Namespace) -> int:
                 f"{escape(str(exc.strerror or exc))}\n"
             )
             return EXIT_USAGE
-    print_out(json_text(check_json(report)) if ns.json else render_check(report))
+    if ns.json:
+        write_out(lambda out: write_check_json(report, out))
+    else:
+        print_out(render_check(report))
     return report.exit_code

@@ -5,10 +5,15 @@ from __future__ import annotations
 import argparse
 
 from beam_agents.cli.docs import doc_page
-from beam_agents.cli.output import json_text, print_out, report_refusal
+from beam_agents.cli.output import report_refusal, write_out
 from beam_agents.cli.parsing import CLI_NAMING, ExitCodesFormatter, Parser
 from beam_agents.cli.process import isolate
+from beam_agents.cli.progress import Progress
 from beam_agents.replay.result import EXIT_OK
+
+LS_JSON_SCHEMA = "beam-agents-replay-ls/1"
+"""``listing.LS_JSON_SCHEMA``, spelled here so that every command's help does not import the
+listing (tests/replay/test_cli.py checks that the two agree)."""
 
 _LS_EXIT_CODES_HELP = """\
 exit codes:
@@ -49,18 +54,33 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
         "--snapshot", metavar="FILE", help="list its key, and say what replays from it"
     )
     parser.add_argument("--key", metavar="HEX|TEXT", help="the key: hex of its bytes, or its text")
-    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help=f"print one JSON document (schema {LS_JSON_SCHEMA}: one row per line)",
+    )
     parser.set_defaults(run=_run_ls)
 
 
 def _run_ls(ns: argparse.Namespace) -> int:
-    from beam_agents.replay.incidents.listing import list_activations, listing_json, render_listing
+    from beam_agents.replay.incidents.listing import (
+        list_activations,
+        listing_lines,
+        write_listing_json,
+    )
     from beam_agents.replay.refusal import ReplayRefused
 
     isolate()  # it runs no agent code; isolated all the same (docs/replay.md, the re-run)
-    try:
-        listing = list_activations(ns.traces, snapshot=ns.snapshot, key=ns.key, naming=CLI_NAMING)
-    except ReplayRefused as refused:
-        return report_refusal("ls", refused)
-    print_out(json_text(listing_json(listing)) if ns.json else render_listing(listing))
+    with Progress("ls", "trace events read") as progress:
+        try:
+            listing = list_activations(
+                ns.traces, snapshot=ns.snapshot, key=ns.key, naming=CLI_NAMING, progress=progress
+            )
+        except ReplayRefused as refused:
+            progress.clear()
+            return report_refusal("ls", refused)
+    if ns.json:
+        write_out(lambda out: write_listing_json(listing, out))
+    else:
+        write_out(lambda out: out.writelines(f"{line}\n" for line in listing_lines(listing)))
     return EXIT_OK

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import TextIO
 
 from beam_agents.cli.parsing import PROG
 
@@ -25,11 +26,13 @@ def print_out(text: str) -> None:
         silence_stdout()
 
 
-def json_text(document: Any) -> str:
-    """A command's ``--json`` document (``ls``, ``check``): indented, keys sorted, one line end."""
-    import json
-
-    return json.dumps(document, indent=2, sort_keys=True) + "\n"
+def write_out(write: Callable[[TextIO], None]) -> None:
+    """``write(sys.stdout)``, then flush; a reader that went away (``| head``) is no error."""
+    try:
+        write(sys.stdout)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        silence_stdout()
 
 
 def report_refusal(command: str, refused: Exception) -> int:

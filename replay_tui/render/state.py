@@ -95,7 +95,7 @@ def _list_steps(
     """
     old_keys, new_keys = [_item_key(i) for i in old], [_item_key(i) for i in new]
     if len(old) * len(new) > _MATCH_BUDGET:
-        pairs = [
+        by_position = [
             (
                 f"{where}[{i}]",
                 old[i] if i < len(old) else _ABSENT,
@@ -104,7 +104,7 @@ def _list_steps(
             for i in range(max(len(old), len(new)))
             if i >= len(old) or i >= len(new) or old_keys[i] != new_keys[i]
         ]
-        return pairs, []
+        return by_position, []
     matcher = difflib.SequenceMatcher(None, old_keys, new_keys, autojunk=False)
     pairs: list[tuple[str, Any, Any]] = []
     removed: dict[str, list[int]] = {}

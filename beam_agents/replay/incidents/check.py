@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from beam_agents.replay.incidents.check_rows import (
     CheckReport,
@@ -35,6 +35,7 @@ def check_bundles(
     time_limit: float | None = DEFAULT_TIME_LIMIT,
     isolate: bool = False,
     naming: Naming = CHECK_BUNDLES,
+    progress: Callable[[int], None] | None = None,
 ) -> CheckReport:
     """Replay every activation of every bundle and group the verdicts.
 
@@ -50,6 +51,7 @@ def check_bundles(
             ``error`` or irreproducible row, and this process carries on.
         naming: How the rows' messages name the inputs (default: these parameters; the
             command line passes its flags).
+        progress: Told the number of rows (activations replayed, files refused) so far.
 
     Returns:
         The report: ``report.exit_code`` is the worst verdict's, ``report.groups`` the
@@ -67,9 +69,13 @@ def check_bundles(
     rows: list[CheckRow] = empty_directory_rows(paths)
     workers = min(jobs, len(files))
     if workers <= 1 and not isolate:
-        rows.extend(check_in_process(files, agent, registry, time_limit, naming))
+        rows.extend(check_in_process(files, agent, registry, time_limit, naming, progress))
     elif files:
-        rows.extend(check_in_workers(files, agent, registry, time_limit, max(workers, 1), naming))
+        rows.extend(
+            check_in_workers(
+                files, agent, registry, time_limit, max(workers, 1), naming, progress
+            )
+        )
     return CheckReport(
         rows=tuple(rows),
         bundles=len(files),

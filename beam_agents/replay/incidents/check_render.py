@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TextIO
 
 from beam_agents.replay.incidents.check_rows import CheckReport
 from beam_agents.replay.reporting.escape import escape
+from beam_agents.replay.reporting.json_lines import write_document
 from beam_agents.replay.result import Verdict
 
-__all__ = ["check_json", "render_check", "render_junit"]
+__all__ = ["CHECK_JSON_SCHEMA", "check_json", "render_check", "render_junit", "write_check_json"]
 
 
 def render_check(report: CheckReport, *, limit: int = 20) -> str:
@@ -43,9 +45,14 @@ def render_check(report: CheckReport, *, limit: int = 20) -> str:
     return "\n".join(lines) + "\n"
 
 
+CHECK_JSON_SCHEMA = "beam-agents-replay-check/1"
+"""The ``schema`` field of ``check --json`` (docs/incidents.md lists its fields)."""
+
+
 def check_json(report: CheckReport) -> dict[str, object]:
     """The ``check --json`` document (each row is ``CheckRow.document``)."""
     return {
+        "schema": CHECK_JSON_SCHEMA,
         "exit_code": report.exit_code,
         "worst": report.worst.value,
         "files": report.bundles,
@@ -72,6 +79,12 @@ _XML_FORBIDDEN = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ff
 def _xml_safe(text: str) -> str:
     """``escape``-d text that is also a well-formed XML 1.0 character sequence."""
     return _XML_FORBIDDEN.sub(lambda m: f"\\u{ord(m.group()):04x}", escape(text))
+
+
+def write_check_json(report: CheckReport, out: TextIO) -> None:
+    """Write ``check_json(report)`` in the layout of every ``--json`` document (a group per
+    line)."""
+    write_document(out, check_json(report), streamed=("groups",))
 
 
 def render_junit(report: CheckReport, *, suite: str = "beam-agents-replay check") -> bytes:

@@ -124,12 +124,17 @@ def check_in_process(
     registry: str | None,
     time_limit: float | None,
     naming: Naming,
+    progress: Callable[[int], None] | None = None,
 ) -> list[CheckRow]:
-    """Replay ``files`` one after the other in this process (no bytecode written)."""
+    """Replay ``files`` one after the other in this process (no bytecode written);
+    ``progress`` is told the number of rows so far."""
     with no_bytecode():
         rows: list[CheckRow] = []
         for path in files:
-            rows.extend(check_one(path, agent, registry, time_limit=time_limit, naming=naming))
+            for row in check_one(path, agent, registry, time_limit=time_limit, naming=naming):
+                rows.append(row)
+                if progress is not None:
+                    progress(len(rows))
         return rows
 
 
@@ -293,6 +298,8 @@ class _Pool:
     ) -> None:
         self.agent, self.registry, self.time_limit, self.naming = agent, registry, time_limit, naming
         self.size = size
+        self.progress: Callable[[int], None] | None = None
+        """Told the number of rows so far, as they arrive."""
         self.context = _context()
         self.forked = self.context.get_start_method() == "fork"
         self.tasks: deque[Task] = deque((path, None) for path in files)
@@ -409,6 +416,8 @@ class _Pool:
         elif message[0] == "row":
             self.rows.append(message[1])
             worker.finished = True
+            if self.progress is not None:
+                self.progress(len(self.rows))
         else:  # done
             worker.task = None
 
@@ -445,10 +454,13 @@ def check_in_workers(
     time_limit: float | None,
     workers: int,
     naming: Naming,
+    progress: Callable[[int], None] | None = None,
 ) -> list[CheckRow]:
     """Replay ``files`` in ``workers`` isolated processes; every activation gets its row,
-    in path then seq order."""
-    rows = _Pool(files, agent, registry, time_limit, workers, naming).run()
+    in path then seq order; ``progress`` is told the number of rows so far."""
+    pool = _Pool(files, agent, registry, time_limit, workers, naming)
+    pool.progress = progress
+    rows = pool.run()
     order = {path: i for i, path in enumerate(files)}
     rows.sort(key=lambda r: (order[r.path], -1 if r.seq is None else r.seq))
     return rows

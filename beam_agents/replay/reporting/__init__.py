@@ -9,6 +9,8 @@ Modules, and what each gives the floors above:
                miss_request_values, request_components_differing for the TUI's panes)
     json_doc   ``--json``, and the one encoding of an event pair and a value
                (render_json, write_json, pair_document, value_document)
+    json_lines the layout of every --json document, C-encoded line by line
+               (write_document, dumps_line)
     markdown   the incident report for the ticket (report_markdown)
     redact     ``--redact``: every value replaced by its digest (redact)
 

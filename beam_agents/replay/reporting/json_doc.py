@@ -8,10 +8,11 @@ use the layout of ``beam_agents.trace_data.event_to_dict``.
 
 from __future__ import annotations
 
-import json
+import io
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TextIO
 
+from beam_agents.replay.reporting.json_lines import write_document
 from beam_agents.replay.result import (
     BlobDigest,
     CacheMiss,
@@ -185,8 +186,7 @@ def result_to_dict(result: ReplayResult) -> dict[str, Any]:
 
 
 def _document(result: ReplayResult) -> dict[str, Any]:
-    """``result_to_dict`` with ``events`` and ``values`` lazy: only for the indenting encoder
-    below."""
+    """``result_to_dict`` with ``events`` and ``values`` lazy: only for ``write_document``."""
     return {
         "schema": JSON_SCHEMA,
         "verdict": result.verdict.value,
@@ -267,11 +267,9 @@ class _Lazy(list):  # type: ignore[type-arg]
     """An array of the document (``events``, ``values``), each element built only when the
     encoder reaches it.
 
-    A ``list`` to ``json`` (its indenting encoder, pure Python, iterates it), so the
-    bytes are exactly those of the eager list; a 100,000-event activation never
-    holds 100,000 event dicts (or its values) at once. Never handed out: the C
-    encoder (no indent) would see an empty list, so ``result_to_dict`` returns real
-    ones. Iterating the result's sequence derives its items as it goes
+    ``write_document`` iterates it element by element, so a 100,000-event activation
+    never holds 100,000 event dicts (or its values) at once. Never handed out: the C
+    encoder would see an empty list, so ``result_to_dict`` returns real ones. Iterating the result's sequence derives its items as it goes
     (``EventPairs``, ``ValueList``).
     """
 
@@ -300,27 +298,21 @@ class _Lazy(list):  # type: ignore[type-arg]
     __hash__ = None
 
 
-_ENCODER = json.JSONEncoder(indent=2, ensure_ascii=True, allow_nan=False)
+_STREAMED = ("events", "values")
+"""The document's long arrays, one element per line (``json_lines``)."""
 
 
 def render_json(result: ReplayResult) -> str:
-    """The JSON document of ``result``: ASCII, indented, one trailing newline."""
-    return _ENCODER.encode(_document(result)) + "\n"
+    """The JSON document of ``result`` (``json_lines``' layout; ASCII; one trailing newline)."""
+    out = io.StringIO()
+    write_json(result, out)
+    return out.getvalue()
 
 
 def write_json(result: ReplayResult, out: TextIO, *, chunk_chars: int = 1 << 16) -> None:
     """Write exactly ``render_json(result)`` to ``out``, in chunks, never the whole text at once.
 
-    Peak memory stays near one event's JSON plus ``chunk_chars``, not the document's size.
+    Peak memory stays near one event's JSON plus ``chunk_chars``, not the document's size;
+    every piece is encoded by the standard library's C encoder (``json_lines``).
     """
-    buffer: list[str] = []
-    size = 0
-    for piece in _ENCODER.iterencode(_document(result)):
-        buffer.append(piece)
-        size += len(piece)
-        if size >= chunk_chars:
-            out.write("".join(buffer))
-            buffer.clear()
-            size = 0
-    buffer.append("\n")
-    out.write("".join(buffer))
+    write_document(out, _document(result), streamed=_STREAMED, chunk_chars=chunk_chars)
