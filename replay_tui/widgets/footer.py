@@ -90,7 +90,13 @@ class KeysFooter(Footer):
         active = self.screen.active_bindings
         by_action: dict[str, tuple[Binding, bool, str]] = {}
         for _, binding, enabled, tooltip in active.values():
-            if binding.show and binding.action not in by_action:
+            if not binding.show:
+                continue
+            known = by_action.get(binding.action)
+            # One key per action, the shortest (q, not ^q, where both quit).
+            if known is None or len(self.app.get_key_display(binding)) < len(
+                self.app.get_key_display(known[0])
+            ):
                 by_action[binding.action] = (binding, enabled, tooltip)
         bindings = list(by_action.values())
         displays = [self.app.get_key_display(b) for b, _, _ in bindings]
