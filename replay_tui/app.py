@@ -23,10 +23,11 @@ from textual.filter import Monochrome
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
+from beam_agents._protos import TraceEvent
 from beam_agents.replay.options import ReplayOptions
-from beam_agents.replay.result import ReplayResult, Verdict
+from beam_agents.replay.result import ReplayHeader, ReplayResult, Verdict
 from replay_tui.export import export_report
-from replay_tui.messages import ReplayCrashed, ReplayLoaded
+from replay_tui.messages import ReplayCrashed, ReplayLoaded, ReplayPlanned
 from replay_tui.render.monochrome import ReadableMonochrome
 from replay_tui.screens.error import USAGE_EXIT_CODE, ErrorScreen
 from replay_tui.screens.help import HelpScreen
@@ -137,7 +138,10 @@ class ReplayApp(App[int]):
             from beam_agents.replay import engine
 
             assert self.options is not None
-            result = engine.replay(self.options)
+            def planned(header: ReplayHeader, traced: Sequence[TraceEvent]) -> None:
+                self.post_message(ReplayPlanned(header, traced))
+
+            result = engine.replay(self.options, on_planned=planned)
         except BaseException as exc:  # shown on the error screen, never lost
             self.post_message(ReplayCrashed(type(exc).__qualname__, str(exc)))
         else:
@@ -149,6 +153,10 @@ class ReplayApp(App[int]):
         if self.opened is None:
             self.opened = message.result
         self.push_screen(self._result_screen(message.result))
+
+    def on_replay_planned(self, message: ReplayPlanned) -> None:
+        if isinstance(self.screen, LoadingScreen):
+            self.screen.show_planned(message.header, message.traced)
 
     def on_replay_crashed(self, message: ReplayCrashed) -> None:
         self.crash = (message.error_type, message.message)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from textual.message import Message
 
-from beam_agents.replay.result import ReplayResult
+from beam_agents._protos import TraceEvent
+from beam_agents.replay.result import ReplayHeader, ReplayResult
 
 
 class ReplayLoaded(Message):
@@ -13,6 +16,16 @@ class ReplayLoaded(Message):
     def __init__(self, result: ReplayResult) -> None:
         super().__init__()
         self.result = result
+
+
+class ReplayPlanned(Message):
+    """The engine planned the activation: the header so far and the traced events, painted
+    while the re-run runs (``engine.replay``'s ``on_planned``)."""
+
+    def __init__(self, header: ReplayHeader, traced: Sequence[TraceEvent]) -> None:
+        super().__init__()
+        self.header = header
+        self.traced = traced
 
 
 class ReplayCrashed(Message):

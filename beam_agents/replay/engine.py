@@ -53,6 +53,7 @@ __all__ = [
     "UNKNOWN_PROVIDER",
     "AgentExited",
     "HeaderSoFar",
+    "Planned",
     "refused_result",
     "replay",
     "run",
@@ -62,7 +63,13 @@ UNKNOWN_PROVIDER = "unknown"
 """The provider name used when neither the trace nor the cache names one (no model call traced)."""
 
 
-def replay(options: ReplayOptions) -> ReplayResult:
+Planned = Callable[[ReplayHeader, Sequence[TraceEvent]], None]
+"""Told, once the activation is planned and before it is re-run, the header known then and
+the traced activation's events (what the TUI paints while the re-run runs). Nothing of a
+verdict is known yet: the events are the trace's, unjudged."""
+
+
+def replay(options: ReplayOptions, *, on_planned: Planned | None = None) -> ReplayResult:
     """Reconstruct, re-run and judge one activation.
 
     The command line's adapter: it reads the files and imports the ``module:ATTR``
@@ -70,6 +77,9 @@ def replay(options: ReplayOptions) -> ReplayResult:
 
     Args:
         options: The inputs (files are read here, never before).
+        on_planned: Called (in this thread) with the header and the traced events once
+            the activation is planned, before the re-run; not for a what-if (nothing
+            traced) or a replay refused before its plan.
 
     Returns:
         The result; ``result.exit_code`` is the CLI's exit code. Never raises for
@@ -83,7 +93,7 @@ def replay(options: ReplayOptions) -> ReplayResult:
             hitl_source=options.hitl or "default",
         )
     )
-    return run(header, lambda: load_options(options, header))
+    return run(header, lambda: load_options(options, header), on_planned)
 
 
 class HeaderSoFar:
@@ -109,8 +119,11 @@ class HeaderSoFar:
         )
 
 
-def run(header: HeaderSoFar, load: Callable[[], ReplayInputs]) -> ReplayResult:
-    """``load()`` the inputs and replay them under the guard; every failure is a result.
+def run(
+    header: HeaderSoFar, load: Callable[[], ReplayInputs], on_planned: Planned | None = None
+) -> ReplayResult:
+    """``load()`` the inputs and replay them under the guard; every failure is a result
+    (``on_planned``: see ``replay``).
 
     Importing agent code (in ``load``) is guarded as the re-run is, and writes no
     bytecode: the guard reports file writes in the activation's context, and replay
@@ -120,6 +133,8 @@ def run(header: HeaderSoFar, load: Callable[[], ReplayInputs]) -> ReplayResult:
         with no_bytecode(), block_network() as attempts:
             inputs = load()
             plan = plan_rerun(inputs, header)
+            if on_planned is not None and plan.traced is not None:
+                on_planned(header.header, plan.traced)
             rerun = rerun_isolated(inputs, plan, header.header.provider)
             # Every attempt counts, also one the agent's module made (and caught) at
             # import: module state built from the network is not the state the pipeline had.

@@ -16,6 +16,7 @@ from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from rich.text import Text
 
@@ -113,6 +114,8 @@ class TimelineRow:
     differing_fields: tuple[str, ...] = ()
     miss_key: str = ""
     """The cache key that missed, on the cache-miss row."""
+    replaying: bool = False
+    """Painted while the re-run runs: the traced side only, nothing judged yet."""
 
 
 def _field_differs(differing: tuple[str, ...], fields: frozenset[str]) -> bool:
@@ -341,6 +344,43 @@ class TimelineModel:
         return self.notable[at - 1] if at > 0 else None
 
 
+class TimelineRows(Protocol):
+    """What the timeline widget reads of its model: how many rows, and each row."""
+
+    def __len__(self) -> int: ...
+
+    def row(self, position: int) -> TimelineRow: ...
+
+
+class PreviewModel:
+    """The rows of the traced activation while the re-run runs (what ``Timeline`` reads of a
+    model: its length and its rows): the trace's events, unmarked, the replayed side
+    waiting. Nothing here is a judgement; the result's ``TimelineModel`` replaces it."""
+
+    def __init__(self, traced: Sequence[TraceEvent]) -> None:
+        self.traced = traced
+        self._rows: OrderedDict[int, TimelineRow] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self.traced)
+
+    def row(self, position: int) -> TimelineRow:
+        row = self._rows.get(position)
+        if row is None:
+            event = self.traced[position]
+            row = TimelineRow(
+                index=event.index,
+                mark=RowMark.SAME,
+                traced=_live(side_cells(event)),
+                replayed=None,
+                replaying=True,
+            )
+            self._rows[position] = row
+            if len(self._rows) > ROW_CACHE_SIZE:
+                self._rows.popitem(last=False)
+        return row
+
+
 def build_rows(result: ReplayResult) -> list[TimelineRow]:
     """Every row of ``result`` (for tests and small results; the widget builds rows lazily)."""
     model = TimelineModel(result)
@@ -425,7 +465,10 @@ def render_row(row: TimelineRow, width: int, *, idx_width: int = 3) -> Text:
         missing="(what-if: not traced)" if what_if else "(not in the trace)",
     )
     text.append(SEPARATOR, style="dim")
-    _render_side(text, row.replayed, side_w, differing, missing="(not replayed)")
+    if row.replaying:
+        text.append(clip("replaying…", side_w).ljust(side_w), style="dim italic")
+    else:
+        _render_side(text, row.replayed, side_w, differing, missing="(not replayed)")
     text.truncate(width, pad=True)
     return text
 

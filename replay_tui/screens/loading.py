@@ -1,8 +1,12 @@
-"""Shown while the replay runs in its thread: a spinner, the inputs, the time spent."""
+"""Shown while the replay runs in its thread: a spinner, the inputs, the time spent; and,
+as soon as the engine has planned the activation, its header and the traced events in the
+timeline (the replayed side says it is replaying), so a 100,000-event activation shows its
+rows while it is re-run and judged, not after."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from rich.text import Text
@@ -11,8 +15,13 @@ from textual.containers import Center, Vertical
 from textual.screen import Screen
 from textual.widgets import LoadingIndicator, Static
 
+from beam_agents._protos import TraceEvent
 from beam_agents.replay.reporting.escape import escape
+from beam_agents.replay.result import ReplayHeader
+from replay_tui.render.header import header_lines
+from replay_tui.render.timeline import PreviewModel
 from replay_tui.widgets.footer import KeysFooter
+from replay_tui.widgets.timeline import Timeline
 
 
 def describe_options(options: Any) -> Text:
@@ -41,6 +50,7 @@ class LoadingScreen(Screen[None]):
         super().__init__()
         self.options = options
         self._started = time.monotonic()
+        self._planned: tuple[ReplayHeader, Sequence[TraceEvent]] | None = None
 
     def compose(self) -> ComposeResult:
         with Vertical(id="loading-box"):
@@ -56,10 +66,37 @@ class LoadingScreen(Screen[None]):
         self.options = options
         self._started = time.monotonic()
         self.query_one("#loading-inputs", Static).update(describe_options(options))
+        for preview in self.query(".preview"):
+            preview.remove()
+        self.query_one("#loading-box").display = True
+
+    def show_planned(self, header: ReplayHeader, traced: Sequence[TraceEvent]) -> None:
+        """The activation is planned: its header and traced events, while it is re-run
+        (kept for ``on_mount`` when the plan comes before this screen is composed)."""
+        if not self.query("#loading-box"):
+            self._planned = (header, traced)
+            return
+        self._planned = None
+        self.query_one("#loading-box").display = False
+        timeline = Timeline(PreviewModel(traced), id="preview-timeline", classes="preview")
+        count = len(traced)
+        timeline.border_title = (
+            f"timeline · {count} traced event{'' if count == 1 else 's'} · replaying…"
+        )
+        footer = self.query_one(KeysFooter)
+        self.mount(
+            Static(Text("\n").join(header_lines(header)), id="preview-header", classes="preview"),
+            before=footer,
+        )
+        self.mount(Static(id="preview-status", classes="preview"), before=footer)
+        self.mount(timeline, before=footer)
+        self._tick()
 
     def on_mount(self) -> None:
         self._tick()
         self._clock = self.set_interval(0.1, self._tick)
+        if self._planned is not None:
+            self.show_planned(*self._planned)
 
     # The result is pushed over this screen, which stays below it (the default screen cannot
     # be switched away): its clock and spinner kept repainting under the main screen, 25
@@ -75,6 +112,14 @@ class LoadingScreen(Screen[None]):
 
     def _tick(self) -> None:
         elapsed = time.monotonic() - self._started
-        self.query_one("#loading-elapsed", Static).update(
-            Text(f"{elapsed:.1f} s  ·  offline, network blocked  ·  q quits", style="dim")
-        )
+        line = Text(f"{elapsed:.1f} s  ·  offline, network blocked  ·  q quits", style="dim")
+        for elapsed_line in self.query("#loading-elapsed").results(Static):
+            elapsed_line.update(line)
+        for status in self.query("#preview-status").results(Static):
+            status.update(
+                Text(
+                    f"re-running and judging the activation…  {elapsed:.1f} s  ·  offline, "
+                    "network blocked  ·  the traced events so far, nothing judged yet  ·  q quits",
+                    style="dim",
+                )
+            )

@@ -20,7 +20,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from replay_tui.messages import EventHighlighted
-from replay_tui.render.timeline import TimelineModel, index_width, render_heading, render_row
+from replay_tui.render.timeline import TimelineRows, index_width, render_heading, render_row
 from replay_tui.widgets.lines_pane import text_strip
 
 
@@ -63,8 +63,10 @@ class Timeline(ScrollView, can_focus=True):
     }
     """
 
-    def __init__(self, model: TimelineModel, *, id: str | None = None) -> None:
-        super().__init__(id=id)
+    def __init__(
+        self, model: TimelineRows, *, id: str | None = None, classes: str | None = None
+    ) -> None:
+        super().__init__(id=id, classes=classes)
         self.model = model
         self._positions: Sequence[int] = range(len(model))
         """Row positions shown, in order: all of them, or those the filter kept."""

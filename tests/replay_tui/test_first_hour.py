@@ -123,7 +123,7 @@ async def test_q_after_switching_exits_with_the_opened_activations_code() -> Non
         for _ in range(2):
             before = shown_seq(app)
             await pilot.press("right_square_bracket")
-            await wait_for(pilot, lambda: shown_seq(app) not in (None, before))
+            await wait_for(pilot, lambda before=before: shown_seq(app) not in (None, before))
         await pilot.press("q")
     assert app.exit_code == opened.exit_code
 
@@ -213,3 +213,48 @@ async def test_e_creates_no_folder(real: Real, tmp_path: Path) -> None:
         await pilot.pause()
     assert not (tmp_path / "typo").exists()
     assert any(severity == "error" and "no such folder" in m for severity, m in app.notices)
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_the_traced_rows_are_painted_while_the_rerun_runs(
+    size: tuple[int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The timeline waited for the whole replay (6.6 s for 100,000 events); now the traced
+    events are painted once the activation is planned, the replayed side saying it is
+    replaying, and the result replaces them."""
+    import threading
+
+    import real_results
+    from test_seq_switch import wait_for
+
+    from beam_agents.replay import engine
+    from replay_tui.screens.loading import LoadingScreen
+    from replay_tui.widgets.timeline import Timeline
+
+    gate = threading.Event()
+    real_replay = engine.replay
+
+    def held(options: object, *, on_planned: engine.Planned | None = None) -> ReplayResult:
+        def planned(header: object, traced: object) -> None:
+            assert on_planned is not None
+            on_planned(header, traced)  # type: ignore[arg-type]
+            gate.wait(30)  # the re-run waits until the test has seen the preview
+
+        return real_replay(options, on_planned=planned)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(engine, "replay", held)
+    app = ReplayApp(options=real_results.SCENARIOS["diverged"]().options())
+    async with app.run_test(size=size) as pilot:
+        await wait_for(pilot, lambda: len(app.screen.query("#preview-timeline")) > 0)
+        assert isinstance(app.screen, LoadingScreen) and app.result is None
+        preview = app.screen.query_one("#preview-timeline", Timeline)
+        await pilot.pause()
+        text = app.export_screenshot().replace("&#160;", " ")
+        assert "START" in text and "replaying…" in text
+        gate.set()
+        await wait_for(pilot, lambda: isinstance(app.screen, MainScreen))
+        assert app.result is not None and len(preview.model) == len(
+            [p for p in app.result.events if p.traced is not None]
+        )
+        await pilot.press("q")
+    assert app.exit_code == 1
