@@ -70,6 +70,8 @@ bench: $(STAMP)
 	$(BIN)/python bench/pipeline_overhead.py
 	$(BIN)/python bench/replay_cli.py
 	$(BIN)/python bench/tui_open.py
+	$(BIN)/python bench/tui_open.py --cli
+	$(BIN)/python bench/ls_scan.py
 	$(BIN)/python bench/bulk_replay.py
 	$(BIN)/python bench/ecosystem.py
 

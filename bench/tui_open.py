@@ -24,7 +24,16 @@ the index) and by the TUI's ``SearchIndex`` (its first search builds it; then on
 more search); and in the app, ``/``, the query typed at 10 keys a second (the index
 is built meanwhile), ``enter``: the time from ``enter`` to the status line's answer.
 
+``--cli`` measures instead the console script as an operator runs it, replay included
+(``beam-agents-replay tui ...`` in a pseudo-terminal, ``bench/terminal.py``), on
+``bench/hostile.py``'s activation of 1,000, 10,000 and 100,000 events (seq 2 of a trace
+that holds seq 1 too): from the process's start, when the loading screen is up, when
+the first timeline rows reach the terminal (target <= 0.5 s), and the verdict; then,
+the app left alone for 5 s, the bytes and write bursts per second it sends the terminal
+(target: none) and the share of a core it uses.
+
     .venv/bin/python bench/tui_open.py [--events 50,100000] [--presses 40] [--size 160x48] [--engine]
+    .venv/bin/python bench/tui_open.py --cli [--events 1000,10000,100000] [--size 160x48]
 """
 
 from __future__ import annotations
@@ -181,8 +190,62 @@ async def measure_typed_search(result: ReplayResult, size: tuple[int, int]) -> f
     return answered
 
 
+IDLE_SECONDS = 5.0
+
+
+def measure_cli(counts: list[int], size: tuple[int, int]) -> None:
+    """The console script in a pty on hostile.py's activations (see the module docstring)."""
+    import os
+    import tempfile
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import hostile
+    from terminal import Terminal
+
+    from beam_agents.testing import ScriptedProvider
+
+    script = str(Path(sys.executable).parent / "beam-agents-replay")
+    with tempfile.TemporaryDirectory() as tmp:
+        for count in counts:
+            os.environ[hostile.CALLS_ENV] = str(count)
+            snapshot, trace, event, _ = hostile._record(
+                hostile.MANY_CALLS, ScriptedProvider(lambda r: "x")
+            )
+            flags = hostile._write(Path(tmp) / str(count), snapshot, trace, event)
+            del snapshot, trace
+            env = {
+                **os.environ,
+                "PYTHONPATH": str(Path(__file__).resolve().parent),
+                hostile.CALLS_ENV: str(count),
+            }
+            term = Terminal.start(
+                [script, "tui", *flags, "--agent", "hostile:MANY_CALLS", "--registry",
+                 "hostile:TOOLS"],
+                size=size,
+                env=env,
+            )  # fmt: skip
+            loading = term.wait_for(b"Replaying the activation", 120)
+            rows = term.wait_for(b"START", 300)
+            verdict = term.wait_for(b"REPRODUCED", 300)
+            term.read(1.0)  # the last layout and notices settle
+            per_s, bursts, cpu = term.idle(IDLE_SECONDS)
+            code = term.stop()
+
+            def ms(value: float | None) -> str:
+                return "  never" if value is None else f"{value * 1000:7.0f}"
+
+            print(
+                f"{count:>7} events, as the CLI runs it: loading screen {ms(loading)} ms, "
+                f"first rows {ms(rows)} ms (target {FIRST_PAINT_TARGET_S * 1000:.0f} ms"
+                + (f", ratio {rows / FIRST_PAINT_TARGET_S:.2f}" if rows else "")
+                + f"), verdict {ms(verdict)} ms;  idle: {per_s:8.0f} B/s, "
+                f"{bursts:4.1f} writes/s (target 0), {cpu * 100:4.1f}% of a core;  exit {code}"
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cli", action="store_true", help="the console script in a pty")
     parser.add_argument("--events", default="50,100000")
     parser.add_argument("--presses", type=int, default=40)
     parser.add_argument("--size", default="160x48")
@@ -196,6 +259,10 @@ def main() -> None:
     )
     args = parser.parse_args()
     width, height = (int(v) for v in args.size.split("x"))
+    if args.cli:
+        events = "1000,10000,100000" if args.events == "50,100000" else args.events
+        measure_cli([int(c) for c in events.split(",")], (width, height))
+        return
     counts = [int(c) for c in args.events.split(",")]
     runs: list[tuple[str, int, Any]] = [("", count, None) for count in counts]
     if args.engine:
