@@ -20,6 +20,7 @@ from typing import Any
 import last_resort_agents as lra
 import pytest
 from incident_history import Incident
+from machine_pace import limit_for_the_rerun
 from replay_harness import AGENTS
 
 from beam_agents.replay.isolation.watchdog import KILLED_STATUS
@@ -257,7 +258,9 @@ def _drain(read_end: int) -> bytes:
     return bytes(out)
 
 
-def _start(incident: Incident, folder: Path, registry: str, stdout: int, **env: str) -> Any:
+def _start(
+    incident: Incident, folder: Path, registry: str, stdout: int, limit: float = 0.5, **env: str
+) -> Any:
     path = folder / f"{registry.lower()}.bundle"
     path.write_bytes(incident.make(registry=f"last_resort_agents:{registry}", seq=1))
     environ = {
@@ -266,7 +269,7 @@ def _start(incident: Incident, folder: Path, registry: str, stdout: int, **env: 
         **env,
     }
     return subprocess.Popen(
-        [SCRIPT, str(path), "--time-limit", "0.5"],
+        [SCRIPT, str(path), "--time-limit", f"{limit:g}"],
         stdout=stdout,
         stderr=subprocess.PIPE,
         env=environ,
@@ -332,14 +335,18 @@ def test_abandoned_agent_code_that_then_holds_the_interpreter_cannot_hang_the_co
 def test_time_the_replay_spends_stopped_is_not_counted(incident: Incident, tmp_path: Path) -> None:
     """Ctrl+Z, or a debugger holding the process at a breakpoint (as the paragraph advises):
     the watchdog waits, and counts only the time the replay ran."""
-    proc = _start(incident, tmp_path, "TOOLS_CANCEL_ITIMER", subprocess.PIPE)
+    # The limit covers importing the agent too: at load 8 its import passed 0.5 s and the
+    # replay ended irreproducible before agent code held anything (machine_pace).
+    limit = limit_for_the_rerun(0.5)
+    proc = _start(incident, tmp_path, "TOOLS_CANCEL_ITIMER", subprocess.PIPE, limit=limit)
+    deadline = max(2 * limit, limit + 0.5)  # the watchdog's, from the re-run's start
     try:
-        time.sleep(0.6)  # armed (importing is quick): the deadline is 1.3 s from its start
+        time.sleep(deadline / 2)  # armed, well before its deadline
         os.kill(proc.pid, signal.SIGSTOP)
-        time.sleep(2.5)
+        time.sleep(deadline + 1.5)  # longer than the deadline: counted, it would have fired
         assert _state(proc.pid) == "T"  # stopped, not killed
         os.kill(proc.pid, signal.SIGCONT)
-        proc.wait(timeout=30)
+        proc.wait(timeout=30 + 4 * deadline)
         stderr = proc.stderr.read().decode()
     finally:
         if proc.poll() is None:
@@ -348,7 +355,7 @@ def test_time_the_replay_spends_stopped_is_not_counted(incident: Incident, tmp_p
         proc.stderr.close()
         proc.stdout.close()
     assert proc.returncode == -9, (proc.returncode, stderr)
-    assert PARAGRAPH in stderr, stderr
+    assert f"beam-agents-replay: stopped: agent code was still running {deadline:g} s" in stderr
 
 
 def _state(pid: int) -> str:
