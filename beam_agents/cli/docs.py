@@ -31,8 +31,22 @@ def _candidates(page: str) -> list[Path]:
 
 def doc_page(page: str) -> str:
     """The path of documentation page ``page`` (``replay.md``) as installed or checked
-    out, or, when neither is there, where the source distribution holds it."""
+    out, or, when neither is there, its address beside the package's Documentation URL."""
     for path in _candidates(page):
         if path.is_file():
             return os.fspath(path)
+    return _online(page)
+
+
+def _online(page: str) -> str:
+    from importlib import metadata
+
+    try:
+        urls = metadata.metadata("beam-agents").get_all("Project-URL") or []
+    except metadata.PackageNotFoundError:
+        urls = []
+    for entry in urls:
+        label, _, url = entry.partition(",")
+        if label.strip() == "Documentation" and url.strip().endswith("/index.md"):
+            return url.strip()[: -len("index.md")] + page
     return f"docs/{page} in the beam-agents source distribution"
