@@ -46,7 +46,7 @@ def _online(page: str) -> str:
     except metadata.PackageNotFoundError:
         urls = []
     for entry in urls:
-        label, _, url = entry.partition(",")
+        label, _, url = str(entry).partition(",")
         if label.strip() == "Documentation" and url.strip().endswith("/index.md"):
             return url.strip()[: -len("index.md")] + page
     return f"docs/{page} in the beam-agents source distribution"
