@@ -97,7 +97,7 @@ def test_messages_go_straight_into_the_engine_never_serialized_to_be_parsed_agai
 
     monkeypatch.setattr(snapshot, "load_snapshot_for_replay", unreachable)
     monkeypatch.setattr(envelopes, "read_source", unreachable)
-    monkeypatch.setattr(traces, "read_trace_stream", unreachable)
+    monkeypatch.setattr(traces, "read_trace_frames", unreachable)
     from_messages = replayer.replay(message, list(history.trace), event)
     assert from_messages.verdict is Verdict.REPRODUCED, from_messages.error
     assert from_messages == from_bytes

@@ -47,7 +47,7 @@ async def test_usage_error_from_the_engine_shows_the_error_screen() -> None:
 
 
 def blocking_replay(release: threading.Event, result: ReplayResult | None = None) -> Callable[[Any], ReplayResult]:
-    def replay(options: Any) -> ReplayResult:
+    def replay(options: Any, *, on_planned: Any = None) -> ReplayResult:
         release.wait(30)
         if result is None:
             raise RuntimeError("engine bug \x1b[2J")

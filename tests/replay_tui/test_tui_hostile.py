@@ -61,7 +61,7 @@ async def test_ctrl_c_while_loading_quits_with_130(
 
     release = threading.Event()
 
-    def stuck(options: Any) -> ReplayResult:
+    def stuck(options: Any, *, on_planned: Any = None) -> ReplayResult:
         release.wait(30)
         return real("diverged")
 
