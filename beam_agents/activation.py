@@ -84,11 +84,29 @@ class TriggerDecision:
         return None
 
 
+# The decisions that carry no reason, built once (a frozen dataclass's __init__ is not
+# free, and classify_trigger runs for every input of every key).
+_START = TriggerDecision(TriggerAction.START)
+_RESUME = TriggerDecision(TriggerAction.RESUME)
+_QUEUE = TriggerDecision(TriggerAction.QUEUE)
+_EXPORT = TriggerDecision(TriggerAction.EXPORT)
+
+
+# The Trigger of each envelope body, looked up rather than built: an Enum call costs a
+# metaclass __call__ and a value lookup, and every activation names its trigger 4 times.
+_TRIGGER_OF_BODY: dict[str | None, Trigger] = {
+    **{member.value: member for member in Trigger},
+    None: Trigger.NONE,
+}
+
+
 def trigger_name(trigger: AgentEnvelope | Timeout) -> Trigger:
     """``event``, ``tool_result``, ``approval``, ``export_request``, ``timeout`` or ``none``."""
     if isinstance(trigger, Timeout):
         return Trigger.TIMEOUT
-    return Trigger(trigger.WhichOneof("body") or Trigger.NONE)
+    body = trigger.WhichOneof("body")
+    found = _TRIGGER_OF_BODY.get(body)
+    return found if found is not None else Trigger(body or Trigger.NONE)  # unknown: refused
 
 
 def hitl_timeout(continuation: Continuation, fired_ms: int) -> Timeout:
@@ -105,19 +123,19 @@ def hitl_timeout(continuation: Continuation, fired_ms: int) -> Timeout:
 def classify_trigger(state: KeyState, trigger: AgentEnvelope | Timeout) -> TriggerDecision:
     """Decide what a key in ``state`` does with ``trigger`` (see the module docstring)."""
     cont = state.continuation
-    pending_ids = {i.intent_id for i in state.pending}
     body = trigger_name(trigger)
     if body is Trigger.TIMEOUT:
         if cont is None:
             return TriggerDecision(
                 TriggerAction.REJECT, "HITL timer fired for a key that is not suspended"
             )
-        return TriggerDecision(TriggerAction.RESUME)
+        return _RESUME
     assert isinstance(trigger, AgentEnvelope)
     if body is Trigger.EXPORT_REQUEST:
-        return TriggerDecision(TriggerAction.EXPORT)
+        return _EXPORT
     if body is Trigger.EVENT:
-        return TriggerDecision(TriggerAction.QUEUE if cont is not None else TriggerAction.START)
+        return _QUEUE if cont is not None else _START
+    pending_ids = {i.intent_id for i in state.pending}
     if body is Trigger.TOOL_RESULT:
         intent_id = trigger.tool_result.intent_id
         if intent_id in pending_ids:
@@ -127,7 +145,7 @@ def classify_trigger(state: KeyState, trigger: AgentEnvelope | Timeout) -> Trigg
                 "(an executor must not perform an unapproved intent)",
             )
         if cont is not None and intent_id in cont.awaiting_intent_ids:
-            return TriggerDecision(TriggerAction.RESUME)
+            return _RESUME
         return TriggerDecision(
             TriggerAction.REJECT,
             f"tool_result for unknown or already-resolved intent {intent_id!r}",
@@ -135,7 +153,7 @@ def classify_trigger(state: KeyState, trigger: AgentEnvelope | Timeout) -> Trigg
     if body is Trigger.APPROVAL:
         intent_id = trigger.approval.intent_id
         if intent_id in pending_ids:
-            return TriggerDecision(TriggerAction.RESUME)
+            return _RESUME
         return TriggerDecision(
             TriggerAction.REJECT, f"approval for unknown or already-resolved intent {intent_id!r}"
         )

@@ -27,7 +27,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-from beam_agents._protos import AgentEnvelope, TraceEvent
+from beam_agents._protos import AgentEnvelope
 from beam_agents.activation import (
     ActivationCommit,
     ActivationResult,
@@ -606,7 +606,11 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
                 self._exports.inc()
             elif tag is _TRACE_BATCHES:
                 has_trace = True
-        return _with_telemetry(result.emitted, measured) if has_trace else result.emitted
+        return (
+            _with_telemetry(result.emitted, measured, result.activations)
+            if has_trace
+            else result.emitted
+        )
 
 
 # -- real wall times beside each activation's trace (beam_agents.telemetry) -----------------
@@ -637,15 +641,21 @@ def _take_measured_on_this_thread() -> dict[tuple[bytes, int], ActivationTelemet
 
 
 def _with_telemetry(
-    emitted: tuple[tuple[Emit, Any], ...], measured: dict[tuple[bytes, int], ActivationTelemetry]
+    emitted: tuple[tuple[Emit, Any], ...],
+    measured: dict[tuple[bytes, int], ActivationTelemetry],
+    activations: tuple[ActivationResult, ...],
 ) -> tuple[tuple[Emit, Any], ...]:
-    """``emitted`` with each trace batch ``(key, events)`` as ``(key, events, telemetry)``."""
+    """``emitted`` with each trace batch ``(key, events)`` as ``(key, events, telemetry)``.
+
+    The step emits one trace batch per activation, in the order of ``activations``: the
+    n-th batch is the n-th activation's, whose SEQ finds its telemetry (no event parsed).
+    """
     out = []
+    seqs = iter([activation.seq for activation in activations])
     for tag, value in emitted:
         if tag is _TRACE_BATCHES:
             key, events = value[0], value[1]
-            seq = TraceEvent.FromString(events[0]).seq if events else -1
-            telemetry = measured.get((key, seq))
+            telemetry = measured.get((key, next(seqs)))
             value = (key, events, telemetry.encode() if telemetry is not None else b"")
         out.append((tag, value))
     return tuple(out)
