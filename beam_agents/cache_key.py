@@ -44,6 +44,9 @@ def _component_digest(label: bytes, payload: bytes) -> bytes:
     ]
 
 
+_TOOL_PREFIX = _COMPONENT_DOMAIN + b"tool\x00"
+_MESSAGE_PREFIX = _COMPONENT_DOMAIN + b"message\x00"
+
 _KEY_FORMAT_DIGEST = _component_digest(b"key_format", str(CACHE_KEY_FORMAT).encode("ascii"))
 
 
@@ -115,19 +118,24 @@ def request_digests(request: LlmRequest, *, provider: str) -> RequestDigests:
         The digests ``request_fingerprint`` holds (model, provider, params, one per
         tool spec, one per message), as bytes.
     """
+    # _component_digest inlined for the two lists (a call per message adds up: this runs
+    # for every model call); the same material, so the same digests.
+    sha256, size = hashlib.sha256, _COMPONENT_DIGEST_BYTES
     return RequestDigests(
         model=_component_digest(b"model", request.model.encode("utf-8")),
         provider=_component_digest(b"provider", provider.encode("utf-8")),
         params=_component_digest(b"params", request.params.SerializeToString(deterministic=True)),
         tools=tuple(
             [
-                _component_digest(b"tool", tool.SerializeToString(deterministic=True))
+                sha256(_TOOL_PREFIX + tool.SerializeToString(deterministic=True)).digest()[:size]
                 for tool in request.tools
             ]
         ),
         messages=tuple(
             [
-                _component_digest(b"message", message.SerializeToString(deterministic=True))
+                sha256(_MESSAGE_PREFIX + message.SerializeToString(deterministic=True)).digest()[
+                    :size
+                ]
                 for message in request.messages
             ]
         ),
