@@ -21,7 +21,7 @@ from apache_beam.utils.timestamp import Timestamp
 from pipeline_harness import RUNNERS, SEED, T0, Watermark, run_dofn, run_seeded
 
 from beam_agents import AgentConfig, HitlPolicy
-from beam_agents._protos import AgentEnvelope, StateSnapshot, VersionedBlob
+from beam_agents._protos import AgentEnvelope, StateSnapshot, TraceEvent, VersionedBlob
 from beam_agents.agent import Inbound, Outcome
 from beam_agents.blobs import load_memory, unwrap_blob
 from beam_agents.context import AgentContext, derive_intent_id
@@ -227,6 +227,26 @@ def test_each_trace_batch_carries_the_activations_wall_times_beside_its_unchange
             span = telemetry.span_unix_ns(index)
             assert span is not None and root[0] <= span[0] <= span[1] <= root[1]
     assert 1 in ActivationTelemetry.decode(batches[0][2]).llm_calls  # type: ignore[union-attr]
+
+
+def test_a_step_running_several_activations_gives_each_trace_batch_its_own_wall_times() -> None:
+    """A resume that drains the inbox runs three activations in one step: each trace batch
+    carries the telemetry of its own activation (found by its SEQ, in order), none other's."""
+    key = new_key()
+    shipped = derive_intent_id(KEY, 1, 0)
+    key.send(event_envelope(KEY, "act", b"o-1", time_ms=T0))  # seq 1 suspends on `shipped`
+    key.send(event_envelope(KEY, "echo", b"queued-1", time_ms=T0 + 1))
+    key.send(event_envelope(KEY, "fail_call", b"x", time_ms=T0 + 2))
+    resumed = tool_result_envelope(KEY, shipped, payload=b"sent", time_ms=T0 + 3)
+    batches = key.send(resumed)[AgentDoFn.TAG_TRACE_BATCHES]
+    assert len(batches) == 3  # the resume, then the two queued events
+    seqs = [TraceEvent.FromString(events[0]).seq for _, events, _ in batches]
+    assert seqs == [2, 3, 4]
+    counts = [len(events) for _, events, _ in batches]
+    assert len(set(counts)) > 1  # different lengths: a mix-up would show below
+    for _, events, raw in batches:
+        telemetry = ActivationTelemetry.decode(raw)
+        assert telemetry is not None and len(telemetry.spans) == len(events)
 
 
 def test_a_refused_trigger_writes_nothing() -> None:
