@@ -74,6 +74,8 @@ bench: $(STAMP)
 	$(BIN)/python bench/ls_scan.py
 	$(BIN)/python bench/bulk_replay.py
 	$(BIN)/python bench/ecosystem.py
+	$(BIN)/python bench/reference_run.py
+	$(BIN)/python bench/bisect_revisions.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

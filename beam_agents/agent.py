@@ -62,6 +62,10 @@ class Agent:
     anything else makes its activations irreproducible, and replay says so.
     """
 
+    build_version: str = ""
+    """The author's own version of this agent's code (``"1.4.2"``, a commit): snapshots record
+    it with the class and a digest of its module's source, so replay names build skew."""
+
     def start(self, ctx: AgentContext, event: Event) -> Outcome:
         """Handle an event; return ``Done`` or ``Suspend``."""
         raise AgentCodeError(f"{type(self).__name__} does not implement start(ctx, event)")

@@ -19,6 +19,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from beam_agents._protos import (
+    AgentBuild,
     Continuation,
     PendingIntents,
     ResumeHistory,
@@ -149,7 +150,13 @@ def dump_key_state(state: KeyState, *, caches: bool = True) -> StateCells:
 
 
 def make_snapshot(
-    cells: StateCells, *, entity_key: bytes, seq: int, snapshot_at_ms: int, request_id: str
+    cells: StateCells,
+    *,
+    entity_key: bytes,
+    seq: int,
+    snapshot_at_ms: int,
+    request_id: str,
+    agent_build: AgentBuild | None = None,
 ) -> StateSnapshot:
     """The ``StateSnapshot`` an export request answers with; reads the cells, changes nothing.
 
@@ -165,6 +172,8 @@ def make_snapshot(
         seq: The key's SEQ counter at export.
         snapshot_at_ms: The export request envelope's ``event_time_ms``.
         request_id: Echoed from the export request.
+        agent_build: The pipeline's agent build (``beam_agents.agent_build``), so replay can
+            name skew; None leaves it unset.
 
     Raises:
         CorruptBlobError: The continuation, pending or resume-history cell does not
@@ -183,6 +192,8 @@ def make_snapshot(
         request_id=request_id,
         pending_schema_version=CURRENT_VERSIONS["pending"],
     )
+    if agent_build is not None:
+        snapshot.agent_build.CopyFrom(agent_build)
     if cells.continuation:
         version, body = unwrap_blob("continuation", cells.continuation)
         continuation = parse_proto(Continuation, "continuation", body)

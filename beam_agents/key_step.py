@@ -63,7 +63,14 @@ from typing import Any, NamedTuple, Protocol
 
 from google.protobuf.message import DecodeError
 
-from beam_agents._protos import AgentEnvelope, FailedAttempt, InFlight, KeyHold, RetryPending
+from beam_agents._protos import (
+    AgentBuild,
+    AgentEnvelope,
+    FailedAttempt,
+    InFlight,
+    KeyHold,
+    RetryPending,
+)
 from beam_agents.activation import (
     ActivationCommit,
     ActivationFailure,
@@ -436,14 +443,21 @@ class KeyStep:
     activation's trigger (``AgentConfig.retry``).
     """
 
-    __slots__ = ("_activate", "_inbox_limit", "_retry")
+    __slots__ = ("_activate", "_agent_build", "_inbox_limit", "_retry")
 
     def __init__(
-        self, activate: Activate, *, inbox_limit: int, retry: RetryPolicy = DEFAULT_RETRY_POLICY
+        self,
+        activate: Activate,
+        *,
+        inbox_limit: int,
+        retry: RetryPolicy = DEFAULT_RETRY_POLICY,
+        agent_build: AgentBuild | None = None,
     ) -> None:
         self._activate = activate
         self._inbox_limit = inbox_limit
         self._retry = retry
+        self._agent_build = agent_build
+        """The agent build stamped on each exported snapshot (``beam_agents.agent_build``)."""
 
     def handle(
         self,
@@ -480,7 +494,11 @@ class KeyStep:
             # it only copies the cells. Nor does it wait behind a hold: it observes the
             # committed state, which a pending retry has not changed.
             return StepResult(
-                emitted=(_export(key, raw, envelope, store.read_cells(), store.read_seq()),)
+                emitted=(
+                    _export(
+                        key, raw, envelope, store.read_cells(), store.read_seq(), self._agent_build
+                    ),
+                )
             )
         run = _read(store, timer_at_from_state=True)
         if isinstance(run, StateError):
@@ -897,7 +915,7 @@ class KeyStep:
             )
             return False
         if envelope.WhichOneof("body") == "export_request":
-            run.emitted.append(_export(key, raw, envelope, run.cells, run.seq))
+            run.emitted.append(_export(key, raw, envelope, run.cells, run.seq, self._agent_build))
             return False
         run.state = load_key_state(run.cells)
         decision = classify_trigger(run.state, envelope)
@@ -936,7 +954,9 @@ class KeyStep:
                 )
                 continue
             if envelope.WhichOneof("body") == "export_request":
-                run.emitted.append(_export(key, item, envelope, run.cells, run.seq))
+                run.emitted.append(
+                    _export(key, item, envelope, run.cells, run.seq, self._agent_build)
+                )
                 continue
             if trigger_name(envelope) is Trigger.NONE:
                 reason = classify_trigger(run.state, envelope).reason
@@ -1166,7 +1186,12 @@ def _unreadable_hold(
 
 
 def _export(
-    key: bytes, raw: bytes, envelope: AgentEnvelope, cells: StateCells, seq: int
+    key: bytes,
+    raw: bytes,
+    envelope: AgentEnvelope,
+    cells: StateCells,
+    seq: int,
+    build: AgentBuild | None,
 ) -> tuple[Emit, Any]:
     try:
         snapshot = make_snapshot(
@@ -1175,6 +1200,7 @@ def _export(
             seq=seq,
             snapshot_at_ms=envelope.event_time_ms,
             request_id=envelope.export_request.request_id,
+            agent_build=build,
         )
     except StateError as exc:
         return _error(

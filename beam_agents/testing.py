@@ -35,6 +35,7 @@ from beam_agents._protos import (
 )
 from beam_agents.activation import run_activation
 from beam_agents.agent import Agent
+from beam_agents.agent_build import agent_build
 from beam_agents.blobs import load_hold
 from beam_agents.config import AgentConfig
 from beam_agents.errors import AgentDefinitionError
@@ -258,7 +259,12 @@ class PipelineKey:
             cache_policy=config.cache,
             tool_cache_policy=config.tool_cache,
         )
-        self._step = KeyStep(activate, inbox_limit=config.inbox_limit, retry=config.retry)
+        self._step = KeyStep(
+            activate,
+            inbox_limit=config.inbox_limit,
+            retry=config.retry,
+            agent_build=agent_build(agent),
+        )
 
     @property
     def seq(self) -> int:

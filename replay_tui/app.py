@@ -77,6 +77,7 @@ class ReplayApp(App[int]):
         options: ReplayOptions | None = None,
         export_dir: Path | None = None,
         seqs: Sequence[int] = (),
+        complete: Callable[[ReplayResult], ReplayResult] | None = None,
     ) -> None:
         """Open on ``result``, or run ``engine.replay(options)`` in a thread and open on that.
 
@@ -86,6 +87,8 @@ class ReplayApp(App[int]):
             export_dir: Where ``e`` writes the reports (default: the working directory).
             seqs: The key's other activations the same inputs can replay (a bundle's, or
                 the traced ones); with two or more, ``[`` and ``]`` switch between them.
+            complete: Applied to each replay's result before it is shown (the command
+                line's: a reference run's proved values put beside it).
         """
         if result is None and options is None:
             raise ValueError("ReplayApp needs a ReplayResult or ReplayOptions to replay")
@@ -112,6 +115,7 @@ class ReplayApp(App[int]):
         self.opened: ReplayResult | None = result
         """The result of the activation the app was opened on (the command line's): its
         verdict is the exit code, whichever activation ``[`` / ``]`` show when ``q`` quits."""
+        self.complete = complete
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -138,10 +142,13 @@ class ReplayApp(App[int]):
             from beam_agents.replay import engine
 
             assert self.options is not None
+
             def planned(header: ReplayHeader, traced: Sequence[TraceEvent]) -> None:
                 self.post_message(ReplayPlanned(header, traced))
 
             result = engine.replay(self.options, on_planned=planned)
+            if self.complete is not None:
+                result = self.complete(result)
         except BaseException as exc:  # shown on the error screen, never lost
             self.post_message(ReplayCrashed(type(exc).__qualname__, str(exc)))
         else:
@@ -321,7 +328,11 @@ class ReplayApp(App[int]):
 
 
 def run_tui(
-    options: ReplayOptions, *, seqs: Sequence[int] = (), export_dir: Path | None = None
+    options: ReplayOptions,
+    *,
+    seqs: Sequence[int] = (),
+    export_dir: Path | None = None,
+    complete: Callable[[ReplayResult], ReplayResult] | None = None,
 ) -> int:
     """Replay ``options`` in the TUI; return the verdict's exit code once the operator quits.
 
@@ -330,12 +341,13 @@ def run_tui(
         seqs: Other activations the same inputs replay (``[`` / ``]`` switch).
         export_dir: Where ``e`` writes the reports (``--export-dir``; default: the
             working directory).
+        complete: What the command line does to each result before it is shown.
 
     Returns:
         0 reproduced or what-if, 1 diverged, 2 usage error (or the engine crashed),
         3 irreproducible — as headless — or 130 if quit before the replay finished.
     """
-    app = ReplayApp(options=options, seqs=seqs, export_dir=export_dir)
+    app = ReplayApp(options=options, seqs=seqs, export_dir=export_dir, complete=complete)
     app.run()
     if app.exit_code is not None:
         return app.exit_code

@@ -101,7 +101,9 @@ def test_the_reports_name_what_happened(
     assert "now stopped: the replays below cannot reach it" in done.stdout
     alice = reports.split("Alice's status question")[1].split("exit code")[0]
     assert "reproduced" in alice
-    assert "1 call(s) served from the tool cache" in alice and "'track_shipment'  cache hit" in alice
+    assert (
+        "1 call(s) served from the tool cache" in alice and "'track_shipment'  cache hit" in alice
+    )
 
 
 @pytest.mark.slow
@@ -147,7 +149,10 @@ def test_the_demo_bundles_each_incident_and_checks_them(
     assert bundles == sorted(f"{name}.bundle" for name in EXPECTED)
     assert "1  diverged       (exit 1)  TOOL_CALL 'lookup_order'" in step
     assert "1  irreproducible (exit 3)  cache miss (absent): messages[1]" in step
-    assert f"{sum(1 for v, _ in EXPECTED.values() if v == 'reproduced')}  reproduced     (exit 0)" in step
+    assert (
+        f"{sum(1 for v, _ in EXPECTED.values() if v == 'reproduced')}  reproduced     (exit 0)"
+        in step
+    )
     assert "exit code 1 (the worst verdict's)   ok" in step
     assert (out / "check-junit.xml").read_bytes().count(b"<testcase ") == len(EXPECTED)
     # The same inputs give the same bytes: bundle refund-v1 again and compare.
@@ -257,3 +262,267 @@ async def test_the_tui_shows_the_replayed_order_id_marked_differing(
         assert "≠ differs" in line and "args" in line
         assert "✓ verified" in screen and "result" in screen
         assert " live $" in screen  # the traced model call went to the provider
+
+
+# --------------------------------------------------------------------- the reference run
+
+
+def _args_line(stdout: str) -> str:
+    report = stdout.split("  first divergence: ")[1].split("    detail:")[0]
+    return next(line for line in report.splitlines() if line.strip().startswith("args: "))
+
+
+def test_the_reference_run_shows_productions_order_id_verified_beside_the_replayed_one(
+    demo: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    out, _ = demo
+    production = ("--reference", "examples.support_desk.agent:AGENT")
+    headless = _replay_refund_v2(out, *production)
+    assert headless.returncode == 1, headless.stderr  # the candidate's verdict and exit code
+    assert headless.stdout.splitlines()[4] == "diverged"
+    args = _args_line(headless.stdout)
+    assert (
+        args.strip() == 'args: traced {"order_id": "B-2001"} ✓ | replayed {"order_id": "B2001"} ≠'
+    )
+    assert (
+        "  reference: examples.support_desk.agent:AGENT (--reference): reproduced; "
+        in headless.stdout
+    )
+
+    as_json = _replay_refund_v2(out, "--json", *production)
+    assert as_json.returncode == 1
+    document = json.loads(as_json.stdout)
+    assert document["verdict"] == "diverged"
+    reference = document["reference"]
+    assert reference["verdict"] == "reproduced" and reference["source"] == "--reference"
+    theirs = {(v["event_index"], v["path"]): v for v in reference["values"]}
+    assert theirs[(2, "args")]["value"] == {"order_id": "B-2001"}
+    assert theirs[(2, "args")]["mark"] == "verified" and theirs[(2, "args")]["rehashed"]
+    mine = {(v["event_index"], v["path"]): v for v in document["values"]}
+    # Proved by the very digest the candidate's value is marked against.
+    assert theirs[(2, "args")]["traced_digest"] == mine[(2, "args")]["traced_digest"]
+
+    redacted = _replay_refund_v2(out, "--redact", *production)
+    assert redacted.returncode == 1
+    assert "B-2001" not in redacted.stdout and "B2001" not in redacted.stdout
+    assert "traced sha256:" in _args_line(redacted.stdout)
+    redacted_json = json.loads(_replay_refund_v2(out, "--json", "--redact", *production).stdout)
+    assert all(v["value"] is None for v in redacted_json["reference"]["values"])
+
+
+def test_a_reference_from_another_checkout_imports_the_same_agent_path_from_there(
+    demo: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
+    import shutil
+
+    out, _ = demo
+    # The production checkout, where agent_v2.py still held the code that ran.
+    prod = tmp_path / "prod"
+    shutil.copytree(
+        ROOT / "examples", prod / "examples", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    shutil.copy(prod / "examples/support_desk/agent.py", prod / "examples/support_desk/agent_v2.py")
+    done = _replay_refund_v2(out, "--reference-path", str(prod))
+    assert done.returncode == 1, done.stderr
+    assert f"(--reference-path {prod}): reproduced" in done.stdout
+    assert '"B-2001"} ✓ | replayed {"order_id": "B2001"} ≠' in _args_line(done.stdout)
+    assert not list(prod.rglob("__pycache__"))  # the reference wrote nothing there
+
+    # The same path from a checkout holding v2 itself: the reference diverges where v2 does,
+    # and shows no value of that event as production's.
+    same = tmp_path / "same"
+    shutil.copytree(
+        ROOT / "examples", same / "examples", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    done = _replay_refund_v2(out, "--reference-path", str(same))
+    assert done.returncode == 1
+    assert "diverged at event 2 itself; only the" in done.stdout
+    assert "[differs: traced sha256=" in _args_line(done.stdout)  # the candidate's value only
+    assert "B-2001" not in _args_line(done.stdout)
+
+
+def test_a_bundle_replayed_with_another_agent_takes_its_recorded_agent_as_the_reference(
+    demo: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    out, _ = demo
+    cli = str(Path(sys.executable).parent / "beam-agents-replay")
+    bundle = str(out / "bundles" / "refund-v1.bundle")
+    v2 = ("--agent", "examples.support_desk.agent_v2:AGENT")
+    run = [cli, bundle, *v2]
+    done = subprocess.run(run, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 1, done.stderr
+    assert (
+        "reference: examples.support_desk.agent:AGENT (the bundle's recorded agent): reproduced"
+        in done.stdout
+    )
+    assert '"B-2001"} ✓ | replayed {"order_id": "B2001"} ≠' in _args_line(done.stdout)
+    off = subprocess.run(
+        [*run, "--no-reference"], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert off.returncode == 1 and "reference:" not in off.stdout
+
+
+def test_a_reference_that_cannot_run_is_named_and_changes_nothing(
+    demo: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    out, _ = demo
+    done = _replay_refund_v2(out, "--reference", "examples.support_desk.no_such_module:AGENT")
+    assert done.returncode == 1, done.stderr
+    line = next(x for x in done.stdout.splitlines() if x.startswith("  reference: "))
+    assert "no values shown" in line and "no_such_module" in line
+    assert "[differs: traced sha256=" in _args_line(done.stdout)  # only the candidate's value
+    stdin = _replay_refund_v2(
+        out, "--reference", "examples.support_desk.agent:AGENT", "--traces", "-"
+    )
+    assert stdin.returncode == 2 and "standard input" in stdin.stderr
+
+
+async def test_the_tui_shows_productions_value_beside_the_replayed_one(
+    demo: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    import argparse
+    import html
+
+    from beam_agents.cli.reference import attach_reference, reference_spec, run_reference
+    from beam_agents.replay.engine import replay
+    from beam_agents.replay.options import ReplayOptions
+    from replay_tui.app import ReplayApp
+
+    out, _ = demo
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))  # examples.support_desk, as the CLI imports it
+    options = ReplayOptions(
+        snapshot=str(out / "snapshots" / f"{b'customer-bob'.hex()}-3-incident-refund-bob.pb"),
+        traces=(str(out / "traces"),),
+        event=str(out / "events" / "msg-bob-1.pb"),
+        agent="examples.support_desk.agent_v2:AGENT",
+        registry="examples.support_desk.tools:TOOLS",
+        seq=1,
+    )
+    ns = argparse.Namespace(reference="examples.support_desk.agent:AGENT", reference_path=None)
+    spec = reference_spec(ns, options)
+    assert spec is not None
+    result = attach_reference(replay(options), run_reference(spec))
+    assert result.exit_code == 1
+    app = ReplayApp(result)
+    async with app.run_test(size=(180, 48)) as pilot:
+        await pilot.pause()  # it opens on the first divergence
+        screen = html.unescape(re.sub(r"<[^>]+>", "", app.export_screenshot())).replace("\xa0", " ")
+        line = next(row for row in screen.splitlines() if '{"order_id": "B2001"}' in row)
+        assert "≠ differs" in line and 'traced {"order_id": "B-2001"} ✓' in line
+        assert "reference: examples.support_desk.agent:AGENT" in screen and "reproduced" in screen
+
+
+def test_the_header_names_build_skew_between_the_snapshot_and_the_given_agent(
+    demo: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    out, _ = demo
+    skewed = _replay_refund_v2(out)
+    line = next(x for x in skewed.stdout.splitlines() if x.startswith("  build skew: "))
+    assert "written by examples.support_desk.agent:SupportAgent code sha256=" in line
+    assert "given is examples.support_desk.agent_v2:" in line and "(differs: class, code)" in line
+    header = json.loads(_replay_refund_v2(out, "--json").stdout)["header"]
+    assert header["build_skew"] == ["class", "code"]
+    assert header["snapshot_agent_build"].startswith("examples.support_desk.agent:SupportAgent")
+    same = _replay_refund_v2(out, "--agent", "examples.support_desk.agent:AGENT")
+    assert same.returncode == 0 and "build skew" not in same.stdout
+
+
+# --------------------------------------------------------------------------------- bisect
+
+
+def _agent_history(repo: Path) -> list[str]:
+    """A git repository of 30 commits of the support desk: commit 15 imports a module that
+    is not there (cannot be probed), 16 drops it, 21 respells the order id (v2's change),
+    the rest touch notes. The commit hashes, oldest first."""
+    import shutil
+
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True
+        )
+        return done.stdout
+
+    shutil.copytree(
+        ROOT / "examples", repo / "examples", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    git("init", "-q")
+    git("config", "user.email", "dev@example.com")
+    git("config", "user.name", "dev")
+    git("add", "-A")
+    git("commit", "-qm", "the support desk")
+    agent = repo / "examples" / "support_desk" / "agent.py"
+    broken = "\nimport examples.support_desk.not_written_yet  # noqa: F401\n"
+    for i in range(2, 31):
+        if i == 15:
+            agent.write_text(agent.read_text() + broken)
+            subject = "import a helper module (not committed yet)"
+        elif i == 16:
+            agent.write_text(agent.read_text().replace(broken, "\n"))
+            subject = "drop the import of the missing helper"
+        elif i == 21:
+            source = agent.read_text()
+            respelled = source.replace(
+                "        return candidate\n", '        return candidate.replace("-", "")\n', 1
+            )
+            assert respelled != source
+            agent.write_text(respelled)
+            subject = "respell order ids in the warehouse's compact form"
+        else:
+            notes = repo / "NOTES.txt"
+            notes.write_text((notes.read_text() if notes.exists() else "") + f"note {i}\n")
+            subject = f"note {i}"
+        git("add", "-A")
+        git("commit", "-qm", subject)
+    return git("rev-list", "--reverse", "HEAD").split()
+
+
+def _bisect(*args: str) -> subprocess.CompletedProcess[str]:
+    cli = str(Path(sys.executable).parent / "beam-agents-replay")
+    return subprocess.run(
+        [cli, "bisect", *args], cwd=ROOT, capture_output=True, text=True, timeout=600, check=False
+    )
+
+
+def test_bisect_names_the_commit_that_respelled_the_order_id(
+    demo: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
+    out, _ = demo
+    repo = tmp_path / "agent-repo"
+    commits = _agent_history(repo)
+    assert len(commits) == 30
+    status_before = subprocess.run(
+        ["git", "-C", str(repo), "status", "--porcelain"], capture_output=True, text=True
+    ).stdout
+    bundle = str(out / "bundles" / "refund-v1.bundle")
+    done = _bisect(bundle, "--repo", str(repo), "--good", commits[0], "--bad", commits[-1])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (
+        f"first changed: {commits[20]} respell order ids in the warehouse's compact form\n"
+        in done.stdout
+    )
+    assert "  refund-v1.bundle seq 1: reproduced -> diverged\n" in done.stdout
+    assert "TOOL_CALL 'lookup_order'" in done.stdout and "args_sha256" in done.stdout
+    # The commit that cannot be imported was probed, and is named as skipped.
+    assert f"  skipped {commits[14][:12]} import a helper module" in done.stdout
+    assert "not_written_yet" in done.stdout
+    # The repository is read, never changed (git archive, no worktree, no checkout).
+    after = subprocess.run(
+        ["git", "-C", str(repo), "status", "--porcelain"], capture_output=True, text=True
+    ).stdout
+    assert after == status_before
+    worktrees = subprocess.run(
+        ["git", "-C", str(repo), "worktree", "list"], capture_output=True, text=True
+    ).stdout.splitlines()
+    assert len(worktrees) == 1  # its own work tree only
+
+    unchanged = _bisect(bundle, "--repo", str(repo), "--good", commits[0], "--bad", commits[19])
+    assert unchanged.returncode == 1, unchanged.stdout + unchanged.stderr
+    assert "no change" in unchanged.stdout
+
+    backwards = _bisect(bundle, "--repo", str(repo), "--good", commits[-1], "--bad", commits[0])
+    assert backwards.returncode == 2 and "is not an ancestor of --bad" in backwards.stderr
+    unknown = _bisect(bundle, "--repo", str(repo), "--good", "nope", "--bad", commits[-1])
+    assert unknown.returncode == 2 and "--good nope: no such commit" in unknown.stderr
+    not_git = _bisect(bundle, "--repo", str(tmp_path), "--good", "a", "--bad", "b")
+    assert not_git.returncode == 2 and "not a git repository" in not_git.stderr

@@ -75,6 +75,7 @@ def test_field_numbers_are_the_designs() -> None:
         "pending_schema_version": 11,
         "resumed_from_schema_version": 12,
         "tool_cache": 13,
+        "agent_build": 14,
     }
     assert numbers(AgentEnvelope) == {
         "entity_key": 1,

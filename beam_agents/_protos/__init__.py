@@ -23,6 +23,7 @@ from beam_agents._protos.v1.llm_pb2 import (
     Usage,
 )
 from beam_agents._protos.v1.state_pb2 import (
+    AgentBuild,
     Continuation,
     FailedAttempt,
     InFlight,
@@ -44,6 +45,7 @@ from beam_agents._protos.v1.trace_pb2 import AttributeValue, TraceEvent
 __all__ = [
     "DESCRIPTOR_SET",
     "PROTO_DIR",
+    "AgentBuild",
     "AgentEnvelope",
     "Approval",
     "AttributeValue",

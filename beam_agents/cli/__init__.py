@@ -5,7 +5,7 @@
                        [--hitl module:ATTR] [--headless] [--json]
     beam-agents-replay BUNDLE [--seq N] [--json] ...
     beam-agents-replay tui <the same flags but --headless/--json> | tui BUNDLE ...
-    beam-agents-replay ls | bundle | check | convert-bq ...
+    beam-agents-replay ls | bundle | check | bisect | convert-bq ...
     beam-agents-replay --version | --help | COMMAND --help
 
 The parser is ``build_parser()``: the default (replay) flags on the top-level parser and
@@ -29,7 +29,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from beam_agents._version import __version__
-from beam_agents.cli import bundle, check, convert_bq, ls, tui
+from beam_agents.cli import bisect, bundle, check, convert_bq, ls, tui
 from beam_agents.cli.output import silence_stdout
 from beam_agents.cli.parsing import (
     EXIT_CODES_HELP,
@@ -58,6 +58,7 @@ SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[Parser]], None], ...] = 
     ls.register,
     bundle.register,
     check.register,
+    bisect.register,
 )
 
 

@@ -119,7 +119,8 @@ def replay_usage(prog: str, *, headless: bool) -> str:
     return (
         f"{prog} --snapshot FILE --traces FILE|DIR [--traces ...] --agent module:ATTR\n"
         f"{indent}--registry module:ATTR [--event FILE] [--events FILE|DIR] [--seq N]\n"
-        f"{indent}{last}"
+        f"{indent}{last}\n"
+        f"{indent}[--reference module:ATTR] [--reference-path DIR]"
     )
 
 
@@ -173,6 +174,7 @@ def add_replay_flags(parser: Parser, *, headless: bool) -> None:
         "its end, 3 at an uncached model call); without it such a replay is refused (exit 2)",
     )
     add_time_limit_flag(parser)
+    add_reference_flags(parser)
     if headless:
         parser.add_argument(
             "--headless", action="store_true", help="print the report (the default; for scripts)"
@@ -183,6 +185,28 @@ def add_replay_flags(parser: Parser, *, headless: bool) -> None:
         add_value_flags(parser)
     else:
         add_export_dir_flag(parser)
+
+
+def add_reference_flags(parser: Parser, *, bundle: bool = False) -> None:
+    """The reference run's flags (docs/replay.md, "A reference run")."""
+    parser.add_argument(
+        "--reference",
+        metavar="module:ATTR",
+        help="first replay with this agent (the build that ran in production) in a fresh "
+        "process; the values it proves by the trace's digests fill the traced side",
+    )
+    parser.add_argument(
+        "--reference-path",
+        metavar="DIR",
+        help="run the reference importing the agent's modules from DIR (another checkout, "
+        "e.g. a worktree of the production commit)",
+    )
+    if bundle:
+        parser.add_argument(
+            "--no-reference",
+            action="store_true",
+            help="with --agent, do not run the bundle's recorded agent as the reference",
+        )
 
 
 def time_limit(value: str) -> float:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from typing import TYPE_CHECKING
 
 from beam_agents._version import __version__
 from beam_agents.cli.output import silence_stdout
@@ -15,6 +16,7 @@ from beam_agents.cli.parsing import (
     PROG,
     Parser,
     add_export_dir_flag,
+    add_reference_flags,
     add_time_limit_flag,
     add_value_flags,
     replay_options,
@@ -23,9 +25,16 @@ from beam_agents.cli.process import PROCESS_LIFE, cwd_importable, isolate
 from beam_agents.replay.options import ReplayOptions
 from beam_agents.replay.result import EXIT_USAGE, ReplayResult, Verdict
 
+if TYPE_CHECKING:
+    from beam_agents.cli.reference import ReferenceDocument
+
 
 def run_replay(ns: argparse.Namespace) -> int:
     options = replay_options(ns)
+    from beam_agents.cli.reference import reference_spec, run_reference
+
+    spec = reference_spec(ns, options)
+    ran = run_reference(spec) if spec is not None else None  # first: before isolate()
     cwd_importable()
     start_last_resort(options.time_limit)
     isolate()
@@ -33,7 +42,16 @@ def run_replay(ns: argparse.Namespace) -> int:
 
     # Replay reads; it writes nothing, not even bytecode caches of what it imports
     # (replay() turns them off while it imports and runs agent code).
-    return emit(replay(options), as_json=ns.json, ns=ns)
+    return emit(with_reference(replay(options), ran), as_json=ns.json, ns=ns)
+
+
+def with_reference(result: ReplayResult, ran: ReferenceDocument | None) -> ReplayResult:
+    """``result`` with the reference run's proved values, if one ran (``cli.reference``)."""
+    if ran is None or result.verdict is Verdict.USAGE_ERROR:
+        return result
+    from beam_agents.cli.reference import attach_reference
+
+    return attach_reference(result, ran)
 
 
 def bundle_parser(prog: str, *, headless: bool) -> Parser:
@@ -62,6 +80,7 @@ def bundle_parser(prog: str, *, headless: bool) -> Parser:
         "--what-if", action="store_true", help="allow a pending resume's what-if (see --help)"
     )
     add_time_limit_flag(parser)
+    add_reference_flags(parser, bundle=True)
     if headless:
         parser.add_argument("--headless", action="store_true", help="print the report (default)")
         parser.add_argument("--json", action="store_true", help="print one JSON document")
@@ -101,12 +120,17 @@ def run_bundle(ns: argparse.Namespace) -> int:
     if isinstance(loaded, ReplayResult):
         return emit(loaded, as_json=ns.json, ns=ns)
     options, _seqs = loaded
+    from beam_agents.cli.reference import bundle_reference_spec, run_reference
+
+    spec = bundle_reference_spec(ns, options)
+    ran = run_reference(spec) if spec is not None else None  # first: before isolate()
     cwd_importable()
     start_last_resort(options.time_limit)
     isolate()
     from beam_agents.replay.engine import replay
 
-    return emit(replay(options), as_json=ns.json, ns=ns)  # replay() writes no bytecode
+    # replay() writes no bytecode
+    return emit(with_reference(replay(options), ran), as_json=ns.json, ns=ns)
 
 
 def start_last_resort(time_limit: float | None, *, terminal: bool = False) -> None:

@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from beam_agents.cli.parsing import (
     EXIT_CODES_HELP,
@@ -22,6 +22,9 @@ from beam_agents.cli.process import cwd_importable, isolate
 from beam_agents.cli.replay import bundle_replay_options, emit, start_last_resort
 from beam_agents.replay.options import ReplayOptions
 from beam_agents.replay.reporting.escape import escape
+
+if TYPE_CHECKING:
+    from beam_agents.cli.reference import ReferenceSpec
 from beam_agents.replay.result import EXIT_USAGE, ReplayResult
 
 
@@ -44,15 +47,24 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
 
 
 def _run_tui(ns: argparse.Namespace) -> int:
-    return open_tui(replay_options(ns, f"{PROG} tui"), export_dir=getattr(ns, "export_dir", None))
+    from beam_agents.cli.reference import reference_spec
+
+    options = replay_options(ns, f"{PROG} tui")
+    reference = reference_spec(ns, options)
+    return open_tui(options, export_dir=getattr(ns, "export_dir", None), reference=reference)
 
 
 def run_bundle_tui(ns: argparse.Namespace) -> int:
+    from beam_agents.cli.reference import bundle_reference_spec
+
     loaded = bundle_replay_options(ns)
     if isinstance(loaded, ReplayResult):
         return emit(loaded, as_json=False)
     options, seqs = loaded  # the bundle is loaded once (it was loaded again for its seqs)
-    return open_tui(options, seqs=seqs, export_dir=getattr(ns, "export_dir", None))
+    reference = bundle_reference_spec(ns, options)
+    return open_tui(
+        options, seqs=seqs, export_dir=getattr(ns, "export_dir", None), reference=reference
+    )
 
 
 def _replayable_seqs(options: ReplayOptions) -> tuple[int, ...]:
@@ -86,9 +98,14 @@ def _has_terminal() -> bool:
 
 
 def open_tui(
-    options: ReplayOptions, *, seqs: Sequence[int] | None = None, export_dir: str | None = None
+    options: ReplayOptions,
+    *,
+    seqs: Sequence[int] | None = None,
+    export_dir: str | None = None,
+    reference: ReferenceSpec | None = None,
 ) -> int:
-    """Open the TUI on ``options``; ``seqs`` for [ and ] (None: the traced ones, with --events)."""
+    """Open the TUI on ``options``; ``seqs`` for [ and ] (None: the traced ones, with --events);
+    ``reference``: the reference run, run first (before this process isolates itself)."""
     stdin_flags = [
         flag
         for flag, value in (
@@ -134,6 +151,15 @@ def open_tui(
             "works without it (drop the 'tui' subcommand)\n"
         )
         return EXIT_USAGE
+    if reference is not None:
+        from beam_agents.cli.reference import run_reference
+        from beam_agents.cli.replay import with_reference
+
+        sys.stderr.write(f"{PROG}: running the reference ({reference.source}) first...\n")
+        ran = run_reference(reference)
+        extra_complete: dict[str, Any] = {"complete": lambda r: with_reference(r, ran)}
+    else:
+        extra_complete = {}
     start_last_resort(options.time_limit, terminal=True)  # before the agent is imported
     isolate()  # after Textual is imported, before the agent is
     from beam_agents.replay.inputs.agent_code import no_bytecode
@@ -144,4 +170,4 @@ def open_tui(
             extra["seqs"] = seqs
         if export_dir is not None:
             extra["export_dir"] = Path(export_dir)
-        return int(run_tui(options, **extra))
+        return int(run_tui(options, **extra, **extra_complete))

@@ -34,6 +34,7 @@ from beam_agents.activation import (
     TriggerDecision,
 )
 from beam_agents.agent import Agent, Timeout
+from beam_agents.agent_build import agent_build
 from beam_agents.config import AgentConfig
 from beam_agents.key_state import KeyState, StateCells
 from beam_agents.key_step import (
@@ -228,7 +229,10 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
             self._flights = _flights_of(self._pool_id, self._config.max_in_flight)
             activate = self._start
         self._step = KeyStep(
-            activate, inbox_limit=self._config.inbox_limit, retry=self._config.retry
+            activate,
+            inbox_limit=self._config.inbox_limit,
+            retry=self._config.retry,
+            agent_build=agent_build(self._agent),
         )
 
     def teardown(self) -> None:

@@ -24,6 +24,7 @@ from beam_agents._protos import AgentEnvelope, StateSnapshot, TraceEvent
 from beam_agents._version import __version__
 from beam_agents.activation import ActivationCommit, ActivationResult, ReplayHooks, run_activation
 from beam_agents.agent import Agent
+from beam_agents.agent_build import agent_build, build_differences
 from beam_agents.blobs import unwrap_blob
 from beam_agents.capture import ValueCapture
 from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
@@ -226,6 +227,12 @@ def plan_rerun(inputs: ReplayInputs, header: HeaderSoFar) -> Plan:
     its pre-state reconstructed (``reconstruct``); the header learns each as it is known."""
     snapshot, naming = inputs.snapshot, inputs.naming
     header.note(hitl_policy=inputs.hitl.describe())
+    given = agent_build(inputs.agent)  # in no trace: the build is named, never compared there
+    header.note(
+        agent_build=given,
+        snapshot_build=snapshot.agent_build if snapshot.HasField("agent_build") else None,
+        build_skew=build_differences(snapshot.agent_build, given),
+    )
     traced = scan_traces(inputs.traces, snapshot.entity_key, seq=inputs.seq, naming=naming)
     event = inputs.event
     if inputs.events:

@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, overload
 
-from beam_agents._protos import LlmResponse, TraceEvent
+from beam_agents._protos import AgentBuild, LlmResponse, TraceEvent
 from beam_agents.trace_view import ActivationKind, Trigger
 
 
@@ -165,6 +165,12 @@ class ReplayHeader:
     """The provider name the re-run's cache keys were computed with (the traced one)."""
     envelope_id: str = ""
     """The triggering envelope's id (empty for a HITL timeout)."""
+    agent_build: AgentBuild | None = None
+    """The given agent's build (``beam_agents.agent_build``); None before it is imported."""
+    snapshot_build: AgentBuild | None = None
+    """The build that wrote the snapshot, as it recorded it (None: it recorded none)."""
+    build_skew: tuple[str, ...] = ()
+    """What differs between the two: ``class``, ``code``, ``version`` (empty: no skew known)."""
 
     def with_target(self, target: TargetFacts) -> ReplayHeader:
         """This header with what ``target`` knows about the replayed activation."""
@@ -568,6 +574,45 @@ class StateView:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ReferenceRun:
+    """The reference run: the same activation replayed first, in a fresh process of its own,
+    with the build that ran in production (``--reference``, ``--reference-path``, a bundle's
+    recorded agent). Where its values are proved production's by the trace's digests they
+    fill the traced side of the comparison; it never changes the verdict (the candidate's).
+    Decided by ``judging.reference.prove_reference``; renderers show it as it is.
+    """
+
+    agent_path: str
+    """``module:ATTR`` of the reference agent."""
+    source: str
+    """Where it came from, for the header (``--reference-path /prod``, ``the bundle's agent``)."""
+    seq: int | None = None
+    """The activation it replayed (the candidate's seq; another seq's values are not shown)."""
+    verdict: str = ""
+    """Its verdict word (``reproduced``, ``diverged``...), empty when it gave no result."""
+    reason: str = ""
+    """Its one-line reason, or why it gave no result (it could not run, its output unreadable)."""
+    first_divergence: int | None = None
+    """The event where the reference itself diverged from the trace: only values it proves are
+    shown (each one checked by digest), and the header says it did not reproduce."""
+    values: Mapping[tuple[int, str], Value] = field(default_factory=dict, repr=False)
+    """Its proved values by ``(event_index, path)``: every one VERIFIED against this trace."""
+    rehashed: frozenset[tuple[int, str]] = frozenset()
+    """The keys of ``values`` whose digest was recomputed here from the value itself (the
+    others were proved by the reference process's engine: a model request's components,
+    whose request cache key is the traced one, and a response, by its response digest)."""
+
+    @property
+    def reproduced(self) -> bool:
+        """The reference reproduced the trace: every value it shows is production's."""
+        return self.verdict == "reproduced"
+
+    def value_for(self, index: int, path: str) -> Value | None:
+        """Production's value at event ``index``, ``path``, when the reference proved it."""
+        return self.values.get((index, path))
+
+
+@dataclass(frozen=True, kw_only=True)
 class ReplayResult:
     """Everything one replay established. Render it; never recompute a verdict from it."""
 
@@ -617,6 +662,8 @@ class ReplayResult:
     stop: StopCause | None = None
     """What stopped the replay short of judging every traced event; None when nothing did
     (reproduced, diverged, or a what-if that ran to its end)."""
+    reference: ReferenceRun | None = None
+    """The reference run's proved values beside this replay's (``ReferenceRun``), if one ran."""
 
     @property
     def exit_code(self) -> int:

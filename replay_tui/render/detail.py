@@ -25,6 +25,7 @@ from beam_agents.replay.result import (
     Divergence,
     EventPair,
     Mark,
+    ReferenceRun,
     ReplayResult,
     Value,
     ValueList,
@@ -388,28 +389,61 @@ def values_by_event(result: ReplayResult) -> ValuesIndex:
     return ValuesIndex(result.values)
 
 
-def value_line(value: Value, *, limit: int | None = VALUE_CHARS) -> Text:
-    """One value: its mark, its path, the value (literal, cut to ``limit``), the traced digest."""
+def _append_value(line: Text, shown: str, limit: int | None) -> None:
+    if limit is not None and len(shown) > limit:
+        line.append(escape(shown[:limit]))
+        line.append(f"… {len(shown) - limit} more (v: whole)", style="dim")
+    else:
+        line.append(escape(shown))
+
+
+def value_line(
+    value: Value, *, limit: int | None = VALUE_CHARS, traced: Value | None = None
+) -> Text:
+    """One value: its mark, its path, the value (literal, cut to ``limit``), the traced digest;
+    with ``traced`` (production's value, proved by a reference run) that value beside it."""
     label, style = MARKS[value.mark]
     line = Text()
     line.append(label.ljust(14), style=style)
     line.append(" ")
     line.append(escape(value.path), style="bold")
     line.append(" ")
-    shown = value.text
-    if limit is not None and len(shown) > limit:
-        line.append(escape(shown[:limit]))
-        line.append(f"… {len(shown) - limit} more (v: whole)", style="dim")
-    else:
-        line.append(escape(shown))
-    if value.mark is Mark.DIFFERS and value.traced_digest:
+    _append_value(line, value.text, limit)
+    if traced is not None and value.mark is not Mark.VERIFIED:
+        line.append("   traced ", style="bold")
+        _append_value(line, traced.text, limit)
+        line.append(" ✓", style=MARKS[Mark.VERIFIED][1])
+    elif value.mark is Mark.DIFFERS and value.traced_digest:
         line.append(f"   traced {escape(value.traced_digest)}", style="dim")
     return line
 
 
-def values_lines(values: Sequence[Value], width: int, *, what_if: bool = False) -> list[Text]:
-    """The replayed event's values, each with its mark; empty when it has none."""
-    if not values:
+def reference_value_line(traced: Value, *, limit: int | None = VALUE_CHARS) -> Text:
+    """A value production had (proved by the reference run) where the re-run has none."""
+    line = Text()
+    line.append("✓ traced".ljust(14), style=MARKS[Mark.VERIFIED][1])
+    line.append(" ")
+    line.append(escape(traced.path), style="bold")
+    line.append(" ")
+    _append_value(line, traced.text, limit)
+    line.append("   replayed (none)", style="dim")
+    return line
+
+
+def values_lines(
+    values: Sequence[Value],
+    width: int,
+    *,
+    what_if: bool = False,
+    reference: ReferenceRun | None = None,
+    index: int | None = None,
+) -> list[Text]:
+    """The replayed event's values, each with its mark (and, with a ``reference`` run,
+    production's value beside each that is not verified); empty when it has none."""
+    theirs: dict[str, Value] = {}
+    if reference is not None and index is not None:
+        theirs = {path: v for (at, path), v in reference.values.items() if at == index}
+    if not values and not theirs:
         return []
     head = Text("Values", style="bold underline")
     head.append(
@@ -418,9 +452,13 @@ def values_lines(values: Sequence[Value], width: int, *, what_if: bool = False) 
         else "  the re-run's, checked against the traced digests",
         style="dim",
     )
+    if theirs:
+        head.append("; traced: the reference run's, proved by the trace's digests", style="dim")
     lines = wrap(head, width)
     for value in values:
-        lines += wrap(value_line(value), width)
+        lines += wrap(value_line(value, traced=theirs.pop(value.path, None)), width)
+    for _path, traced in sorted(theirs.items()):
+        lines += wrap(reference_value_line(traced), width)
     lines.append(Text())
     return lines
 
@@ -440,7 +478,9 @@ def detail_lines(
         values = list(event_values(result.values, pair.index))
     lines = wrap(_title(pair, what_if=what_if), width)
     # The values first: they say what changed; the digests and the diff below say where.
-    lines += values_lines(values, width, what_if=what_if)
+    lines += values_lines(
+        values, width, what_if=what_if, reference=result.reference, index=pair.index
+    )
     div = result.first_divergence
     miss = result.cache_miss
     if div is not None and div.index == pair.index:

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from beam_agents.agent_build import describe_build
 from beam_agents.replay.reporting.escape import escape
 from beam_agents.replay.reporting.labels import VERDICT_TITLES, key_text, utc_time
-from beam_agents.replay.result import ReplayHeader, ReplayResult, Verdict
+from beam_agents.replay.result import ReferenceRun, ReplayHeader, ReplayResult, Verdict
 from replay_tui.render.literal import literal_text
 
 VERDICT_STYLES: dict[Verdict, str] = {
@@ -88,3 +89,43 @@ def verdict_banner(result: ReplayResult) -> Text:
     banner.append(f"  exit {result.exit_code}  ", style="bold")
     banner.append(escape(result.reason) or "-")
     return banner
+
+
+def reference_header_line(reference: ReferenceRun) -> Text:
+    """Which build the traced side's values come from, and how far they are production's."""
+    line = Text()
+    _field(line, "reference", reference.agent_path or "-")
+    line.append(f" ({escape(reference.source)})", style=DIM)
+    line.append("  ")
+    if not reference.verdict or reference.verdict == "error":
+        line.append("no values shown: ", style="bold yellow")
+        line.append(escape(reference.reason) or "no result")
+    elif reference.reproduced:
+        line.append("reproduced", style="bold green")
+        line.append(f": {len(reference.values)} values proved production's by digest")
+    else:
+        where = (
+            f" at event {reference.first_divergence}"
+            if reference.first_divergence is not None
+            else ""
+        )
+        line.append(f"{escape(reference.verdict)}{where} itself", style="bold yellow")
+        line.append(f": only the {len(reference.values)} values it proves are shown")
+    return line
+
+
+def build_skew_header_line(header: ReplayHeader) -> Text:
+    """The snapshot's build is not the given agent's: what differs (the headless report's
+    ``build skew:`` line has both builds whole; this line, short, has what differs)."""
+    skew = header.build_skew
+    line = Text()
+    line.append(
+        f"build skew: {', '.join(skew)} {'differs' if len(skew) == 1 else 'differ'}",
+        style="bold yellow",
+    )
+    # The source digest only when the code differs (the report's line has both whole).
+    code = "code" in skew
+    for name, build in (("snapshot", header.snapshot_build), ("given", header.agent_build)):
+        line.append(f"   {name}: ", style=LABEL)
+        line.append(literal_text(describe_build(build, code=code) if build is not None else "?"))
+    return line

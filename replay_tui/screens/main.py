@@ -13,7 +13,7 @@ from textual.screen import Screen
 from textual.widgets import Input, Static
 from textual.worker import get_current_worker
 
-from beam_agents.replay.reporting.json_doc import pair_document, value_document
+from beam_agents.replay.reporting.json_doc import pair_document, reference_values, value_document
 from beam_agents.replay.result import ReplayResult
 from replay_tui.messages import EventHighlighted, FilterFinished, SearchFinished
 from replay_tui.render.literal import literal_text
@@ -346,6 +346,9 @@ class MainScreen(Screen[None]):
         # pair alone holds digests: they say where, the values say why).
         values = self.query_one(DetailPane).values.get(pair.index, [])
         document = {**pair_document(pair), "values": [value_document(v) for v in values]}
+        if self.result.reference is not None:
+            # Production's values at this event, proved by the reference run (traced side).
+            document["traced_values"] = reference_values(self.result.reference, pair.index)
         text = json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False)
         self.app.copy_to_clipboard(text)
         self.notify(

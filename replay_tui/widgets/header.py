@@ -6,14 +6,24 @@ from rich.text import Text
 from textual.widgets import Static
 
 from beam_agents.replay.result import ReplayResult
-from replay_tui.render.header import header_lines, verdict_banner
+from replay_tui.render.header import (
+    build_skew_header_line,
+    header_lines,
+    reference_header_line,
+    verdict_banner,
+)
 
 
 class ReplayHeaderPanel(Static):
     """Version, agent and registry; key, seq, clock and kind; snapshot provenance."""
 
     def __init__(self, result: ReplayResult, *, id: str | None = None) -> None:
-        super().__init__(Text("\n").join(header_lines(result.header)), id=id)
+        lines = header_lines(result.header)
+        if result.header.build_skew:
+            lines.append(build_skew_header_line(result.header))
+        if result.reference is not None:
+            lines.append(reference_header_line(result.reference))
+        super().__init__(Text("\n").join(lines), id=id)
 
 
 class VerdictBanner(Static):

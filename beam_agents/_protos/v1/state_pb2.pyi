@@ -109,6 +109,7 @@ class StateSnapshot(_message.Message):
     PENDING_SCHEMA_VERSION_FIELD_NUMBER: _builtins.int
     RESUMED_FROM_SCHEMA_VERSION_FIELD_NUMBER: _builtins.int
     TOOL_CACHE_FIELD_NUMBER: _builtins.int
+    AGENT_BUILD_FIELD_NUMBER: _builtins.int
     state_schema_version: _builtins.int
     entity_key: _builtins.bytes
     seq: _builtins.int
@@ -137,6 +138,12 @@ class StateSnapshot(_message.Message):
         Continuations consumed by the key's most recent resume activations (up to 8, newest last).
         """
 
+    @_builtins.property
+    def agent_build(self) -> Global___AgentBuild:
+        """The agent build that wrote this snapshot (the pipeline's), so replay can name skew
+        with the agent it is given. In no trace: a trace's bytes do not depend on the build.
+        """
+
     def __init__(
         self,
         *,
@@ -153,14 +160,47 @@ class StateSnapshot(_message.Message):
         pending_schema_version: _builtins.int = ...,
         resumed_from_schema_version: _builtins.int = ...,
         tool_cache: _builtins.bytes = ...,
+        agent_build: Global___AgentBuild | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["continuation", b"continuation"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["agent_build", b"agent_build", "continuation", b"continuation"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["continuation", b"continuation", "entity_key", b"entity_key", "llm_cache", b"llm_cache", "memory", b"memory", "pending", b"pending", "pending_schema_version", b"pending_schema_version", "request_id", b"request_id", "resumed_from", b"resumed_from", "resumed_from_schema_version", b"resumed_from_schema_version", "seq", b"seq", "snapshot_at_ms", b"snapshot_at_ms", "state_schema_version", b"state_schema_version", "tool_cache", b"tool_cache"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_build", b"agent_build", "continuation", b"continuation", "entity_key", b"entity_key", "llm_cache", b"llm_cache", "memory", b"memory", "pending", b"pending", "pending_schema_version", b"pending_schema_version", "request_id", b"request_id", "resumed_from", b"resumed_from", "resumed_from_schema_version", b"resumed_from_schema_version", "seq", b"seq", "snapshot_at_ms", b"snapshot_at_ms", "state_schema_version", b"state_schema_version", "tool_cache", b"tool_cache"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StateSnapshot: _TypeAlias = StateSnapshot  # noqa: Y015
+
+@_typing.final
+class AgentBuild(_message.Message):
+    """An agent build's identity: what replay compares with the agent it imports."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_CLASS_FIELD_NUMBER: _builtins.int
+    CODE_SHA256_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    agent_class: _builtins.str
+    """module:Class of the Agent's class (where it is defined)."""
+    code_sha256: _builtins.str
+    """sha256 of the source file of that class's module, as the process loaded it; empty
+    when it has none (built in, or from a zip without sources).
+    """
+    version: _builtins.str
+    """The agent author's own version (`Agent.build_version`); empty when unset."""
+    def __init__(
+        self,
+        *,
+        agent_class: _builtins.str = ...,
+        code_sha256: _builtins.str = ...,
+        version: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_class", b"agent_class", "code_sha256", b"code_sha256", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AgentBuild: _TypeAlias = AgentBuild  # noqa: Y015
 
 @_typing.final
 class KeyHold(_message.Message):

@@ -6,7 +6,10 @@ Modules, and what each gives the floors above:
     end_check    outputs and memory against the traced ACTIVATION_END (check_end, EndCheck)
     judge        the verdict, from the events, the misses, the blocked attempts and the end
                  check, in that order (judge, Judgement)
-    values       the plaintext behind every digest, marked (collect_values, freeze_errors)
+    values       the plaintext behind every digest, marked (collect_values, freeze_errors,
+                 value_text)
+    reference    a reference run's values proved production's by the trace's digests
+                 (prove_reference, ReferenceUnreadable)
     state_view   the reported-not-judged parts: the snapshot's state, the intents ledger
                  (state_view, intent_ledger)
 """

@@ -67,7 +67,14 @@ from beam_agents.trace_events import (
 from beam_agents.trace_view import IntentStaged, attribute_text, has_attribute
 from beam_agents.trace_view import ToolCall as ToolCallView
 
-__all__ = ["CapturedError", "ReplayValues", "agent_frame", "collect_values", "freeze_errors"]
+__all__ = [
+    "CapturedError",
+    "ReplayValues",
+    "agent_frame",
+    "collect_values",
+    "freeze_errors",
+    "value_text",
+]
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -100,6 +107,11 @@ def _text(value: Any) -> str:
     if type(value) is int:
         return int.__repr__(value)  # what the encoder writes for an int (not a bool)
     return _TEXT_ENCODER.encode(value)
+
+
+def value_text(value: Any) -> str:
+    """A value's one-line text, as every ``Value.text`` is written (a reference's too)."""
+    return _text(value)
 
 
 def _finite(text: str) -> float:

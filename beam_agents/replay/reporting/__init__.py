@@ -6,9 +6,11 @@ Modules, and what each gives the floors above:
     labels     the one label set: verdict titles, keys, moments
                (VERDICT_TITLES, key_label, key_text, utc_time)
     text       the headless report (render_report, render_error; digest_note,
-               miss_request_values, request_components_differing for the TUI's panes)
+               miss_request_values, request_components_differing for the TUI's panes;
+               both_sides_text, reference_line, SIDE_MARKS: a reference run's values
+               beside the re-run's; build_skew_line: the snapshot's build vs the agent's)
     json_doc   ``--json``, and the one encoding of an event pair and a value
-               (render_json, write_json, pair_document, value_document)
+               (render_json, write_json, pair_document, value_document, reference_values)
     json_lines the layout of every --json document, C-encoded line by line
                (write_document, dumps_line)
     markdown   the incident report for the ticket (report_markdown)

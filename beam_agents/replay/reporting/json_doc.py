@@ -12,6 +12,7 @@ import io
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TextIO
 
+from beam_agents.agent_build import describe_build
 from beam_agents.replay.reporting.json_lines import write_document
 from beam_agents.replay.result import (
     BlobDigest,
@@ -19,6 +20,7 @@ from beam_agents.replay.result import (
     ContinuationView,
     Divergence,
     EventPair,
+    ReferenceRun,
     ReplayHeader,
     ReplayResult,
     StateView,
@@ -29,6 +31,7 @@ from beam_agents.trace_data import event_to_dict
 __all__ = [
     "JSON_SCHEMA",
     "pair_document",
+    "reference_values",
     "render_json",
     "result_to_dict",
     "value_document",
@@ -66,6 +69,11 @@ def _header(h: ReplayHeader) -> dict[str, Any]:
         "hitl_policy": h.hitl_policy or None,
         "hitl_source": h.hitl_source,
         "continuation_source": h.continuation_source or None,
+        "agent_build": describe_build(h.agent_build) if h.agent_build is not None else None,
+        "snapshot_agent_build": describe_build(h.snapshot_build)
+        if h.snapshot_build is not None
+        else None,
+        "build_skew": list(h.build_skew),
         "snapshot": {
             "seq": h.snapshot_seq,
             "snapshot_at_ms": h.snapshot_at_ms,
@@ -232,6 +240,32 @@ def _document(result: ReplayResult) -> dict[str, Any]:
         "values": _Lazy(result.values, value_document),
         "memory_not_judged": result.memory_not_judged or None,
         "state": _state(result.state),
+        "reference": _reference(result.reference),
+    }
+
+
+def reference_values(r: ReferenceRun, index: int | None = None) -> list[dict[str, Any]]:
+    """The reference run's proved values (of event ``index`` only, if given), as the
+    document's ``reference.values`` holds them (the TUI's ``c`` copies an event's)."""
+    return [
+        {**value_document(v), "rehashed": key in r.rehashed}
+        for key, v in sorted(r.values.items())
+        if index is None or key[0] == index
+    ]
+
+
+def _reference(r: ReferenceRun | None) -> dict[str, Any] | None:
+    """The reference run: which build, its verdict, and the values it proved production's."""
+    if r is None:
+        return None
+    return {
+        "agent": r.agent_path,
+        "source": r.source,
+        "seq": r.seq,
+        "verdict": r.verdict or None,
+        "reason": r.reason,
+        "first_divergence_index": r.first_divergence,
+        "values": reference_values(r),
     }
 
 

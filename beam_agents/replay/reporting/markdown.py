@@ -11,7 +11,13 @@ from beam_agents import trace_events as te
 from beam_agents._protos import TraceEvent
 from beam_agents.replay.reporting.escape import escape
 from beam_agents.replay.reporting.labels import VERDICT_TITLES, key_text, utc_time
-from beam_agents.replay.reporting.text import digest_note, mark_text
+from beam_agents.replay.reporting.text import (
+    SIDE_MARKS,
+    build_skew_line,
+    digest_note,
+    mark_text,
+    reference_line,
+)
 from beam_agents.replay.result import Mark, ReplayResult, event_values
 
 MARKDOWN_EVENT_ROWS = 200
@@ -27,6 +33,32 @@ def _event_cell(event: TraceEvent | None) -> str:
     if event is None:
         return "—"
     return f"{te.kind_name(event.kind)} `{_md(event.name)}`"
+
+
+def _both_sides_rows(result: ReplayResult, index: int) -> list[str]:
+    """Production's values (the reference run's, proved by digest) beside the re-run's."""
+    reference = result.reference
+    if reference is None:
+        return []
+    mine = {v.path: v for v in event_values(result.values, index)}
+    theirs = {path: v for (at, path), v in reference.values.items() if at == index}
+    paths = sorted(p for p in theirs if p not in mine or mine[p].mark is not Mark.VERIFIED)
+    if not paths:
+        return []
+    rows = [
+        "",
+        "| value | traced (the reference run's, verified) | replayed |",
+        "| --- | --- | --- |",
+    ]
+    for path in paths:
+        replayed = mine.get(path)
+        shown = (
+            f"`{_md(replayed.text)}` {SIDE_MARKS[replayed.mark]}"
+            if replayed is not None
+            else "(none)"
+        )
+        rows.append(f"| `{_md(path)}` | `{_md(theirs[path].text)}` ✓ | {shown} |")
+    return rows
 
 
 MARKDOWN_VALUE_CHARS = 2000
@@ -80,6 +112,12 @@ def report_markdown(result: ReplayResult, *, selected: int | None = None) -> str
         f"| migrations | {_md(', '.join(h.migrations_applied) or 'none')} |",
         f"| hitl | {_md(h.hitl_policy or '-')} ({_md(h.hitl_source)}) |",
         f"| provider calls | {result.provider_calls} |",
+    ]
+    if h.build_skew:
+        lines.append(f"| build skew | {_md(build_skew_line(h).strip())} |")
+    if result.reference is not None:
+        lines.append(f"| reference | {_md(reference_line(result.reference).strip())} |")
+    lines += [
         "",
     ]
     if result.error:
@@ -96,6 +134,7 @@ def report_markdown(result: ReplayResult, *, selected: int | None = None) -> str
             lines += [
                 f"| `{_md(f.path)}` | `{_md(f.traced)}` | `{_md(f.replayed)}` |" for f in div.fields
             ]
+        lines += _both_sides_rows(result, div.index)
         if div.detail:
             lines += ["", "```", escape(div.detail, multiline=True), "```"]
         lines += _value_lines(result, div.index)

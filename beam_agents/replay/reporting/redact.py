@@ -22,6 +22,7 @@ from beam_agents.replay.result import (
     ContinuationView,
     Divergence,
     PendingIntentView,
+    ReferenceRun,
     ReplayResult,
     StateView,
     Value,
@@ -109,6 +110,13 @@ def _divergence(d: Divergence | None) -> Divergence | None:
     return replace(d, detail=f"{REDACTED}: the detail quotes values; run without --redact")
 
 
+def _reference(r: ReferenceRun | None) -> ReferenceRun | None:
+    """A reference run's production values become their digests too."""
+    if r is None:
+        return None
+    return replace(r, values={key: _value(v) for key, v in r.values.items()})
+
+
 def redact(result: ReplayResult) -> ReplayResult:
     """``result`` with every value replaced by its digest (see the module docstring)."""
     return replace(
@@ -119,4 +127,5 @@ def redact(result: ReplayResult) -> ReplayResult:
         replayed_memory=None,
         state=_state(result.state),
         first_divergence=_divergence(result.first_divergence),
+        reference=_reference(result.reference),
     )

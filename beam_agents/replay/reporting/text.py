@@ -11,6 +11,7 @@ characters escaped, so no byte of a trace or snapshot can drive the terminal.
 from __future__ import annotations
 
 from beam_agents._protos import TraceEvent
+from beam_agents.agent_build import describe_build
 from beam_agents.replay.reporting.escape import escape
 from beam_agents.replay.result import (
     BlobDigest,
@@ -19,6 +20,8 @@ from beam_agents.replay.result import (
     EventPairs,
     IntentRow,
     Mark,
+    ReferenceRun,
+    ReplayHeader,
     ReplayResult,
     ToolCacheMiss,
     Value,
@@ -29,11 +32,15 @@ from beam_agents.replay.result import (
 from beam_agents.trace_view import ToolCall
 
 __all__ = [
+    "SIDE_MARKS",
     "VALUE_WIDTH",
+    "both_sides_text",
+    "build_skew_line",
     "digest_note",
     "mark_text",
     "miss_request_values",
     "older_trace",
+    "reference_line",
     "render_error",
     "render_report",
     "request_components_differing",
@@ -60,10 +67,7 @@ def digest_note(result: ReplayResult, digest: BlobDigest) -> str:
     if digest.mark is Mark.DIFFERS:
         if digest is result.memory and result.memory_not_judged:
             # Not a divergence: say so, and why, before the digest that differs.
-            return (
-                f"(not judged: {result.memory_not_judged}; "
-                f"traced sha256={digest.traced_sha256})"
-            )
+            return f"(not judged: {result.memory_not_judged}; traced sha256={digest.traced_sha256})"
         return f"(differs: traced sha256={digest.traced_sha256})"
     return NOT_TRACED if older_trace(result) else NOT_DIFFED
 
@@ -137,9 +141,68 @@ def value_lines(
     values = list(event_values(result.values, index))
     order = {Mark.DIFFERS: 0, Mark.VERIFIED: 1, Mark.UNVERIFIABLE: 2}
     values.sort(key=lambda v: order[v.mark])
-    return [
-        f"{indent}{escape(v.path)}: {value_text(v, width=width)}  {mark_text(v)}" for v in values
-    ]
+    reference = result.reference
+    lines = []
+    for v in values:
+        theirs = reference.value_for(index, v.path) if reference is not None else None
+        if theirs is not None and v.mark is not Mark.VERIFIED:
+            lines.append(f"{indent}{escape(v.path)}: {both_sides_text(theirs, v, width=width)}")
+        else:
+            lines.append(f"{indent}{escape(v.path)}: {value_text(v, width=width)}  {mark_text(v)}")
+    if reference is not None:
+        # Production's values the re-run has none for (it stopped short, or took another path).
+        mine = {v.path for v in values}
+        for (at, path), theirs in sorted(reference.values.items()):
+            if at == index and path not in mine:
+                lines.append(
+                    f"{indent}{escape(path)}: traced {value_text(theirs, width=width)} "
+                    f"{SIDE_MARKS[Mark.VERIFIED]} | replayed (none)"
+                )
+    return lines
+
+
+SIDE_MARKS = {Mark.VERIFIED: "✓", Mark.DIFFERS: "≠", Mark.UNVERIFIABLE: "?"}
+"""A value's mark beside it when both sides are shown (the TUI's marks, without their words)."""
+
+
+def both_sides_text(traced: Value, replayed: Value, *, width: int | None = VALUE_WIDTH) -> str:
+    """``traced "B-2001" ✓ | replayed "B2001" ≠``: production's value (the reference run's,
+    proved by the trace's digest) beside the re-run's, each marked."""
+    return (
+        f"traced {value_text(traced, width=width)} {SIDE_MARKS[traced.mark]} | "
+        f"replayed {value_text(replayed, width=width)} {SIDE_MARKS[replayed.mark]}"
+    )
+
+
+def build_skew_line(h: ReplayHeader) -> str:
+    """The report's ``build skew:`` line: the snapshot's build is not the given agent's."""
+    wrote = describe_build(h.snapshot_build) if h.snapshot_build is not None else "?"
+    given = describe_build(h.agent_build) if h.agent_build is not None else "?"
+    return (
+        f"  build skew: the snapshot was written by {escape(wrote)}; the agent "
+        f"given is {escape(given)} (differs: {', '.join(h.build_skew)})"
+    )
+
+
+def reference_line(reference: ReferenceRun) -> str:
+    """The report's ``reference:`` line: which build, and how far its values are production's."""
+    who = f"{escape(reference.agent_path) or '-'} ({escape(reference.source)})"
+    if not reference.verdict or reference.verdict == "error":
+        why = escape(reference.reason) or "no result"
+        return f"  reference: {who}: no values shown: {why}"
+    shown = len(reference.values)
+    if reference.reproduced:
+        return (
+            f"  reference: {who}: reproduced; {shown} of its values proved production's by the "
+            "trace's digests fill the traced side"
+        )
+    where = (
+        f" at event {reference.first_divergence}" if reference.first_divergence is not None else ""
+    )
+    return (
+        f"  reference: {who}: {escape(reference.verdict)}{where} itself; only the {shown} "
+        "values it proves by the trace's digests are shown as production's"
+    )
 
 
 def _failure_lines(result: ReplayResult, *, width: int | None = VALUE_WIDTH) -> list[str]:
@@ -163,17 +226,14 @@ def _failure_lines(result: ReplayResult, *, width: int | None = VALUE_WIDTH) -> 
 def _divergence_lines(
     div: Divergence, result: ReplayResult, *, width: int | None = VALUE_WIDTH
 ) -> list[str]:
-    lines = [
-        f"  first divergence: event {div.index} {escape(div.kind)} {escape(repr(div.name))}"
-    ]
+    lines = [f"  first divergence: event {div.index} {escape(div.kind)} {escape(repr(div.name))}"]
     if div.missing:
         lines.append("    missing: the trace has this event; the re-run ended before it")
     if div.extra:
         lines.append("    extra: the re-run produced this event; the trace ends before it")
     for row in div.fields:
         lines.append(
-            f"    {escape(row.path)}: traced {escape(row.traced)}  "
-            f"replayed {escape(row.replayed)}"
+            f"    {escape(row.path)}: traced {escape(row.traced)}  replayed {escape(row.replayed)}"
         )
     shown = value_lines(result, div.index, width=width)
     if shown:
@@ -194,7 +254,9 @@ def request_components_differing(miss: CacheMiss) -> frozenset[str]:
 
 def miss_request_values(result: ReplayResult, miss: CacheMiss) -> list[Value]:
     """The replayed request's components at the miss, in request order (no digests line)."""
-    return [v for v in event_values(result.values, miss.event_index) if v.path.startswith("request.")]
+    return [
+        v for v in event_values(result.values, miss.event_index) if v.path.startswith("request.")
+    ]
 
 
 def _miss_request_lines(
@@ -210,9 +272,16 @@ def _miss_request_lines(
         if differing
         else "    replayed request:"
     ]
+    reference = result.reference
     for v in values:
         flag = "≠" if v.path in differing else " "
         lines.append(f"    {flag} {escape(v.path)}: {value_text(v, width=width)}")
+        theirs = reference.value_for(v.event_index, v.path) if reference is not None else None
+        if theirs is not None and theirs.text != v.text:
+            # Production's component (the reference's request had the traced cache key).
+            lines.append(
+                f"        traced: {value_text(theirs, width=width)} {SIDE_MARKS[Mark.VERIFIED]}"
+            )
     return lines
 
 
@@ -331,6 +400,10 @@ def render_report(result: ReplayResult, *, full_values: bool = False) -> str:
         lines.append(
             "  memory blob: none — the re-run failed or stopped before the end, and commits nothing"
         )
+    if h.build_skew:
+        lines.append(build_skew_line(h))
+    if result.reference is not None:
+        lines.append(reference_line(result.reference))
     # A refusal (migration gap, continuation gone) carries its advice in ``error``.
     lines.append(f"  reason: {escape(result.error or result.reason)}")
     lines.extend(_failure_lines(result, width=width))
