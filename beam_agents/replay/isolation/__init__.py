@@ -5,7 +5,9 @@ Modules, and what each gives the floors above:
     guard       the audit hook refusing network, processes, signals, native code and file
                 writes (block_network, NetworkAttempt, ExitRefused, NETWORK_OPERATIONS,
                 PROCESS_OPERATIONS; isolate_process, late_attempts, still_running,
-                end_process for the console script and check's workers)
+                end_process for the console script and check's workers; record_operations,
+                Operation, OperationKind: the same hook reporting instead of refusing, for
+                the doctor)
     time_limit  agent code waited for at most so long in a thread of its own
                 (within_limit, RerunRanPast, ImportRanPast, RAN_PAST, idle_agent_threads)
     watchdog    the console script's last resort past twice the limit, a process agent

@@ -37,6 +37,10 @@ started, or an ``atexit`` hook registered at import, cannot reach out after the
 re-run either. ``keep_blocked()`` keeps the blocks of a re-run abandoned at
 its time limit in force until its thread ends.
 
+``record_operations()`` (at the end of this module, apart from the refusals) is the
+same hook in a recording mode, for the determinism doctor: it reports each of these
+operations, and file reads, to a recorder instead of refusing them.
+
 What it cannot see: native code that makes system calls directly (a C
 extension opening its own sockets or files, already-loaded native libraries);
 file writes from threads agent code started (they run outside the
@@ -45,6 +49,7 @@ activation's context; their network and process attempts are still refused).
 
 from __future__ import annotations
 
+import enum
 import errno
 import os
 import signal
@@ -63,11 +68,14 @@ __all__ = [
     "PROCESS_OPERATIONS",
     "ExitRefused",
     "NetworkAttempt",
+    "Operation",
+    "OperationKind",
     "block_network",
     "end_process",
     "isolate_process",
     "keep_blocked",
     "late_attempts",
+    "record_operations",
     "still_running",
 ]
 
@@ -279,6 +287,8 @@ def _where() -> tuple[str | None, int | None]:
 
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if _RECORDERS:  # recording mode (the doctor): reported first, refused below as ever
+        _report(event, args)
     collectors = _GUARD.collectors
     if not collectors and not _GUARD.forever:
         return
@@ -518,3 +528,106 @@ def end_process(code: int) -> NoReturn:
         with suppress(OSError, ValueError):
             stream.flush()
     _REAL_EXIT(code)
+
+
+# --------------------------------------------------------------------------- recording mode
+# For the determinism doctor (beam_agents.doctor): the same audit hook reports what agent
+# code does instead of refusing it. Kept apart from the refusals above, which it never
+# changes: while a block is active too, an operation is reported and then refused as ever.
+
+
+class OperationKind(enum.StrEnum):
+    """What a reported operation does."""
+
+    NETWORK = "network"
+    """Resolves a name or opens a connection (the operations ``NETWORK_OPERATIONS`` names)."""
+    PROCESS = "process"
+    """Starts a process, sends a signal, loads native code (``PROCESS_OPERATIONS``)."""
+    FILE_READ = "file-read"
+    """Opens a file for reading or lists a directory."""
+    FILE_WRITE = "file-write"
+    """Opens a file for writing or changes the file system."""
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One operation the audit hook saw while recording."""
+
+    kind: OperationKind
+    event: str
+    """The audit event, e.g. ``socket.connect`` or ``open``."""
+    address: str
+    """``host:port``, the command, the library or the path, as the refusals describe it."""
+
+
+_RECORDERS: tuple[Callable[[Operation], None], ...] = ()
+_RECORDING_ERRORS: list[BaseException] = []
+_LISTINGS = frozenset({"os.listdir", "os.scandir", "glob.glob"})
+
+
+def _report(event: str, args: tuple[Any, ...]) -> None:
+    """Hand the recorders what ``event`` does, if it is an operation they watch."""
+    kind: OperationKind | None = None
+    address = ""
+    describe = _BLOCKED.get(event)
+    if describe is not None:
+        kind = OperationKind.NETWORK
+    elif event in _PROCESS:
+        if event == "ctypes.dlopen" and args and args[0] is None:
+            return  # ``import ctypes`` opening the process itself
+        if event == "resource.prlimit" and (len(args) < 3 or args[2] is None):
+            return  # reading limits
+        kind, describe = OperationKind.PROCESS, _PROCESS[event]
+    elif event == "open":
+        written = _file_write(event, args)
+        if written is not None:
+            kind, address = OperationKind.FILE_WRITE, written
+        elif args and isinstance(args[0], (str, bytes, os.PathLike)):
+            kind, address = OperationKind.FILE_READ, os.fsdecode(args[0])
+    elif event in _FILE_CHANGES:
+        written = _file_write(event, args)
+        if written is not None:
+            kind, address = OperationKind.FILE_WRITE, written
+    elif event in _LISTINGS:
+        path = args[0] if args else "."
+        kind = OperationKind.FILE_READ
+        address = os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else "."
+    if kind is None:
+        return
+    if describe is not None:
+        try:
+            address = describe(args)
+        except (IndexError, TypeError, ValueError):
+            address = "<unknown>"
+    operation = Operation(kind, event, address)
+    for recorder in _RECORDERS:
+        try:
+            recorder(operation)
+        except BaseException as exc:  # the recorder's bug must not change what agent code sees
+            _RECORDING_ERRORS.append(exc)
+
+
+@contextmanager
+def record_operations(recorder: Callable[[Operation], None]) -> Iterator[list[BaseException]]:
+    """Report every operation the guard watches to ``recorder`` until the block exits.
+
+    Network, processes, signals and native code (what ``block_network()`` refuses), and
+    file reads and writes, in every thread, whatever code does them: ``recorder`` runs
+    inside the audited operation, before it happens, and decides what concerns it (it
+    may walk the stack). Nothing is refused by recording; an active ``block_network()``
+    still refuses what it refuses. For the doctor, which watches agent code run as the
+    pipeline runs it (network open) and as replay re-runs it.
+
+    Yields:
+        The exceptions ``recorder`` raised (swallowed there so agent code never sees
+        them; the caller reports them).
+    """
+    global _RECORDERS
+    _install()
+    with _GUARD.lock:
+        _RECORDERS = (*_RECORDERS, recorder)
+    try:
+        yield _RECORDING_ERRORS
+    finally:
+        with _GUARD.lock:
+            _RECORDERS = tuple(r for r in _RECORDERS if r is not recorder)

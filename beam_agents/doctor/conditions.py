@@ -1,0 +1,136 @@
+"""The perturbations that must not matter, each a condition a replay process runs under.
+
+Every replay of a sample activation runs in a process of its own (forked, per
+activation, from a process that has imported nothing of the agent's yet: fresh
+imports), as ``beam-agents-replay`` runs it, with the network closed (replay's
+guard). Each condition changes one more thing from the pipeline's run:
+
+    process       nothing else: the same PYTHONHASHSEED, clock, directory, environment
+    hash-seed-N   PYTHONHASHSEED=N instead of the pipeline's (0)
+    clock         the wall clock shifted (time.time, datetime.now, ... ; not durations)
+    cwd           another working directory (an empty temporary one)
+    env           another environment: only PATH, HOME (another), TZ (another), LANG and
+                  what Python needs; every variable the agent read is gone
+
+``process`` is the control: a difference there is module state, memory an activation
+overwrote, a value that differs in every run (the clock, randomness), or the network.
+A difference under another condition only is that condition's doing.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = [
+    "CLOCK_SHIFT_S",
+    "DEFAULT_HASH_SEEDS",
+    "PIPELINE_HASH_SEED",
+    "Condition",
+    "conditions",
+    "shift_clock",
+    "worker_environment",
+]
+
+PIPELINE_HASH_SEED = 0
+"""The pipeline run's PYTHONHASHSEED (fixed, so the doctor's own verdict is repeatable)."""
+DEFAULT_HASH_SEEDS = (1, 2, 3)
+"""The other seeds replays run under. A two-element set of strings keeps its order under
+another seed about half the time: three seeds miss it one time in eight."""
+CLOCK_SHIFT_S = 90_061.5
+"""How far the ``clock`` condition moves the wall clock: a day, an hour, a minute and 1.5 s
+later, so that a value read to the day, hour, minute or second changes."""
+
+_KEPT_VARIABLES = ("PATH", "LANG", "LC_ALL", "SYSTEMROOT", "TMPDIR", "VIRTUAL_ENV")
+
+
+@dataclass(frozen=True)
+class Condition:
+    name: str
+    """``process``, ``hash-seed-1``, ``clock``, ``cwd``, ``env``."""
+    description: str
+    """What it changes, as the report says it."""
+    hash_seed: int = PIPELINE_HASH_SEED
+    clock_shift_s: float = 0.0
+    other_cwd: bool = False
+    other_env: bool = False
+
+    @property
+    def is_control(self) -> bool:
+        return self.name == "process"
+
+    def document(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_document(cls, doc: dict[str, Any]) -> Condition:
+        return cls(**doc)
+
+
+def conditions(
+    hash_seeds: tuple[int, ...] = DEFAULT_HASH_SEEDS, clock_shift_s: float = CLOCK_SHIFT_S
+) -> list[Condition]:
+    """The conditions replays run under, the control first."""
+    found = [Condition("process", "in another process (fresh imports)")]
+    found += [
+        Condition(f"hash-seed-{seed}", f"with PYTHONHASHSEED={seed}", hash_seed=seed)
+        for seed in hash_seeds
+        if seed != PIPELINE_HASH_SEED
+    ]
+    if clock_shift_s:
+        found.append(
+            Condition(
+                "clock",
+                f"with the wall clock {_duration(clock_shift_s)} later",
+                clock_shift_s=clock_shift_s,
+            )
+        )
+    found.append(Condition("cwd", "in another working directory", other_cwd=True))
+    found.append(Condition("env", "in another environment", other_env=True))
+    return found
+
+
+def _duration(seconds: float) -> str:
+    days, rest = divmod(seconds, 86_400)
+    hours, rest = divmod(rest, 3_600)
+    minutes, rest = divmod(rest, 60)
+    parts = [f"{int(days)} d"] if days else []
+    parts += [f"{int(hours)} h"] if hours else []
+    parts += [f"{int(minutes)} min"] if minutes else []
+    parts += [f"{rest:g} s"] if rest else []
+    return " ".join(parts) or "0 s"
+
+
+def worker_environment(
+    condition: Condition | None, base: dict[str, str], home: str
+) -> dict[str, str]:
+    """The environment of a worker process under ``condition`` (None: the pipeline's run)."""
+    seed = PIPELINE_HASH_SEED if condition is None else condition.hash_seed
+    if condition is not None and condition.other_env:
+        env = {k: base[k] for k in _KEPT_VARIABLES if k in base}
+        env["HOME"] = home
+        env["TZ"] = "Asia/Kathmandu" if base.get("TZ") != "Asia/Kathmandu" else "America/St_Johns"
+    else:
+        env = dict(base)
+    env["PYTHONHASHSEED"] = str(seed)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.pop("PYTHONSTARTUP", None)
+    return env
+
+
+def shift_clock(seconds: float) -> Any:
+    """Move this process's wall clock ``seconds`` ahead, ticking (time-machine): every later
+    ``time.time()``, ``datetime.now()``, ``date.today()``, ``time.localtime()``... is later;
+    ``time.monotonic()`` and ``perf_counter()`` are not (durations stay true)."""
+    import datetime
+    import time
+
+    import time_machine
+
+    traveller = time_machine.travel(
+        datetime.datetime.fromtimestamp(time.time() + seconds, tz=datetime.timezone.utc),
+        tick=True,
+    )
+    traveller.start()
+    return traveller
