@@ -303,23 +303,25 @@ def attribute(d: Diagnosis) -> tuple[list[Finding], dict[str, Any]]:
     (``needs``: ``pre_memory`` activation ids, ``traces`` (condition, activation id) pairs)."""
     findings = _Findings(d)
     explained: set[tuple[str, int]] = set()
-    anything_changed = any(c is not None for c in d.changes.values())
     # 1. What the watcher saw.
     seen: dict[tuple[Cause, str, int, str], list[Observation]] = {}
     for o in d.observations:
         cause = _cause_of(o)
         if cause is None or not o.direct:
             continue
-        seen.setdefault((cause, o.file, o.line, o.api + ":" + o.detail), []).append(o)
+        # One finding per line: a connection is resolved, then connected (three audit events).
+        what = o.kind if o.kind in (Kind.NETWORK, Kind.PROCESS) else f"{o.api}:{o.detail}"
+        seen.setdefault((cause, o.file, o.line, what), []).append(o)
     for (cause, file, line, _), observed in seen.items():
         first = observed[0]
         ids = {findings.ident[(o.entity_key, o.seq)] for o in observed if o.phase == "activation"
                and (o.entity_key, o.seq) in findings.ident}  # fmt: skip
         scope = _EXPLAINS.get(first.kind)
         changed = findings.changed_evidence(ids, scope)
-        durable = first.phase != "import" and first.kind != Kind.DURATION
-        if not durable and not (changed or (first.phase == "import" and anything_changed)):
-            continue
+        if first.phase == "import":
+            continue  # module state made at import: judged by what it changes (step 2)
+        if first.kind == Kind.DURATION and not changed:
+            continue  # a duration (latency logging) that reached nothing traced
         for ident in ids:
             for condition in d.conditions:
                 if scope is None or condition.name in scope:
@@ -451,6 +453,13 @@ def _condition_change(
         else CONDITION_CAUSE.get(condition.name, Cause.UNEXPLAINED)
     )
     shown = findings.changed_evidence([a["id"]], {condition.name})
+    if difference is None and cause is not Cause.UNEXPLAINED:
+        # Not traced (past MAX_TRACES for the condition): with the line the traced ones found.
+        for (found_cause, file, line, api), entry in findings.found.items():
+            if found_cause is cause and api == _condition_api(cause, condition):
+                findings.add(found_cause, what=entry["what"], file=file, line=line, api=api,
+                             evidence=shown, activations=[a["id"]])  # fmt: skip
+                return
     if difference is None:
         findings.add(
             Cause.UNEXPLAINED,
@@ -480,7 +489,7 @@ def _condition_change(
         what=what,
         file=difference.file,
         line=difference.line,
-        api="hash-seeded order" if cause is Cause.HASH_ORDER else condition.name,
+        api=_condition_api(cause, condition),
         evidence=[
             *shown,
             Evidence(
@@ -494,3 +503,7 @@ def _condition_change(
         ],
         activations=[a["id"]],
     )
+
+
+def _condition_api(cause: Cause, condition: Condition) -> str:
+    return "hash-seeded order" if cause is Cause.HASH_ORDER else condition.name

@@ -88,13 +88,16 @@ class _Recorder:
             number = len(self.frames) + 1
             self.frames[id(frame)] = number
             parent = self.frames.get(id(frame.f_back), 0) if frame.f_back else 0
-        self._add("call", number, parent, frame, _locals(frame))
+        self._add("call", number, parent, frame, {} if _in_comprehension(frame) else _locals(frame))
         return self.local
 
     def local(self, frame: FrameType, event: str, arg: Any) -> Callable[..., Any] | None:
         number = self.frames.get(id(frame), 0)
         if event == "line":
-            self._add("line", number, 0, frame, _locals(frame))
+            # A comprehension is judged by what it makes (its return, each value a generator
+            # yields), not by its loop variable: a set built from a set is the same set.
+            values = {} if _in_comprehension(frame) else _locals(frame)
+            self._add("line", number, 0, frame, values)
         elif event == "return":
             self._add("return", number, 0, frame, {"<returned>": _digest(arg)})
         return self.local
@@ -105,6 +108,10 @@ class _Recorder:
                 self.entries.append(
                     [kind, number, parent, frame.f_code.co_filename, frame.f_lineno, values]
                 )
+
+
+def _in_comprehension(frame: FrameType) -> bool:
+    return frame.f_code.co_name in ("<listcomp>", "<setcomp>", "<dictcomp>", "<genexpr>")
 
 
 def _locals(frame: FrameType) -> dict[str, str]:

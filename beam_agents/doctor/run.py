@@ -41,7 +41,7 @@ __all__ = ["DEFAULT_TIME_LIMIT", "MAX_TRACES", "diagnose"]
 
 DEFAULT_TIME_LIMIT = 60.0
 """Seconds each replay's agent code may run (as ``beam-agents-replay --time-limit``)."""
-MAX_TRACES = 3
+MAX_TRACES = 2
 """Line-traced activations per condition (each costs two traced replays)."""
 
 
@@ -312,7 +312,7 @@ def _look_closer(
             diagnosis.pre_memory[ident] = change_of(answer)
         else:
             lines[(name, ident)] = answer.get("lines") or []
-    for name, ident in traced:
+    for name, ident in sorted(traced, key=lambda pair: pair[1]):
         found: Difference | None = first_difference(
             lines.get((control, ident), []), lines.get((name, ident), [])
         )

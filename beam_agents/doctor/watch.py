@@ -453,8 +453,8 @@ class Watcher:
         if caller.f_code.co_filename in self.files:
             self._observe(kind, api, caller, detail=detail)
             return
-        if kind in (Kind.MEMORY_READ, Kind.MEMORY_WRITE):
-            return
+        if kind in (Kind.MEMORY_READ, Kind.MEMORY_WRITE, Kind.ENV):
+            return  # a library reading the environment (urllib's proxies) is its own business
         if os.path.basename(caller.f_code.co_filename) in _IMPLEMENTATIONS:
             return  # inside a watched call (uuid4's urandom, choice's getrandbits)
         # A library reading the clock or randomness for agent code: indirect.
@@ -527,7 +527,10 @@ class Watcher:
             return
         if files and via and operation.address.endswith((".py", ".pyc", ".pth")):
             return  # a library loading code (linecache, inspect)
-        self._observe(kind, operation.event, agent, detail=operation.address, direct=not via,
+        # Network and processes count through any library (urllib opening the socket); a
+        # file only through the file APIs (not linecache reading source for a traceback).
+        direct = not via or not files
+        self._observe(kind, operation.event, agent, detail=operation.address, direct=direct,
                       via=via)  # fmt: skip
 
 
