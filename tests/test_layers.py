@@ -315,7 +315,7 @@ def test_the_core_does_not_import_replay() -> None:
     core = [
         p
         for p in python_files(ROOT, "beam_agents")
-        if p.relative_to(ROOT / "beam_agents").parts[0] not in ("cli", "pipeline", "replay")
+        if p.relative_to(ROOT / "beam_agents").parts[0] not in ("cli", "doctor", "pipeline", "replay")
     ]
     assert len(core) > 30
     found = [
@@ -533,3 +533,51 @@ def test_private_modules_and_listed_names_pass_and_private_stays_private_in_a_fo
         "beam_agents/replay/reconstruct/plan.py:1: imports "
         "beam_agents.replay.reconstruct.pending._helper, a private name"
     ]
+
+
+# --------------------------------------------------------------------------- the doctor
+# beam_agents/doctor/ is above replay and key_step (it drives both: the samples through the
+# pipeline's per-key step, every activation through replay's engine) and below the CLI: a
+# package of its own rather than a floor of replay, since replay's engine must never know
+# the doctor that perturbs it.
+
+DOCTOR_FORBIDDEN = ("beam_agents.cli", "replay_tui", "beam_agents.pipeline", "apache_beam")
+
+
+def doctor_violations(root: Path) -> list[str]:
+    """An import of the doctor from below it (anything but the CLI), or of what is above it
+    (the CLI, the TUI) or beside it (the pipeline and Beam) from inside it."""
+    found = []
+    for path in python_files(root, "beam_agents"):
+        where = path.relative_to(root)
+        parts = where.parts
+        names = imported_modules(root, path.read_text())
+        if parts[1] == "doctor":
+            found += [f"{where}: imports {n}" for n in sorted(names)
+                      if any(n == f or n.startswith(f + ".") for f in DOCTOR_FORBIDDEN)]  # fmt: skip
+        elif parts[1] != "cli":
+            found += [f"{where}: imports {n}, the doctor" for n in sorted(names)
+                      if n == "beam_agents.doctor" or n.startswith("beam_agents.doctor.")]  # fmt: skip
+    return found
+
+
+def test_the_doctor_sits_above_replay_and_below_the_cli() -> None:
+    assert (ROOT / "beam_agents" / "doctor" / "run.py").is_file()
+    assert doctor_violations(ROOT) == []
+
+
+@pytest.mark.parametrize(
+    ("where", "source", "says"),
+    [
+        ("beam_agents/replay/engine.py", "from beam_agents.doctor import diagnose\n", "the doctor"),
+        ("beam_agents/key_step.py", "import beam_agents.doctor.run\n", "the doctor"),
+        ("beam_agents/doctor/run.py", "from beam_agents.cli.parsing import PROG\n", "cli"),
+        ("beam_agents/doctor/watch.py", "import apache_beam\n", "apache_beam"),
+    ],
+)
+def test_the_doctor_check_fails_on_a_planted_import(
+    tmp_path: Path, where: str, source: str, says: str
+) -> None:
+    planted = _tree(tmp_path, {where: source, "beam_agents/cli/doctor.py": "from beam_agents.doctor import diagnose\n"})
+    found = doctor_violations(planted)
+    assert len(found) == 1 and says in found[0] and where in found[0], found

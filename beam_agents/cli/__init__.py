@@ -29,7 +29,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from beam_agents._version import __version__
-from beam_agents.cli import bisect, bundle, check, convert_bq, ls, tui
+from beam_agents.cli import bisect, bundle, check, convert_bq, doctor, ls, tui
 from beam_agents.cli.output import silence_stdout
 from beam_agents.cli.parsing import (
     EXIT_CODES_HELP,
@@ -59,6 +59,7 @@ SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[Parser]], None], ...] = 
     bundle.register,
     check.register,
     bisect.register,
+    doctor.register,
 )
 
 

@@ -340,9 +340,9 @@ def attribute(d: Diagnosis) -> tuple[list[Finding], dict[str, Any]]:
             file=file,
             line=line,
             api=_api_text(first) if first.kind not in (Kind.NETWORK, Kind.PROCESS, Kind.FILE_READ,
-                                                       Kind.FILE_WRITE) else f"{first.api} {first.detail}",  # fmt: skip
+                                                       Kind.FILE_WRITE) else f"{first.api} {first.detail}",
             tool=first.tool,
-            evidence=[Evidence(EvidenceKind.SEEN, f"seen {where}{inside}")] + changed,
+            evidence=[Evidence(EvidenceKind.SEEN, f"seen {where}{inside}"), *changed],
             activations=ids,
         )
     needs: dict[str, Any] = {"pre_memory": [], "traces": []}

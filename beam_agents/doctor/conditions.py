@@ -19,7 +19,6 @@ A difference under another condition only is that condition's doing.
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -129,7 +128,7 @@ def shift_clock(seconds: float) -> Any:
     import time_machine
 
     traveller = time_machine.travel(
-        datetime.datetime.fromtimestamp(time.time() + seconds, tz=datetime.timezone.utc),
+        datetime.datetime.fromtimestamp(time.time() + seconds, tz=datetime.UTC),
         tick=True,
     )
     traveller.start()

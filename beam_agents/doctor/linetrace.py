@@ -128,7 +128,7 @@ def trace_lines(files: AgentFiles) -> Iterator[list[list[Any]]]:
         yield recorder.entries
     finally:
         sys.settrace(None)
-        threading.settrace(None)  # type: ignore[arg-type]
+        threading.settrace(None)
 
 
 @dataclass(frozen=True)

@@ -115,9 +115,9 @@ class StateProbe:
         for label, obj in self.objects.items():
             attributes = getattr(obj, "__dict__", None)
             if isinstance(attributes, dict):
-                module = type(obj).__module__
+                owner = type(obj).__module__
                 for attr, held in list(attributes.items()):
-                    yield module, f"{label}.{attr}", held
+                    yield owner, f"{label}.{attr}", held
 
     def digests(self) -> dict[tuple[str, str], str]:
         return {(module, name): _digest(value) for module, name, value in self._values()}
@@ -198,5 +198,5 @@ def _written_in(function: ast.AST, head: str, attr: str) -> int:
             if plain and not declared and not isinstance(node, ast.Call):
                 continue  # a local of the same name
             if _is_target(target, head, attr):
-                return node.lineno
+                return int(getattr(node, "lineno", 0))
     return 0

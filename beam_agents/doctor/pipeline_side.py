@@ -18,6 +18,7 @@ stream; and it returns ``RunRecord`` as JSON.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,8 +44,12 @@ from beam_agents.key_step import Emit
 from beam_agents.provider import Provider
 from beam_agents.replay.naming import Input
 from beam_agents.replay.refusal import ReplayRefused
-from beam_agents.testing import PipelineKey, approval_envelope, export_request_envelope
-from beam_agents.testing import tool_result_envelope
+from beam_agents.testing import (
+    PipelineKey,
+    approval_envelope,
+    export_request_envelope,
+    tool_result_envelope,
+)
 from beam_agents.tools import ToolRegistry
 from beam_agents.trace_view import ActivationStart
 
@@ -287,7 +292,7 @@ def run_pipeline_side(plan: dict[str, Any], watcher: Watcher, out: Path) -> dict
             raw = made
         envelope = AgentEnvelope.FromString(raw)
         held.sent[(envelope.envelope_id, envelope_digest(envelope))] = raw
-        run(held, step.where, lambda: held.pipeline.send(raw))
+        run(held, step.where, functools.partial(held.pipeline.send, raw))
     for entity_key, batch in traces.items():
         (out / f"k{entity_key.hex()}.traces").write_bytes(b"".join(frame(b) for b in batch))
     return {

@@ -8,6 +8,7 @@ answer back with its task.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import selectors
@@ -102,10 +103,8 @@ class Worker:
 
     def finish(self) -> None:
         """Close its input (a replay worker ends once its children are done)."""
-        try:
+        with contextlib.suppress(OSError):
             self.stdin.close()
-        except OSError:
-            pass
 
     def close(self, timeout: float = 10.0) -> None:
         self.finish()

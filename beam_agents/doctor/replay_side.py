@@ -194,7 +194,7 @@ def _fork(plan: dict[str, Any], run: _Run, watcher: Watcher, task: dict[str, Any
             sys.stdout.flush()
             sys.stderr.flush()
         finally:
-            os._exit(code)  # noqa: SLF001  # the fork's end: no atexit, no parent's buffers
+            os._exit(code)  # the fork's end: no atexit, no parent's buffers
     os.close(write_end)
     return pid, read_end
 

@@ -130,7 +130,7 @@ class DoctorReport:
                 "\n\n".join(
                     "\n".join(
                         [f.what, *(e.text for e in f.evidence), f"consequence: {f.consequence.text}",
-                         f"remedy: {f.remedy}"]  # fmt: skip
+                         f"remedy: {f.remedy}"]
                     )
                     for f in found
                 ),

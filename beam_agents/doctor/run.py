@@ -175,7 +175,7 @@ def _run(
     pipeline = Worker(
         "pipeline",
         {**base_plan, "role": "pipeline", "provider": provider, "samples": samples.document(),
-         "run": str(run_dir)},  # fmt: skip
+         "run": str(run_dir)},
         env=worker_environment(None, environ, str(home)),
         cwd=os.getcwd(),
         log=work / "pipeline.log",
@@ -274,7 +274,7 @@ def _run(
         keys=len({a["key"] for a in activations}),
         activations=tuple(
             {**{k: a[k] for k in ("key", "seq", "kind", "trigger", "committed", "error_type")},
-             "replays": replays[a["id"]]}  # fmt: skip
+             "replays": replays[a["id"]]}
             for a in activations
         ),
         conditions=tuple({"name": c.name, "description": c.description} for c in cond),

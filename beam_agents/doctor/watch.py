@@ -184,7 +184,7 @@ _DURATION_C: dict[Any, str] = {
     time.perf_counter_ns: "time.perf_counter_ns",
 }
 _RANDOM_C: dict[Any, str] = {os.urandom: "os.urandom"}
-_GLOBAL_RANDOM = random._inst  # type: ignore[attr-defined]  # the module functions' instance
+_GLOBAL_RANDOM = random._inst  # the module functions' instance
 
 _RANDOM_METHODS = (
     "random",
@@ -318,7 +318,7 @@ class Watcher:
 
     def stop(self) -> None:
         sys.setprofile(None)
-        threading.setprofile(None)  # type: ignore[arg-type]
+        threading.setprofile(None)
         if self._recording is not None:
             self._recording.__exit__(None, None, None)
             self._recording = None
