@@ -76,6 +76,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/ecosystem.py
 	$(BIN)/python bench/reference_run.py
 	$(BIN)/python bench/bisect_revisions.py
+	$(BIN)/python bench/doctor.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
