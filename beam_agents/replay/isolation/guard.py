@@ -37,9 +37,10 @@ started, or an ``atexit`` hook registered at import, cannot reach out after the
 re-run either. ``keep_blocked()`` keeps the blocks of a re-run abandoned at
 its time limit in force until its thread ends.
 
-``record_operations()`` (at the end of this module, apart from the refusals) is the
-same hook in a recording mode, for the determinism doctor: it reports each of these
-operations, and file reads, to a recorder instead of refusing them.
+``record_operations()`` (at the end of this module, apart from the refusals) is a
+recording mode for the determinism doctor: a second audit hook of its own, reading the
+same tables, that reports each of these operations, and file reads, to a recorder and
+refuses nothing. The refusing hook never calls it and is not changed by it.
 
 What it cannot see: native code that makes system calls directly (a C
 extension opening its own sockets or files, already-loaded native libraries);
@@ -287,8 +288,6 @@ def _where() -> tuple[str | None, int | None]:
 
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:
-    if _RECORDERS:  # recording mode (the doctor): reported first, refused below as ever
-        _report(event, args)
     collectors = _GUARD.collectors
     if not collectors and not _GUARD.forever:
         return
@@ -531,9 +530,11 @@ def end_process(code: int) -> NoReturn:
 
 
 # --------------------------------------------------------------------------- recording mode
-# For the determinism doctor (beam_agents.doctor): the same audit hook reports what agent
-# code does instead of refusing it. Kept apart from the refusals above, which it never
-# changes: while a block is active too, an operation is reported and then refused as ever.
+# For the determinism doctor (beam_agents.doctor): what agent code does, reported instead of
+# refused. A hook of its own (``_record``), added once after the refusing one: the refusals
+# above never call it and it changes nothing of them. While a block_network() refuses an
+# operation, the refusing hook raises first and this one does not see it (the refusal is
+# recorded as an attempt there); the doctor records where nothing is blocked.
 
 
 class OperationKind(enum.StrEnum):
@@ -562,7 +563,14 @@ class Operation:
 
 _RECORDERS: tuple[Callable[[Operation], None], ...] = ()
 _RECORDING_ERRORS: list[BaseException] = []
+_RECORDING_INSTALLED: list[bool] = []
 _LISTINGS = frozenset({"os.listdir", "os.scandir", "glob.glob"})
+
+
+def _record(event: str, args: tuple[Any, ...]) -> None:
+    """The recording hook: inert (one test) while nobody records."""
+    if _RECORDERS:
+        _report(event, args)
 
 
 def _report(event: str, args: tuple[Any, ...]) -> None:
@@ -615,16 +623,19 @@ def record_operations(recorder: Callable[[Operation], None]) -> Iterator[list[Ba
     file reads and writes, in every thread, whatever code does them: ``recorder`` runs
     inside the audited operation, before it happens, and decides what concerns it (it
     may walk the stack). Nothing is refused by recording; an active ``block_network()``
-    still refuses what it refuses. For the doctor, which watches agent code run as the
-    pipeline runs it (network open) and as replay re-runs it.
+    still refuses what it refuses (and the recorder does not see what it refused). For
+    the doctor, which watches agent code run as the pipeline runs it (network open).
 
     Yields:
         The exceptions ``recorder`` raised (swallowed there so agent code never sees
         them; the caller reports them).
     """
     global _RECORDERS
-    _install()
+    _install()  # the wrappers that raise audit events CPython does not (fork_exec, signals)
     with _GUARD.lock:
+        if not _RECORDING_INSTALLED:
+            sys.addaudithook(_record)
+            _RECORDING_INSTALLED.append(True)
         _RECORDERS = (*_RECORDERS, recorder)
     try:
         yield _RECORDING_ERRORS
