@@ -22,11 +22,11 @@ activation's uncommitted response, is no change: replay cannot judge past it).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from beam_agents.doctor.conditions import Condition
+from beam_agents.doctor.conditions import Condition, Role
 from beam_agents.doctor.findings import (
     REMEDIES,
     Cause,
@@ -43,15 +43,25 @@ __all__ = ["Change", "Diagnosis", "attribute", "change_of", "display_path"]
 CONDITION_CAUSE = {"clock": Cause.WALL_CLOCK, "cwd": Cause.FILES, "env": Cause.ENVIRONMENT}
 """The cause of a change only one condition makes (``hash-seed-N``: hash order)."""
 
-_EXPLAINS: dict[str, set[str] | None] = {
-    Kind.CLOCK: None,  # None: a change under any condition
-    Kind.RANDOM: None,
-    Kind.NETWORK: None,
-    Kind.PROCESS: None,
-    Kind.FILE_WRITE: None,
-    Kind.ENV: {"env"},
-    Kind.FILE_READ: {"cwd", "env"},
+def _any(condition: Condition) -> bool:
+    return True
+
+
+_EXPLAINS: dict[str, Callable[[Condition], bool]] = {
+    # A value that differs in every run (or a call every replay refuses): any replay.
+    Kind.RANDOM: _any,
+    Kind.DURATION: _any,
+    Kind.NETWORK: _any,
+    Kind.PROCESS: _any,
+    Kind.FILE_WRITE: _any,
+    # The wall clock: the replays that move it. The control runs on the same clock, moved by
+    # a few seconds only: a control change in an activation that read it is the clock's
+    # only when nothing else explains it (``_control_change``).
+    Kind.CLOCK: lambda c: bool(c.clock_shift_s),
+    Kind.ENV: lambda c: c.other_env,
+    Kind.FILE_READ: lambda c: c.other_cwd or c.other_env,
 }
+"""Which replays a watched call can explain a change of (by what they perturb)."""
 
 
 def display_path(path: str) -> str:
@@ -95,17 +105,21 @@ def change_of(answer: dict[str, Any]) -> Change | None:
         return None
     divergence = outcome["divergence"]
     if verdict == "diverged" and divergence is not None:
-        fields = ", ".join(divergence["fields"][:3])
-        how = {"missing": " (missing from the re-run)", "extra": " (extra in the re-run)"}.get(
-            divergence["how"], f": {fields}" if fields else ""
-        )
-        return Change(
-            verdict,
-            code,
-            f"diverged at event {divergence['index']} {divergence['kind']} "
-            f"'{divergence['name']}'{how}",
-            divergence["index"],
-        )
+        traced = f"{divergence['kind']} '{divergence['name']}'"
+        other = divergence.get("replayed") or {}
+        if "kind" in other:
+            replayed = f"{other['kind']} '{other.get('name', divergence['name'])}'"
+            text = (
+                f"diverged at event {divergence['index']}: the replay has {replayed} where the "
+                f"trace has {traced}"
+            )
+        else:
+            fields = ", ".join(divergence["fields"][:3])
+            how = {"missing": " (missing from the re-run)", "extra": " (extra in the re-run)"}.get(
+                divergence["how"], f": {fields}" if fields else ""
+            )
+            text = f"diverged at event {divergence['index']} {traced}{how}"
+        return Change(verdict, code, text, divergence["index"])
     miss = outcome["cache_miss"]
     if miss is not None:
         if miss["traced_key"] == miss["key"]:
@@ -205,8 +219,9 @@ class _Findings:
     def __init__(self, diagnosis: Diagnosis) -> None:
         self.d = diagnosis
         self.by_activation = {a["id"]: a for a in diagnosis.activations}
-        self.ident = {(a["key"], a["seq"]): a["id"] for a in diagnosis.activations}
         self.found: dict[tuple[Cause, str, int, str], dict[str, Any]] = {}
+        # Control first (what an operator gets), each perturbation alone, then the screens.
+        self.order = sorted(diagnosis.conditions, key=lambda c: c.role is Role.SCREEN)
 
     def add(
         self,
@@ -219,23 +234,35 @@ class _Findings:
         tool: str = "",
         evidence: Iterable[Evidence] = (),
         activations: Iterable[int] = (),
+        conditions: Iterable[str] = (),
     ) -> None:
+        """Add (or add to) the finding at ``(cause, file, line, api)``; ``conditions``: the
+        replays whose changes it explains (its consequence is read off those)."""
         key = (cause, file, line, api)
         entry = self.found.setdefault(
             key,
-            {"what": what, "tool": tool, "evidence": [], "activations": set()},
-        )
+            {"what": what, "tool": tool, "evidence": [], "activations": set(),
+             "conditions": set()},
+        )  # fmt: skip
         for item in evidence:
             if item not in entry["evidence"]:
                 entry["evidence"].append(item)
         entry["activations"].update(activations)
+        entry["conditions"].update(conditions)
 
-    def changed_evidence(self, ids: Iterable[int], conditions: set[str] | None) -> list[Evidence]:
+    def changed_evidence(self, ids: Iterable[int], conditions: Iterable[str]) -> list[Evidence]:
+        """One change per condition of ``conditions``, shown as evidence: the control's and
+        each perturbation's alone; the screens' only when none of those changed."""
+        names = set(conditions)
+        ids = sorted(ids)
+        found = self._changes(ids, [c for c in self.order if c.name in names and
+                                    c.role is not Role.SCREEN])  # fmt: skip
+        return found or self._changes(ids, [c for c in self.order if c.name in names])
+
+    def _changes(self, ids: list[int], conditions: list[Condition]) -> list[Evidence]:
         found = []
-        for condition in self.d.conditions:
-            if conditions is not None and condition.name not in conditions:
-                continue
-            for ident in sorted(ids):
+        for condition in conditions:
+            for ident in ids:
                 change = self.d.changes.get((condition.name, ident))
                 if change is None:
                     continue
@@ -253,8 +280,10 @@ class _Findings:
                 break  # one activation per condition is enough to show it
         return found
 
-    def consequence(self, ids: set[int]) -> Consequence:
-        for condition in self.d.conditions:  # the control first: what an operator gets
+    def consequence(self, ids: set[int], conditions: set[str]) -> Consequence:
+        for condition in self.order:
+            if condition.name not in conditions:
+                continue
             for ident in sorted(ids):
                 change = self.d.changes.get((condition.name, ident))
                 if change is not None:
@@ -287,7 +316,7 @@ class _Findings:
                     line=line,
                     api=api,
                     evidence=tuple(evidence[:6]),
-                    consequence=self.consequence(ids),
+                    consequence=self.consequence(ids, entry["conditions"]),
                     remedy=REMEDIES[cause],
                     tool=entry["tool"],
                     activations=len(ids),
@@ -312,20 +341,28 @@ def attribute(d: Diagnosis) -> tuple[list[Finding], dict[str, Any]]:
         # One finding per line: a connection is resolved, then connected (three audit events).
         what = o.kind if o.kind in (Kind.NETWORK, Kind.PROCESS) else f"{o.api}:{o.detail}"
         seen.setdefault((cause, o.file, o.line, what), []).append(o)
+    clock_read: dict[int, tuple[Cause, str, int, str]] = {}  # activation -> its clock finding
     for (cause, file, line, _), observed in seen.items():
         first = observed[0]
-        ids = {findings.ident[(o.entity_key, o.seq)] for o in observed if o.phase == "activation"
-               and (o.entity_key, o.seq) in findings.ident}  # fmt: skip
-        scope = _EXPLAINS.get(first.kind)
-        changed = findings.changed_evidence(ids, scope)
+        ids = {o.activation for o in observed if o.phase == "activation" and o.activation >= 0}
+        perturbs = _EXPLAINS.get(first.kind, _any)
+        names = [c.name for c in d.conditions if perturbs(c)]
+        changed = findings.changed_evidence(ids, names)
         if first.phase == "import":
             continue  # module state made at import: judged by what it changes (step 2)
         if first.kind == Kind.DURATION and not changed:
             continue  # a duration (latency logging) that reached nothing traced
         for ident in ids:
-            for condition in d.conditions:
-                if scope is None or condition.name in scope:
-                    explained.add((condition.name, ident))
+            for name in names:
+                explained.add((name, ident))
+        api = (
+            _api_text(first)
+            if first.kind not in (Kind.NETWORK, Kind.PROCESS, Kind.FILE_READ, Kind.FILE_WRITE)
+            else f"{first.api} {first.detail}"
+        )
+        if first.kind == Kind.CLOCK:
+            for ident in ids:
+                clock_read.setdefault(ident, (cause, file, line, api))
         where = (
             f"during {_who(findings.by_activation[min(ids)])}"
             + (f" (and {len(ids) - 1} more activation(s))" if len(ids) > 1 else "")
@@ -339,11 +376,11 @@ def attribute(d: Diagnosis) -> tuple[list[Finding], dict[str, Any]]:
             what=_what(cause, first),
             file=file,
             line=line,
-            api=_api_text(first) if first.kind not in (Kind.NETWORK, Kind.PROCESS, Kind.FILE_READ,
-                                                       Kind.FILE_WRITE) else f"{first.api} {first.detail}",
+            api=api,
             tool=first.tool,
             evidence=[Evidence(EvidenceKind.SEEN, f"seen {where}{inside}"), *changed],
             activations=ids,
+            conditions=names,
         )
     needs: dict[str, Any] = {"pre_memory": [], "traces": []}
     # 2. Changes no call explains.
@@ -353,36 +390,78 @@ def attribute(d: Diagnosis) -> tuple[list[Finding], dict[str, Any]]:
         if d.changes.get((control, ident)) is not None:
             if (control, ident) in explained:
                 continue
-            if ident not in d.pre_memory and a.get("has_pre_memory"):
+            if ident not in d.pre_memory:
                 needs["pre_memory"].append(ident)
                 continue
-            _control_change(d, findings, a)
+            _control_change(d, findings, a, clock_read.get(ident))
             for condition in d.conditions:
                 explained.add((condition.name, ident))
             continue
+        alone = False  # a single perturbation changed it
         for condition in d.conditions[1:]:
-            if d.changes.get((condition.name, ident)) is None or (condition.name, ident) in explained:
+            if condition.role is Role.SCREEN or d.changes.get((condition.name, ident)) is None:
+                continue
+            alone = True
+            if (condition.name, ident) in explained:
                 continue
             pair = (condition.name, ident)
             if pair not in d.differences:
                 needs["traces"].append(pair)
                 continue
             _condition_change(d, findings, a, condition, d.differences[pair])
+        if not alone:
+            _screen_change(d, findings, a, explained)
     return findings.findings(), needs
 
 
-def _control_change(d: Diagnosis, findings: _Findings, a: dict[str, Any]) -> None:
+def _screen_change(
+    d: Diagnosis, findings: _Findings, a: dict[str, Any], explained: set[tuple[str, int]]
+) -> None:
+    """A screen changed the activation, no single perturbation did, and no watched call
+    explains it: the perturbations matter together (or the difference comes and goes)."""
+    ident = a["id"]
+    screens = [
+        c
+        for c in d.conditions
+        if c.role is Role.SCREEN
+        and d.changes.get((c.name, ident)) is not None
+        and (c.name, ident) not in explained
+    ]
+    if not screens:
+        return
+    findings.add(
+        Cause.UNEXPLAINED,
+        what=f"{_who(a)} changed when replayed {screens[0].description}, and under no "
+        "perturbation alone",
+        file="",
+        line=0,
+        api=f"{screens[0].name} {a['key']}:{a['seq']}",
+        evidence=findings.changed_evidence([ident], [c.name for c in screens]),
+        activations=[ident],
+        conditions=[c.name for c in screens],
+    )
+
+
+def _control_change(
+    d: Diagnosis,
+    findings: _Findings,
+    a: dict[str, Any],
+    clock_read: tuple[Cause, str, int, str] | None,
+) -> None:
+    """A change in another process, nothing perturbed: memory the activation overwrote,
+    module state an earlier one left, the wall clock it read (only when neither), or
+    unexplained."""
     ident = a["id"]
     control = d.conditions[0]
     change = d.changes[(control.name, ident)]
     assert change is not None
-    shown = findings.changed_evidence([ident], {control.name})
-    if a.get("has_pre_memory") and d.pre_memory.get(ident, change) is None:
+    shown = findings.changed_evidence([ident], [control.name])
+    if d.pre_memory.get(ident, change) is None:
         # Undone by the memory it started from: it read what it overwrote.
         reads = [o for o in d.observations if o.kind == Kind.MEMORY_READ and o.phase == "activation"
-                 and (o.entity_key, o.seq) == (a["key"], a["seq"])]  # fmt: skip
+                 and o.activation == ident]  # fmt: skip
         writes = {o.detail for o in d.observations if o.kind == Kind.MEMORY_WRITE
-                  and (o.entity_key, o.seq) == (a["key"], a["seq"])}  # fmt: skip
+                  and o.activation == ident}  # fmt: skip
         read = next((o for o in reads if o.detail in writes), reads[0] if reads else None)
         name = read.detail if read else "?"
         at = f"{display_path(read.file)}:{read.line}" if read else "an unknown line"
@@ -403,31 +482,49 @@ def _control_change(d: Diagnosis, findings: _Findings, a: dict[str, Any]) -> Non
                 ),
             ],
             activations=[ident],
+            conditions=[control.name],
         )
         return
     earlier = [c for c in d.carried if min(c["activations"]) < ident]
     if earlier:
+        # Each value that changed before this activation, with where it changed first.
+        moved: dict[tuple[str, str], tuple[dict[str, Any], list[int]]] = {}
         for carried in earlier:
             for value in carried["values"]:
-                first = d.activations[min(carried["activations"])]
-                findings.add(
-                    Cause.MODULE_STATE,
-                    what=f"{value['name']} (module {value['module']}) is written at "
-                    f"{display_path(value['file'])}:{value['line']} and carried to later activations",
-                    file=value["file"],
-                    line=value["line"],
-                    api=f"module state {value['module']}.{value['name']}",
-                    evidence=[
-                        Evidence(
-                            EvidenceKind.SEEN,
-                            f"{value['name']} changed during {_who(first)} in the pipeline's run",
-                            entity_key=first["key"],
-                            seq=first["seq"],
-                        ),
-                        *shown,
-                    ],
-                    activations=[ident],
-                )
+                held = moved.setdefault((value["module"], value["name"]), (value, []))
+                held[1].append(min(carried["activations"]))
+        for value, during in moved.values():
+            first = d.activations[min(during)]
+            more = len(set(during)) - 1
+            findings.add(
+                Cause.MODULE_STATE,
+                what=f"{value['name']} (module {value['module']}) is written at "
+                f"{display_path(value['file'])}:{value['line']} and carried to later activations",
+                file=value["file"],
+                line=value["line"],
+                api=f"module state {value['module']}.{value['name']}",
+                evidence=[
+                    Evidence(
+                        EvidenceKind.SEEN,
+                        f"{value['name']} changed during {_who(first)}"
+                        + (f" (and {more} more input(s))" if more else "")
+                        + " in the pipeline's run",
+                        entity_key=first["key"],
+                        seq=first["seq"],
+                    ),
+                    *shown,
+                ],
+                activations=[ident],
+                conditions=[control.name],
+            )
+        return
+    if clock_read is not None:
+        # It read the wall clock, and nothing else explains the change: the clock moved
+        # between the pipeline's run and the replay (a value read to the second, say).
+        cause, file, line, api = clock_read
+        findings.add(cause, what=findings.found[clock_read]["what"], file=file, line=line,
+                     api=api, evidence=shown, activations=[ident],
+                     conditions=[control.name])  # fmt: skip
         return
     findings.add(
         Cause.UNEXPLAINED,
@@ -437,6 +534,7 @@ def _control_change(d: Diagnosis, findings: _Findings, a: dict[str, Any]) -> Non
         api=f"{control.name} {a['key']}:{a['seq']}",
         evidence=shown,
         activations=[ident],
+        conditions=[control.name],
     )
 
 
@@ -452,13 +550,14 @@ def _condition_change(
         if condition.name.startswith("hash-seed")
         else CONDITION_CAUSE.get(condition.name, Cause.UNEXPLAINED)
     )
-    shown = findings.changed_evidence([a["id"]], {condition.name})
+    shown = findings.changed_evidence([a["id"]], [condition.name])
     if difference is None and cause is not Cause.UNEXPLAINED:
         # Not traced (past MAX_TRACES for the condition): with the line the traced ones found.
         for (found_cause, file, line, api), entry in findings.found.items():
             if found_cause is cause and api == _condition_api(cause, condition):
                 findings.add(found_cause, what=entry["what"], file=file, line=line, api=api,
-                             evidence=shown, activations=[a["id"]])  # fmt: skip
+                             evidence=shown, activations=[a["id"]],
+                             conditions=[condition.name])  # fmt: skip
                 return
     if difference is None:
         findings.add(
@@ -469,6 +568,7 @@ def _condition_change(
             api=f"{condition.name} {a['key']}:{a['seq']}",
             evidence=shown,
             activations=[a["id"]],
+            conditions=[condition.name],
         )
         return
     names = ", ".join(n for n in difference.names if n != "<returned>")
@@ -502,6 +602,7 @@ def _condition_change(
             ),
         ],
         activations=[a["id"]],
+        conditions=[condition.name],
     )
 
 

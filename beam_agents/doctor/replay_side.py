@@ -3,13 +3,15 @@
 A replay worker runs under one ``Condition`` (its environment, directory and hash
 seed are the process's own; a clock shift is applied before anything else). It
 imports the agent code once, as the command line does (under replay's guard, no
-bytecode), and forks a child per task: every child starts with the agent's modules
-exactly as a fresh import leaves them (module state included), replays one
-activation under replay's guard (the network closed)
-through ``beam_agents.replay.replay`` from the bytes the pipeline's side wrote
-(its snapshot, its key's trace stream, its envelope), exactly the command line's
-path; then it sends back what the result says (``outcome_of``) and what the
-watcher saw. Tasks:
+bytecode), while the pipeline's side may still be running, then reads the run
+directory once (the ``load`` message) and forks a child per task: every child starts
+with the agent's modules exactly as a fresh import leaves them (module state
+included: the worker itself never runs an activation), replays one activation under
+replay's guard (the network closed) through ``beam_agents.replay.replay`` from the
+bytes the pipeline's side wrote (its snapshot, its lane's trace stream, its envelope),
+exactly the command line's path; then it sends back what the result says
+(``outcome_of``). Nothing watches a replay: what agent code calls is watched in the
+pipeline's run, and what a perturbation changes is read off the verdict. Tasks:
 
     replay       the activation from the snapshot exported after it
     pre-memory   the same, but with the memory the key had before it (and the caches of
@@ -21,6 +23,7 @@ A child that runs past twice the time limit and 30 s is killed; one that dies sa
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import select
@@ -33,7 +36,8 @@ from typing import IO, Any
 from beam_agents._protos import StateSnapshot
 from beam_agents.doctor.linetrace import trace_lines
 from beam_agents.doctor.refusal import naming_of, replay_naming
-from beam_agents.doctor.watch import Watcher
+from beam_agents.doctor.watch import AgentFiles
+from beam_agents.hitl import HitlPolicy
 from beam_agents.replay.engine import replay
 from beam_agents.replay.options import ReplayOptions
 from beam_agents.replay.result import ReplayResult
@@ -62,6 +66,13 @@ def outcome_of(result: ReplayResult) -> dict[str, Any]:
             "name": divergence.name,
             "how": str(divergence.how),
             "fields": [f.path for f in divergence.fields],
+            # Where the two sides are other events altogether: what the replay has instead.
+            # (a name is rendered as a JSON string there: read back to the name itself)
+            "replayed": {
+                f.path: json.loads(f.replayed) if f.path == "name" else f.replayed
+                for f in divergence.fields
+                if f.path in ("kind", "name")
+            },
         },
         "cache_miss": None
         if miss is None
@@ -87,7 +98,7 @@ def outcome_of(result: ReplayResult) -> dict[str, Any]:
     }
 
 
-def _import_agent_code(plan: dict[str, Any], watcher: Watcher) -> dict[str, Any] | None:
+def _import_agent_code(plan: dict[str, Any]) -> dict[str, Any] | None:
     """Import the agent code as the command line does (under the guard, no bytecode), once:
     every child forked after it starts with the agent's modules as a fresh import leaves
     them. What that import did wrong is every replay's answer (None: nothing)."""
@@ -101,7 +112,7 @@ def _import_agent_code(plan: dict[str, Any], watcher: Watcher) -> dict[str, Any]
 
     naming = replay_naming(naming_of(plan))
     try:
-        with no_bytecode(), block_network() as attempts, watcher.importing():
+        with no_bytecode(), block_network() as attempts:
             import_object(plan["agent"], Input.AGENT, Agent, naming)
             import_object(plan["registry"], Input.REGISTRY, ToolRegistry, naming)
             if plan.get("hitl"):
@@ -127,7 +138,8 @@ def _snapshot_with_memory(snapshot: bytes, memory: bytes) -> bytes:
 
 
 class _Run:
-    """The pipeline side's run directory, read once before any child is forked."""
+    """The pipeline side's run directory, read once (the ``load`` message) before any child
+    is forked: every child finds its inputs in memory."""
 
     def __init__(self, directory: Path, activations: list[dict[str, Any]]) -> None:
         self.activations = {a["id"]: a for a in activations}
@@ -142,13 +154,14 @@ class _Run:
         if op == "pre-memory":
             snapshot = _snapshot_with_memory(snapshot, self.files[f"a{ident}.pre-memory"])
         envelope = self.files[f"a{ident}.envelope"] or None
-        traces = self.files[f"k{activation['key']}.traces"]
+        traces = self.files[activation["traces"]]
         return snapshot, traces, envelope, int(activation["seq"])
 
 
-def _child(plan: dict[str, Any], run: _Run, watcher: Watcher, task: dict[str, Any]) -> dict[str, Any]:
+def _child(plan: dict[str, Any], run: _Run, files: AgentFiles, task: dict[str, Any]) -> dict[str, Any]:
     snapshot, traces, envelope, seq = run.inputs(task["activation"], task["op"])
     tracing = task["op"] == "trace"
+    settings = plan.get("hitl_settings")
     options = ReplayOptions(
         snapshot=snapshot,
         traces=(traces,),
@@ -156,31 +169,31 @@ def _child(plan: dict[str, Any], run: _Run, watcher: Watcher, task: dict[str, An
         agent=plan["agent"],
         registry=plan["registry"],
         hitl=plan.get("hitl") or None,
+        hitl_policy=HitlPolicy(**settings) if settings and not plan.get("hitl") else None,
+        hitl_label="the bundles' policy" if settings and not plan.get("hitl") else "",
         seq=seq,
         # A traced re-run runs in this thread (no time-limit thread), where the tracer is.
         time_limit=None if tracing else plan["time_limit"],
         naming=replay_naming(naming_of(plan)),
     )
-    watcher.take()
     if tracing:
-        with trace_lines(watcher.files) as entries:
+        with trace_lines(files) as entries:
             result = replay(options)
         return {"outcome": outcome_of(result), "lines": entries}
-    result = replay(options)
-    return {
-        "outcome": outcome_of(result),
-        "observations": [o.document() for o in watcher.take()],
-    }
+    return {"outcome": outcome_of(replay(options))}
 
 
-def _fork(plan: dict[str, Any], run: _Run, watcher: Watcher, task: dict[str, Any]) -> tuple[int, int]:
+def _fork(plan: dict[str, Any], run: _Run, files: AgentFiles, task: dict[str, Any]) -> tuple[int, int]:
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: one replay, its answer, and out
+        # No collection in a child that lives for one replay: a collection walks (and so
+        # copies, page by page) the objects it shares with the worker.
+        gc.disable()
         os.close(read_end)
         code = 0
         try:
-            answer: dict[str, Any] = _child(plan, run, watcher, task)
+            answer: dict[str, Any] = _child(plan, run, files, task)
         except BaseException as exc:  # reported to the parent, never a traceback of ours
             answer = {"failed": f"{type(exc).__name__}: {exc}"}
             code = 1
@@ -199,15 +212,19 @@ def _fork(plan: dict[str, Any], run: _Run, watcher: Watcher, task: dict[str, Any
     return pid, read_end
 
 
-def serve_replays(plan: dict[str, Any], watcher: Watcher, tasks: IO[str], answers: IO[str]) -> None:
-    """Answer the tasks read from ``tasks`` (JSON lines) until it ends; one line each."""
+def serve_replays(plan: dict[str, Any], files: AgentFiles, tasks: IO[str], answers: IO[str]) -> None:
+    """Answer the tasks read from ``tasks`` (JSON lines) until it ends; one line each.
+
+    The first line after ``ready`` is ``{"op": "load", "activations": [...]}``: the run
+    directory is complete then.
+    """
     import contextlib
     import importlib
 
-    run = _Run(Path(plan["run"]), plan["activations"])
-    with contextlib.suppress(ImportError):  # a divergence's detail: not once per child
-        importlib.import_module("deepdiff")
-    imported = _import_agent_code(plan, watcher)
+    run: _Run | None = None
+    imported = _import_agent_code(plan)
+    gc.collect()
+    gc.freeze()  # what is imported now stays out of every later collection
     limit = plan["time_limit"]
     backstop = 2 * limit + BACKSTOP_GRACE if limit else None
     children: dict[int, tuple[int, int, float, bytearray]] = {}  # fd -> (task, pid, started, data)
@@ -216,8 +233,6 @@ def serve_replays(plan: dict[str, Any], watcher: Watcher, tasks: IO[str], answer
         answers.write(json.dumps(message) + "\n")
         answers.flush()
 
-    if os.environ.get("DOCTOR_DEBUG"):
-        print(f"ready after {time.process_time():.2f} s CPU", file=sys.stderr)
     send({"ready": True, "pid": os.getpid()})
     open_input = True
     source = tasks.fileno()  # read raw: a line in the text buffer is invisible to select()
@@ -235,10 +250,15 @@ def serve_replays(plan: dict[str, Any], watcher: Watcher, tasks: IO[str], answer
                     line, _, rest = bytes(pending).partition(b"\n")
                     pending = bytearray(rest)
                     task = json.loads(line)
+                    if task.get("op") == "load":
+                        run = _Run(Path(plan["run"]), task["activations"])
+                        continue
                     if imported is not None:  # every replay under this condition: that
                         send({"id": task["id"], "answer": imported})
                         continue
-                    pid, child = _fork(plan, run, watcher, task)
+                    if run is None:
+                        raise RuntimeError("a replay task before the run directory was loaded")
+                    pid, child = _fork(plan, run, files, task)
                     children[child] = (task["id"], pid, time.monotonic(), bytearray())
                 continue
             ident, pid, started, data = children[fd]
@@ -249,9 +269,14 @@ def serve_replays(plan: dict[str, Any], watcher: Watcher, tasks: IO[str], answer
             os.close(fd)
             del children[fd]
             _, status = os.waitpid(pid, 0)
-            if os.environ.get("DOCTOR_DEBUG"):
-                print(f"task {ident} took {time.monotonic() - started:.3f}", file=sys.stderr)
-            send({"id": ident, "answer": _answer(data, status)})
+            answer = _answer(data, status)
+            if "deepdiff" not in sys.modules and _diverged(answer):
+                # A divergence's detail is rendered with DeepDiff (a second to import, with
+                # numpy): imported here once one replay needed it, every later child has it.
+                # A clean agent's replays never do.
+                with contextlib.suppress(ImportError):
+                    importlib.import_module("deepdiff")
+            send({"id": ident, "answer": answer})
         if backstop is not None:
             now = time.monotonic()
             for fd, (ident, pid, started, _) in list(children.items()):
@@ -262,6 +287,11 @@ def serve_replays(plan: dict[str, Any], watcher: Watcher, tasks: IO[str], answer
                     del children[fd]
                     send({"id": ident, "answer": {"failed": f"killed after {now - started:.0f} s: "
                                                   "agent code held the interpreter past the time limit"}})  # fmt: skip
+
+
+def _diverged(answer: dict[str, Any]) -> bool:
+    outcome = answer.get("outcome")
+    return isinstance(outcome, dict) and outcome.get("verdict") == "diverged"
 
 
 def _answer(data: bytearray, status: int) -> dict[str, Any]:

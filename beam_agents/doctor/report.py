@@ -9,6 +9,7 @@ addresses) goes through replay's one escaper before it reaches a terminal.
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 from xml.sax.saxutils import escape as xml_escape
@@ -38,11 +39,19 @@ class DoctorReport:
     """Each sample activation: ``key`` (hex), ``seq``, ``kind``, ``trigger``, ``committed``,
     ``error_type``, and ``replays`` ({condition: verdict})."""
     conditions: tuple[dict[str, str], ...]
-    """Each perturbation: ``name`` and ``description``."""
+    """Each condition replays ran under: ``name``, ``description`` and ``role``
+    (``control``, ``screen``: every activation; ``single``: where a screen changed one)."""
     findings: tuple[Finding, ...]
     notes: tuple[str, ...] = ()
     seconds: float = 0.0
     jobs: int = 1
+    perturbations: tuple[str, ...] = ()
+    """Every perturbation a screen holds, as a single condition describes it."""
+    model: dict[str, Any] = field(default_factory=dict)
+    """The model calls of the samples: ``model_name`` (the provider name requests were
+    keyed under), ``model_calls`` (LLM_CALLs traced), ``cache_hits`` (served from the
+    key's cache: a bundle's recorded answers, or a repeated request) and
+    ``provider_calls`` (answered by the provider)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -58,16 +67,23 @@ class DoctorReport:
 
     def render(self) -> str:
         failed = sum(1 for a in self.activations if not a["committed"])
+        replays = sum(len(a["replays"]) for a in self.activations)
         lines = [
             f"beam-agents-replay doctor {__version__}",
             f"  agent:     {escape(self.agent)}",
             f"  registry:  {escape(self.registry)}",
-            f"  model:     {escape(self.provider)}",
+            f"  model:     {escape(self._model_line())}",
             f"  samples:   {len(self.activations)} activation(s) of {self.keys} key(s)"
             + (f", {failed} failed" if failed else "")
             + f" ({escape('; '.join(self.sources))})",
-            "  replayed:  every activation, as beam-agents-replay replays it (the network closed), "
-            + ", ".join(c["description"] for c in self.conditions),
+            *textwrap.wrap(
+                f"replayed:  {replays} replays, as beam-agents-replay replays (the network "
+                f"closed): {self._replayed()}",
+                width=100,
+                initial_indent="  ",
+                subsequent_indent=" " * 13,
+                break_on_hyphens=False,
+            ),
         ]
         if not self.findings:
             lines.append("clean: no finding")
@@ -88,6 +104,44 @@ class DoctorReport:
         )
         return "\n".join(lines) + "\n"
 
+    def _replayed(self) -> str:
+        """Which replays ran, in words: the control and the screens for every activation, the
+        perturbations alone where a screen changed one."""
+        control = [c for c in self.conditions if c.get("role") == "control"]
+        screens = [c for c in self.conditions if c.get("role") == "screen"]
+        alone = sum(
+            1
+            for a in self.activations
+            for name in a["replays"]
+            if any(c["name"] == name and c.get("role") == "single" for c in self.conditions)
+        )
+        text = "every activation " + "; ".join(c["description"] for c in control)
+        if screens:
+            seeds = [p.removeprefix("with PYTHONHASHSEED=") for p in self.perturbations
+                     if p.startswith("with PYTHONHASHSEED=")]  # fmt: skip
+            others = [p.removeprefix("with ").removeprefix("in ") for p in self.perturbations
+                      if not p.startswith("with PYTHONHASHSEED=")]  # fmt: skip
+            every = "; ".join(([f"PYTHONHASHSEED={', '.join(seeds)}"] if seeds else []) + others)
+            times = "once" if len(screens) == 1 else f"{len(screens)} times"
+            text += f", and {times} with every perturbation at once ({every})"
+            text += (
+                f"; {alone} replay(s) with one perturbation alone, where those changed something"
+                if alone
+                else "; none changed anything"
+            )
+        return text
+
+    def _model_line(self) -> str:
+        name = self.model.get("model_name") or self.provider
+        line = self.provider if name == self.provider else f"{self.provider} (as {name})"
+        calls = self.model.get("model_calls")
+        if calls:
+            hits = self.model.get("cache_hits", 0)
+            line += f"; {calls} model call(s)"
+            if hits:
+                line += f", {hits} served from the key's cache (recorded answers, repeats)"
+        return line
+
     # -- --json ----------------------------------------------------------------------------
 
     def document(self) -> dict[str, Any]:
@@ -100,9 +154,11 @@ class DoctorReport:
             "agent": self.agent,
             "registry": self.registry,
             "provider": self.provider,
+            "model": dict(self.model),
             "sources": list(self.sources),
             "keys": self.keys,
             "conditions": [dict(c) for c in self.conditions],
+            "perturbations": list(self.perturbations),
             "activations": [dict(a) for a in self.activations],
             "findings": [f.document() for f in self.findings],
             "notes": list(self.notes),

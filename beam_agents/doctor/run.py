@@ -3,9 +3,12 @@
 1. The samples are read here (``samples``), and nothing of the agent is imported in
    this process: agent code runs only in workers.
 2. The pipeline's side runs in a fresh interpreter (``pipeline_side``), watched.
-3. One replay worker per condition (``conditions``) replays every activation, each
-   replay in a forked child importing the agent fresh (``replay_side``); at most
-   ``jobs`` replays run at once.
+3. One replay worker per condition (``conditions``), started while the pipeline's side
+   runs, each importing the agent once; every replay is a child forked from it, the
+   modules as a fresh import leaves them (``replay_side``); at most ``jobs`` replays run
+   at once. Every activation is replayed under the control and the screens (every
+   perturbation at once); where a screen changed what the control did not, under each
+   perturbation the screen holds, alone.
 4. What no watched call explains is looked into: pre-image memory replays in the
    control, line traces in the control and the condition that changed it.
 5. ``attribute`` names the findings; ``report`` renders them.
@@ -27,7 +30,9 @@ from beam_agents.doctor.conditions import (
     CLOCK_SHIFT_S,
     DEFAULT_HASH_SEEDS,
     Condition,
+    Role,
     conditions,
+    screened,
     worker_environment,
 )
 from beam_agents.doctor.linetrace import Difference, first_difference
@@ -172,23 +177,66 @@ def _run(
     environ = dict(os.environ)
     home = work / "home"
     home.mkdir()
-    pipeline = Worker(
-        "pipeline",
-        {**base_plan, "role": "pipeline", "provider": provider, "samples": samples.document(),
-         "run": str(run_dir)},
-        env=worker_environment(None, environ, str(home)),
-        cwd=os.getcwd(),
-        log=work / "pipeline.log",
-    )
+    if samples.hitl is not None and not base_plan["hitl"]:
+        base_plan = {**base_plan, "hitl_settings": samples.hitl}
+    every = conditions(seeds, clock_shift_s)
+    replay_plan = {**base_plan, "role": "replay", "run": str(run_dir)}
+    workers: dict[str, Worker] = {}
+
+    def start(condition: Condition) -> Worker:
+        cwd = work / f"cwd-{condition.name}"
+        cwd.mkdir()
+        worker = workers[condition.name] = Worker(
+            condition.name,
+            {**replay_plan, "condition": condition.document()},
+            env=worker_environment(condition, environ, str(home)),
+            cwd=str(cwd) if condition.other_cwd else os.getcwd(),
+            log=work / f"{condition.name}.log",
+        )
+        return worker
+
     try:
-        answer = pipeline.receive(limit * max(1, len(samples.steps)) + 60 if limit else None)
+        pipeline = Worker(
+            "pipeline",
+            {
+                **base_plan,
+                "role": "pipeline",
+                "provider": provider,
+                "samples": samples.document(),
+                "run": str(run_dir),
+            },
+            env=worker_environment(None, environ, str(home)),
+            cwd=os.getcwd(),
+            log=work / "pipeline.log",
+        )
+        # The control and the screens import the agent while the pipeline's side runs.
+        first = [c for c in every if c.role is not Role.SINGLE]
+        for condition in first:
+            start(condition)
+        try:
+            answer = pipeline.receive(limit * max(1, len(samples.steps)) + 60 if limit else None)
+        except WorkerFailed as failed:
+            raise DoctorUsageError(
+                f"the sample inputs did not run through the pipeline's step: {failed}",
+                "the agent code ran past the time limit, or ended its process",
+            ) from None
+        finally:
+            pipeline.close()
+        record = _pipeline_record(answer)
+        return _replay_all(
+            record, samples, every, workers, start, jobs, base_plan, started
+        )
     except WorkerFailed as failed:
         raise DoctorUsageError(
-            f"the sample inputs did not run through the pipeline's step: {failed}",
-            "the agent code ran past the time limit, or ended its process",
+            f"a replay worker failed: {failed}", "this is a bug in beam-agents; please report it"
         ) from None
     finally:
-        pipeline.close()
+        for worker in workers.values():
+            worker.close()
+
+
+def _pipeline_record(answer: dict[str, Any]) -> dict[str, Any]:
+    """The pipeline side's run record, or the refusal its answer makes."""
     if "refused" in answer:
         raise DoctorUsageError(answer["refused"])
     if "internal" in answer:
@@ -197,12 +245,13 @@ def _run(
             "this is a bug in beam-agents or agent code that ended its process; "
             + (answer.get("traceback", "").strip().splitlines() or [""])[-1],
         )
-    record = answer["record"]
-    activations: list[dict[str, Any]] = record["activations"]
-    notes: list[str] = list(record["notes"])
+    record: dict[str, Any] = answer["record"]
+    activations = record["activations"]
     if not activations:
         raise DoctorUsageError(
-            "no sample input ran an activation (" + "; ".join(notes[:3] or ["nothing ran"]) + ")",
+            "no sample input ran an activation ("
+            + "; ".join(record["notes"][:3] or ["nothing ran"])
+            + ")",
             "pass inputs that start activations (events), with their answers after them",
         )
     if not any(a["committed"] for a in activations):
@@ -214,58 +263,78 @@ def _run(
             "pass --provider with the model your agent can parse (AgentConfig's "
             "provider_factory), or samples it can handle",
         )
-    cond = conditions(seeds, clock_shift_s)
-    replay_plan = {**base_plan, "role": "replay", "run": str(run_dir), "activations": activations}
-    workers: dict[str, Worker] = {}
-    try:
-        for condition in cond:  # started together: each imports beam-agents on its own
-            cwd = work / f"cwd-{condition.name}"
-            cwd.mkdir()
-            workers[condition.name] = Worker(
-                condition.name,
-                {**replay_plan, "condition": condition.document()},
-                env=worker_environment(condition, environ, str(home)),
-                cwd=str(cwd) if condition.other_cwd else os.getcwd(),
-                log=work / f"{condition.name}.log",
-            )
-        for worker in workers.values():
-            ready(worker, timeout=120.0)
-        pool = Pool(workers, jobs)
-        changes: dict[tuple[str, int], Change | None] = {}
-        replays: dict[int, dict[str, str]] = {a["id"]: {} for a in activations}
-        observations = [Observation.from_document(o) for o in record["observations"]]
-        tasks = [
-            (condition.name, {"op": "replay", "activation": a["id"]})
-            for a in activations
-            for condition in cond
-        ]
+    return record
+
+
+def _replay_all(
+    record: dict[str, Any],
+    samples: Any,
+    every: list[Condition],
+    workers: dict[str, Worker],
+    start: Any,
+    jobs: int,
+    base_plan: dict[str, Any],
+    started: float,
+) -> DoctorReport:
+    """Every activation under the control and the screens, the single perturbations where a
+    screen changed something, the closer looks, and the report."""
+    activations: list[dict[str, Any]] = record["activations"]
+    notes: list[str] = list(record["notes"])
+    load = {"op": "load", "activations": activations}
+    for worker in workers.values():
+        worker.send(load)
+    for worker in workers.values():
+        ready(worker, timeout=120.0)
+    pool = Pool(workers, jobs)
+    changes: dict[tuple[str, int], Change | None] = {}
+    replays: dict[int, dict[str, str]] = {a["id"]: {} for a in activations}
+
+    def replay_each(tasks: list[tuple[str, dict[str, Any]]]) -> None:
         for task, answer in pool.run(tasks):
             name = task["worker"]
             changes[(name, task["activation"])] = change_of(answer)
             replays[task["activation"]][name] = (
                 answer["outcome"]["verdict"] if "outcome" in answer else "error"
             )
-        diagnosis = Diagnosis(
-            activations=activations,
-            observations=observations,
-            carried=record["carried"],
-            conditions=cond,
-            changes=changes,
-        )
-        findings, needs = attribute(diagnosis)
-        if needs["pre_memory"] or needs["traces"]:
-            _look_closer(diagnosis, needs, pool, cond)
-            findings, _ = attribute(diagnosis)
-        for note in _not_judged(activations, changes, cond[0].name):
-            notes.append(note)
-        notes.extend(f"the watcher failed: {e}" for e in record["watch_errors"])
-    except WorkerFailed as failed:
-        raise DoctorUsageError(
-            f"a replay worker failed: {failed}", "this is a bug in beam-agents; please report it"
-        ) from None
-    finally:
-        for worker in workers.values():
-            worker.close()
+
+    first = [c for c in every if c.role is not Role.SINGLE]
+    replay_each([(c.name, {"op": "replay", "activation": a["id"]}) for a in activations
+                 for c in first])  # fmt: skip
+    # Where a screen changed a replay the control did not, each perturbation alone says which.
+    control = first[0]
+    singles = [c for c in every if c.role is Role.SINGLE]
+    wanted: dict[str, list[int]] = {}
+    for a in activations:
+        if changes.get((control.name, a["id"])) is not None:
+            continue
+        for screen in first[1:]:
+            if changes.get((screen.name, a["id"])) is not None:
+                for single in screened(screen, singles):
+                    ids = wanted.setdefault(single.name, [])
+                    if a["id"] not in ids:
+                        ids.append(a["id"])
+    ran = [c for c in singles if c.name in wanted]
+    for condition in ran:
+        start(condition).send(load)
+    for condition in ran:
+        ready(workers[condition.name], timeout=120.0)
+    replay_each([(c.name, {"op": "replay", "activation": ident}) for c in ran
+                 for ident in wanted[c.name]])  # fmt: skip
+    judged = [*first, *ran]
+    diagnosis = Diagnosis(
+        activations=activations,
+        observations=[Observation.from_document(o) for o in record["observations"]],
+        carried=record["carried"],
+        conditions=judged,
+        changes=changes,
+    )
+    findings, needs = attribute(diagnosis)
+    if needs["pre_memory"] or needs["traces"]:
+        _look_closer(diagnosis, needs, pool, judged)
+        findings, _ = attribute(diagnosis)
+    for note in _not_judged(activations, changes, control.name):
+        notes.append(note)
+    notes.extend(f"the watcher failed: {e}" for e in record["watch_errors"])
     return DoctorReport(
         agent=base_plan["agent"],
         registry=base_plan["registry"],
@@ -277,11 +346,16 @@ def _run(
              "replays": replays[a["id"]]}
             for a in activations
         ),
-        conditions=tuple({"name": c.name, "description": c.description} for c in cond),
+        conditions=tuple(
+            {"name": c.name, "description": c.description, "role": c.role.value}
+            for c in judged
+        ),
         findings=tuple(findings),
         notes=tuple(notes),
         seconds=time.monotonic() - started,
         jobs=jobs,
+        perturbations=tuple(c.description for c in every if c.role is Role.SINGLE),
+        model={k: record[k] for k in ("model_name", "model_calls", "cache_hits", "provider_calls")},
     )
 
 

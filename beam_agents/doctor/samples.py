@@ -9,13 +9,18 @@ pipeline's per-key step is handed them:
   (``tool_result``, ``approval``) are in the dump of the results and approvals topics,
   as ``bundle`` takes them, and find their intents by id.
 - ``--bundle FILE|DIR``: each bundle's envelopes in the order of its traced
-  activations (a traced HITL timeout is the key's timer firing); its key starts at
-  the bundle's first seq, so intent ids (derived from key, seq and ordinal) are the
-  ones its answers name.
+  activations (a traced HITL timeout is the key's timer firing), on a lane of its own
+  (``Lane``): the key starts from the state ``beam-agents-replay`` reconstructs for the
+  bundle's first activation (its seq, memory, caches, continuation, pending intents), so
+  intent ids (derived from key, seq and ordinal) are the ones its answers name, a bundle
+  that starts at a resume resumes, and the model answers the pipeline recorded (the
+  snapshot's cache) answer the same requests again. A bundle identical to one read
+  already (the same key, activations, snapshot and envelopes: ``refund-v2`` beside
+  ``refund-v1``) is read once.
 - ``--script FILE``: a JSON document of steps written by hand (``parse_script``).
 - ``envelopes=`` (Python): ``AgentEnvelope`` messages or their bytes, in order.
 
-``Samples`` holds the steps and where each key's SEQ starts.
+``Samples`` holds the steps and, per lane, where its key starts.
 """
 
 from __future__ import annotations
@@ -30,16 +35,20 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from beam_agents._protos import AgentEnvelope, ToolResult
+from beam_agents._wire import frame
 from beam_agents.doctor.refusal import DoctorInput, DoctorNaming, DoctorUsageError, replay_naming
+from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
 from beam_agents.replay.refusal import ReplayRefused
 
 __all__ = [
     "DEFAULT_START_MS",
     "SCRIPT_STEP_MS",
+    "Lane",
     "Samples",
     "Step",
     "load_samples",
     "parse_script",
+    "policy_document",
 ]
 
 DEFAULT_START_MS = 1_734_000_000_000
@@ -53,11 +62,38 @@ _STATUSES = {"OK": ToolResult.OK, "ERROR": ToolResult.ERROR, "REJECTED": ToolRes
 
 
 @dataclass(frozen=True)
+class Lane:
+    """Where one lane's key starts: a key of its own in the pipeline's run (a bundle's lane
+    starts from the state replay reconstructs for its first activation)."""
+
+    key: bytes
+    seq: int = 0
+    """The SEQ cell: the last activation's seq before the lane's first (0: a new key)."""
+    cells: dict[str, str] | None = None
+    """The state cells (``StateCells`` field -> hex bytes); None: a new key's."""
+    timer_ms: int | None = None
+    """Where the key's HITL timer is set at the start (a suspended key's deadline)."""
+    provider: str = ""
+    """The model provider the lane's traces name (a bundle's), empty when unknown."""
+
+    def document(self) -> dict[str, Any]:
+        return {"key": self.key.hex(), "seq": self.seq, "cells": self.cells,
+                "timer_ms": self.timer_ms, "provider": self.provider}  # fmt: skip
+
+    @classmethod
+    def from_document(cls, doc: dict[str, Any]) -> Lane:
+        return cls(bytes.fromhex(doc["key"]), doc["seq"], doc["cells"], doc["timer_ms"],
+                   doc["provider"])  # fmt: skip
+
+
+@dataclass(frozen=True)
 class Step:
     """One input of one key: an envelope, the key's HITL timer firing, or a script's answer
     to an intent the key has staged (its envelope is made when that intent is known)."""
 
     key: bytes
+    lane: str = ""
+    """The lane it runs on (empty: the key's own, its hex)."""
     envelope: bytes = b""
     """A serialized ``AgentEnvelope`` (empty for a timer firing or an answer)."""
     timeout: bool = False
@@ -68,9 +104,14 @@ class Step:
     where: str = ""
     """Where it comes from, for notes (``samples.json step 3``, ``dump.pb``)."""
 
+    @property
+    def lane_name(self) -> str:
+        return self.lane or self.key.hex()
+
     def document(self) -> dict[str, Any]:
         return {
             "key": self.key.hex(),
+            "lane": self.lane,
             "envelope": self.envelope.hex(),
             "timeout": self.timeout,
             "answer": self.answer,
@@ -81,6 +122,7 @@ class Step:
     def from_document(cls, doc: dict[str, Any]) -> Step:
         return cls(
             key=bytes.fromhex(doc["key"]),
+            lane=doc["lane"],
             envelope=bytes.fromhex(doc["envelope"]),
             timeout=bool(doc["timeout"]),
             answer=doc["answer"],
@@ -91,24 +133,38 @@ class Step:
 @dataclass(frozen=True)
 class Samples:
     steps: tuple[Step, ...]
-    start_seqs: dict[str, int] = field(default_factory=dict)
-    """Key (hex) -> the SEQ its key starts at (0: a new key; a bundle's first seq - 1)."""
+    lanes: dict[str, Lane] = field(default_factory=dict)
+    """Lane name -> where its key starts (a lane not listed: a new key, its own lane)."""
     sources: tuple[str, ...] = ()
     """What was read, for the report's header."""
+    hitl: dict[str, Any] | None = None
+    """The HITL policy the bundles recorded (``HitlPolicy`` fields), when they agree on one
+    that is not the default; None: none recorded (or they disagree: ``notes`` says so)."""
+    notes: tuple[str, ...] = ()
+    """What the report should say about the samples (bundles read once, skipped...)."""
+
+    @property
+    def provider(self) -> str:
+        """The model provider the bundles' traces name (empty: no bundle names one)."""
+        return next((lane.provider for lane in self.lanes.values() if lane.provider), "")
 
     def document(self) -> dict[str, Any]:
         return {
             "steps": [s.document() for s in self.steps],
-            "start_seqs": self.start_seqs,
+            "lanes": {name: lane.document() for name, lane in self.lanes.items()},
             "sources": list(self.sources),
+            "hitl": self.hitl,
+            "notes": list(self.notes),
         }
 
     @classmethod
     def from_document(cls, doc: dict[str, Any]) -> Samples:
         return cls(
             steps=tuple(Step.from_document(s) for s in doc["steps"]),
-            start_seqs={k: int(v) for k, v in doc["start_seqs"].items()},
+            lanes={name: Lane.from_document(lane) for name, lane in doc["lanes"].items()},
             sources=tuple(doc["sources"]),
+            hitl=doc["hitl"],
+            notes=tuple(doc["notes"]),
         )
 
 
@@ -151,20 +207,41 @@ def _bundle_files(sources: Sequence[str], naming: DoctorNaming) -> list[str]:
     return files
 
 
-def _from_bundles(sources: Sequence[str], naming: DoctorNaming) -> tuple[list[Step], dict[str, int]]:
+@dataclass
+class _FromBundles:
+    steps: list[Step] = field(default_factory=list)
+    lanes: dict[str, Lane] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    policies: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def _from_bundles(sources: Sequence[str], naming: DoctorNaming) -> _FromBundles:
     from beam_agents._protos import TraceEvent
     from beam_agents.activation import envelope_digest
+    from beam_agents.key_state import dump_key_state
     from beam_agents.replay.incidents.bundle import load_bundle
+    from beam_agents.replay.inputs.traces import scan_traces
+    from beam_agents.replay.reconstruct.plan import plan_replay
     from beam_agents.trace_view import ActivationStart
 
-    steps: list[Step] = []
-    starts: dict[str, int] = {}
+    found = _FromBundles()
+    seen: dict[tuple[bytes, ...], str] = {}
+    words = replay_naming(naming)
     for path in _bundle_files(sources, naming):
         try:
             bundle = load_bundle(path)
         except ReplayRefused as refused:
             raise DoctorUsageError(refused.message) from None
         message = bundle.message
+        identity = (message.entity_key, repr(tuple(message.seqs)).encode(), message.snapshot,
+                    *message.envelopes)  # fmt: skip
+        if identity in seen:
+            found.notes.append(
+                f"bundle {path} holds the same activations, snapshot and envelopes as "
+                f"{seen[identity]}: read once"
+            )
+            continue
+        seen[identity] = path
         envelopes: dict[tuple[str, str], bytes] = {}
         for raw in message.envelopes:
             envelope = AgentEnvelope.FromString(raw)
@@ -175,15 +252,53 @@ def _from_bundles(sources: Sequence[str], naming: DoctorNaming) -> tuple[list[St
             if event.index == 0:
                 first[event.seq] = event
         key = bundle.entity_key
-        starts.setdefault(key.hex(), max(0, bundle.seqs[0] - 1))
-        for seq in bundle.seqs:
-            start = ActivationStart.of(first[seq])
+        seqs = bundle.seqs
+        starts = {seq: ActivationStart.of(first[seq]) for seq in seqs}
+        opening = starts[seqs[0]]
+        # The key as replay reconstructs it just before the bundle's first activation.
+        assert bundle.loaded_snapshot is not None  # load_bundle loads it to check it
+        snapshot, state, _ = bundle.loaded_snapshot
+        traces = b"".join(frame(data) for data in message.trace_events)
+        try:
+            traced = scan_traces((traces,), key, seq=seqs[0], naming=words)
+            trigger = (
+                None
+                if opening.is_timeout
+                else AgentEnvelope.FromString(envelopes[opening.envelope])
+            )
+            plan = plan_replay(snapshot, state, traced, trigger, seqs[0], words)
+            cells = dump_key_state(plan.state)
+        except ReplayRefused as refused:
+            found.notes.append(
+                f"bundle {path} left out: the state before its first activation (seq "
+                f"{seqs[0]}) cannot be rebuilt ({refused.message})"
+            )
+            continue
+        lane = f"{key.hex()}@{path}"
+        cont = plan.state.continuation
+        found.lanes[lane] = Lane(
+            key=key,
+            seq=seqs[0] - 1,
+            cells={name: getattr(cells, name).hex() for name in _CELL_NAMES},
+            timer_ms=cont.deadline_ms if cont is not None else None,
+            provider=traced.provider,
+        )
+        policy = policy_document(bundle.hitl)
+        found.policies[repr(sorted(policy.items()))] = policy
+        for seq in seqs:
+            start = starts[seq]
             where = f"{path} seq {seq}"
             if start.is_timeout:
-                steps.append(Step(key=key, timeout=True, where=where))
+                found.steps.append(Step(key=key, lane=lane, timeout=True, where=where))
             else:
-                steps.append(Step(key=key, envelope=envelopes[start.envelope], where=where))
-    return steps, starts
+                found.steps.append(
+                    Step(key=key, lane=lane, envelope=envelopes[start.envelope], where=where)
+                )
+    return found
+
+
+_CELL_NAMES = ("memory", "llm_cache", "continuation", "pending", "resume_history", "tool_cache")
+"""The ``StateCells`` a lane's start carries."""
 
 
 def _refuse_step(name: str, number: int, what: str) -> DoctorUsageError:
@@ -374,15 +489,27 @@ def load_samples(
         DoctorUsageError: A source that is missing or not what it should be, or no sample.
     """
     steps: list[Step] = []
-    starts: dict[str, int] = {}
+    lanes: dict[str, Lane] = {}
+    notes: list[str] = []
+    hitl: dict[str, Any] | None = None
     sources: list[str] = []
     if events:
         steps += _from_dumps(events, naming)
         sources += [naming.given(DoctorInput.EVENTS, e) for e in events]
     if bundles:
-        from_bundles, starts = _from_bundles(bundles, naming)
-        steps += from_bundles
+        from_bundles = _from_bundles(bundles, naming)
+        steps += from_bundles.steps
+        lanes.update(from_bundles.lanes)
+        notes += from_bundles.notes
         sources += [naming.given(DoctorInput.BUNDLE, b) for b in bundles]
+        policies = list(from_bundles.policies.values())
+        if len(policies) > 1:
+            notes.append(
+                "the bundles recorded different HITL policies; the samples run on "
+                f"{naming.name(DoctorInput.HITL)}'s (default: HitlPolicy())"
+            )
+        elif policies and policies[0] != policy_document(DEFAULT_HITL_POLICY):
+            hitl = policies[0]
     if script is not None:
         steps += _from_script(script, naming)
         sources.append(
@@ -400,4 +527,16 @@ def load_samples(
             f"{naming.name(DoctorInput.BUNDLE)} with incident bundles, or "
             f"{naming.name(DoctorInput.SCRIPT)} with a script of envelopes",
         )
-    return Samples(steps=tuple(steps), start_seqs=starts, sources=tuple(sources))
+    return Samples(
+        steps=tuple(steps), lanes=lanes, sources=tuple(sources), hitl=hitl, notes=tuple(notes)
+    )
+
+
+def policy_document(policy: HitlPolicy) -> dict[str, Any]:
+    """A ``HitlPolicy`` as JSON data (``HitlPolicy(**document)`` makes it again)."""
+    return {
+        "intent_ttl_ms": policy.intent_ttl_ms,
+        "hitl_timeout_ms": policy.hitl_timeout_ms,
+        "approval_channel": policy.approval_channel,
+        "approval_required_tools": sorted(policy.approval_required_tools),
+    }

@@ -104,6 +104,8 @@ class Observation:
     """For an indirect call: the library file that made it."""
     value: str = ""
     """For a memory read: the sha256 of the value's canonical JSON (``missing`` if absent)."""
+    activation: int = -1
+    """The doctor's number of the activation it was made in (-1: none, or not yet known)."""
 
     def document(self) -> dict[str, Any]:
         return asdict(self)
@@ -209,6 +211,32 @@ _RANDOM_METHODS = (
     "randbytes",
     "binomialvariate",
 )
+
+
+def _c_watches() -> dict[Any, tuple[str, str, int | None]]:
+    """Every watched C function, looked up once per ``c_call`` (the profile hook's hot path):
+    ``(kind, api, positional args that mean "now" or None when any call counts)``."""
+    watches: dict[Any, tuple[str, str, int | None]] = {}
+    for function, api in _WALL_C.items():
+        watches[function] = (Kind.CLOCK, api, None)
+    for function, (api, now_args) in _WALL_WITHOUT_ARG.items():
+        watches[function] = (Kind.CLOCK, api, now_args)
+    for function, api in _DURATION_C.items():
+        watches[function] = (Kind.DURATION, api, None)
+    for function, api in _RANDOM_C.items():
+        watches[function] = (Kind.RANDOM, api, None)
+    # The C methods of the module functions' own instance (random.random, getrandbits):
+    # a bound method is equal to (and hashes like) every other binding of it to that instance.
+    for name in dir(type(_GLOBAL_RANDOM).__mro__[1]):
+        if name.startswith("_"):
+            continue
+        bound = getattr(_GLOBAL_RANDOM, name, None)
+        if getattr(bound, "__self__", None) is _GLOBAL_RANDOM and not hasattr(bound, "__func__"):
+            watches.setdefault(bound, (Kind.RANDOM, f"random.{name}", None))
+    return watches
+
+
+_C_WATCHES = _c_watches()
 
 
 def _code(obj: Any) -> CodeType | None:
@@ -324,6 +352,16 @@ class Watcher:
             self._recording = None
 
     @contextmanager
+    def paused(self) -> Iterator[None]:
+        """The profile hook off in this thread while the doctor's own code runs (its state
+        probe walks every module value: thousands of calls nothing here needs to see)."""
+        sys.setprofile(None)
+        try:
+            yield
+        finally:
+            sys.setprofile(self._profile)
+
+    @contextmanager
     def importing(self) -> Iterator[None]:
         self.import_phase = True
         try:
@@ -414,38 +452,25 @@ class Watcher:
     # -- the profile hook ------------------------------------------------------------------
 
     def _profile(self, frame: FrameType, event: str, arg: Any) -> None:
+        # Called for every call and return in the process: one lookup on the common path.
         if event == "c_call":
-            self._c_call(frame, arg)
-        elif event == "call":
-            watch = self._py.get(frame.f_code)
+            try:
+                watch = _C_WATCHES.get(arg)
+            except TypeError:  # a builtin bound to an unhashable object
+                return
             if watch is not None:
-                self._py_call(frame, watch)
+                kind, api, now_args = watch
+                if now_args is not None and self._positional_args(frame) != now_args:
+                    return  # localtime(t), strftime(fmt, t): a given time, not the clock
+                self._called(kind, api, frame)
+        elif event == "call":
+            py_watch = self._py.get(frame.f_code)
+            if py_watch is not None:
+                self._py_call(frame, py_watch)
         elif event == "return" and self._pending_reads:
             pending = self._pending_reads.pop(id(frame), None)
             if pending is not None:
                 self._add(_with_value(pending, arg))
-
-    def _c_call(self, frame: FrameType, function: Any) -> None:
-        try:
-            api = _WALL_C.get(function)
-        except TypeError:
-            return
-        kind = Kind.CLOCK
-        if api is None:
-            without = _WALL_WITHOUT_ARG.get(function)
-            if without is not None:
-                if self._positional_args(frame) != without[1]:
-                    return
-                api = without[0]
-            elif (api := _DURATION_C.get(function)) is not None:
-                kind = Kind.DURATION
-            elif (api := _RANDOM_C.get(function)) is not None:
-                kind = Kind.RANDOM
-            elif getattr(function, "__self__", None) is _GLOBAL_RANDOM:
-                api, kind = f"random.{function.__name__}", Kind.RANDOM
-            else:
-                return
-        self._called(kind, api, frame)
 
     def _called(self, kind: str, api: str, caller: FrameType | None, detail: str = "") -> None:
         if caller is None:

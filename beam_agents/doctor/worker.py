@@ -45,23 +45,26 @@ def main() -> int:
     condition = Condition.from_document(plan["condition"]) if plan.get("condition") else None
     if condition is not None and condition.clock_shift_s:
         shift_clock(condition.clock_shift_s)
-    watcher = Watcher(AgentFiles(plan["roots"]))
-    watcher.start()
+    files = AgentFiles(plan["roots"])
+    watcher = Watcher(files) if plan["role"] == "pipeline" else None
+    if watcher is not None:
+        watcher.start()  # before agent code is imported
     try:
-        if plan["role"] == "pipeline":
+        if watcher is not None:
             from beam_agents.doctor.pipeline_side import run_pipeline_side
 
             send({"record": run_pipeline_side(plan, watcher, Path(plan["run"]))})
         else:
             from beam_agents.doctor.replay_side import serve_replays
 
-            serve_replays(plan, watcher, sys.stdin, answers)
+            serve_replays(plan, files, sys.stdin, answers)
     except DoctorUsageError as refused:
         send({"refused": refused.message})
     except BaseException as exc:  # a bug of ours, or agent code ending the process
         send({"internal": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()})
     finally:
-        watcher.stop()
+        if watcher is not None:
+            watcher.stop()
         answers.flush()
     return 0
 
