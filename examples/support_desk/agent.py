@@ -79,6 +79,15 @@ class SupportAgent(Agent):
             raise MalformedOrderIdError(raw)
         return candidate
 
+    def lookup(self, ctx: AgentContext, order_id: str) -> dict[str, Any]:
+        """The order, read with the read-only tool ``lookup_order`` (traced, replayed)."""
+        order: dict[str, Any] = ctx.call("lookup_order", order_id=order_id)
+        return order
+
+    def reply_facts(self, ctx: AgentContext, facts: dict[str, str]) -> dict[str, str]:
+        """The facts a reply prompt states (v1: the ones the activation established)."""
+        return facts
+
     def start(self, ctx: AgentContext, event: Event) -> Outcome:
         """Handle one customer message: triage, look the order up, act, reply."""
         text = event.payload.decode("utf-8")
@@ -89,7 +98,7 @@ class SupportAgent(Agent):
 
         order: dict[str, Any] | None = None
         if raw_id:
-            order = ctx.call("lookup_order", order_id=self.normalize_order_id(str(raw_id)))
+            order = self.lookup(ctx, self.normalize_order_id(str(raw_id)))
         name = (order or {}).get("customer_name") or last_value(history, "customer_name")
         facts: dict[str, str] = {"customer_name": name or "there"}
         turn: Turn = {"customer": text, "intent": intent, "customer_name": name}
@@ -186,7 +195,7 @@ class SupportAgent(Agent):
         facts: dict[str, str],
         turn: Turn,
     ) -> Done:
-        reply = ctx.complete(reply_request(history, text, facts)).text
+        reply = ctx.complete(reply_request(history, text, self.reply_facts(ctx, facts))).text
         record_turn(ctx, **turn, agent=reply)
         return _reply(ctx, reply)
 
