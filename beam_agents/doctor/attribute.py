@@ -98,7 +98,7 @@ def change_of(answer: dict[str, Any]) -> Change | None:
     """What a replay's answer changed (None: it reproduced, or stopped where replay cannot
     judge, at a response the pipeline never committed)."""
     if "failed" in answer:
-        return Change("error", 2, f"the replay process failed: {answer['failed']}")
+        return Change("error", 2, f"failed in its replay process: {answer['failed']}")
     outcome = answer["outcome"]
     verdict, code = outcome["verdict"], outcome["exit_code"]
     if verdict in ("reproduced", "what-if"):
@@ -146,7 +146,12 @@ def change_of(answer: dict[str, Any]) -> Change | None:
         )
     if outcome["blocked"]:
         return Change(verdict, code, f"was refused by replay's guard: {outcome['blocked'][0]}")
-    return Change(verdict, code, outcome["reason"] or outcome["error"])
+    # A change's text is a verb phrase ("seq 1 of k diverged at ...", "an operator ... gets
+    # irreproducible (exit 3): it was ..."); replay's reason is a sentence of its own.
+    said = outcome["reason"] or outcome["error"]
+    if verdict == "error":
+        return Change(verdict, code, f"stopped with a usage error: {said}")
+    return Change(verdict, code, f"was {verdict}: {said}")
 
 
 @dataclass
@@ -288,11 +293,13 @@ class _Findings:
                 change = self.d.changes.get((condition.name, ident))
                 if change is not None:
                     activation = self.by_activation[ident]
+                    said = change.text.removeprefix(f"was {change.verdict}: ")
+                    it = "" if said is not change.text else "it "
                     return Consequence(
                         change.verdict,
                         change.exit_code,
                         f"an operator replaying {_who(activation)} {condition.description} "
-                        f"gets {change.verdict} (exit {change.exit_code}): it {change.text}",
+                        f"gets {change.verdict} (exit {change.exit_code}): {it}{said}",
                         condition.name,
                     )
         return Consequence(

@@ -21,6 +21,7 @@ the run record as JSON.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -206,8 +207,11 @@ def _answer(step: Step, key: PipelineKey) -> bytes | str:
     ).SerializeToString()
 
 
-def run_pipeline_side(plan: dict[str, Any], watcher: Watcher, out: Path) -> dict[str, Any]:
-    """Run the plan's samples; write the run directory; return the run record (JSON data)."""
+def run_pipeline_side(
+    plan: dict[str, Any], watcher: Watcher, out: Path, progress: Callable[[str], None]
+) -> dict[str, Any]:
+    """Run the plan's samples; write the run directory; return the run record (JSON data).
+    ``progress`` is told each input before it runs (where it comes from, its key)."""
     naming = naming_of(plan)
     agent, registry, hitl, provider = import_code(plan, watcher, naming)
     watcher.recorded = lambda tool: tool in registry and registry.get(tool).recorded
@@ -245,6 +249,11 @@ def run_pipeline_side(plan: dict[str, Any], watcher: Watcher, out: Path) -> dict
     def run(held: _Key, what: str, send: Any) -> None:
         nonlocal digests
         before_memory = held.pipeline.cells.memory
+        with watcher.paused():
+            # Said before it runs: should agent code end this process or never return, the
+            # report names the input (and each input gets the time limit afresh).
+            progress(what if _label(held.pipeline.entity_key) in what
+                     else f"{what} ({_label(held.pipeline.entity_key)})")  # fmt: skip
         result = send()
         with watcher.paused():  # the doctor's own bookkeeping, unwatched
             after = probe.digests()

@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import selectors
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -43,6 +44,8 @@ class Worker:
             cwd=cwd,
             text=True,
             encoding="utf-8",
+            # A process group of its own: what agent code forks in it is ended with it.
+            start_new_session=True,
         )
         assert self.process.stdin is not None and self.process.stdout is not None
         self.stdin: IO[str] = self.process.stdin
@@ -107,12 +110,16 @@ class Worker:
             self.stdin.close()
 
     def close(self, timeout: float = 10.0) -> None:
+        """End the worker, and every process left in its group (agent code's forks: the
+        pipeline's side runs agent code with nothing refused)."""
         self.finish()
         try:
             self.process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
         self.stdout.close()
         self._log_file.close()
 

@@ -39,6 +39,7 @@ from beam_agents.doctor.refusal import naming_of, replay_naming
 from beam_agents.doctor.watch import AgentFiles
 from beam_agents.hitl import HitlPolicy
 from beam_agents.replay.engine import replay
+from beam_agents.replay.isolation.guard import end_process
 from beam_agents.replay.options import ReplayOptions
 from beam_agents.replay.result import ReplayResult
 
@@ -204,10 +205,10 @@ def _fork(plan: dict[str, Any], run: _Run, files: AgentFiles, task: dict[str, An
                 written = os.write(write_end, view)
                 view = view[written:]
             os.close(write_end)
-            sys.stdout.flush()
-            sys.stderr.flush()
         finally:
-            os._exit(code)  # the fork's end: no atexit, no parent's buffers
+            # The fork's end: no atexit, no parent's buffers. Through the guard: its os._exit
+            # refuses while a re-run abandoned at its time limit keeps the blocks in force.
+            end_process(code)
     os.close(write_end)
     return pid, read_end
 

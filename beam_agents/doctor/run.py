@@ -133,6 +133,8 @@ def diagnose(
             f"{naming.given(DoctorInput.HASH_SEEDS, list(seeds))}: each must be an integer "
             "from 0 to 4294967295 (PYTHONHASHSEED)"
         )
+    if clock_shift_s:
+        _require_time_machine()
     samples = load_samples(
         events=[os.fspath(e) for e in _listed(events)],
         bundles=[os.fspath(b) for b in _listed(bundles)],
@@ -155,6 +157,18 @@ def diagnose(
         return _run(base_plan, samples, work, provider, seeds, clock_shift_s, jobs, limit, started)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _require_time_machine() -> None:
+    """The shifted clock is time-machine's, which the ``doctor`` extra installs: said before
+    anything runs (not as every clock-shifted worker's failure)."""
+    import importlib.util
+
+    from beam_agents._extras import MissingExtraError
+
+    if importlib.util.find_spec("time_machine") is None:
+        missing = MissingExtraError("the doctor's shifted wall clock", "time-machine", "doctor")
+        raise DoctorUsageError(str(missing))
 
 
 def _listed(value: Any) -> list[Any]:
@@ -214,12 +228,7 @@ def _run(
         for condition in first:
             start(condition)
         try:
-            answer = pipeline.receive(limit * max(1, len(samples.steps)) + 60 if limit else None)
-        except WorkerFailed as failed:
-            raise DoctorUsageError(
-                f"the sample inputs did not run through the pipeline's step: {failed}",
-                "the agent code ran past the time limit, or ended its process",
-            ) from None
+            answer = _pipeline_answer(pipeline, limit)
         finally:
             pipeline.close()
         record = _pipeline_record(answer)
@@ -233,6 +242,40 @@ def _run(
     finally:
         for worker in workers.values():
             worker.close()
+
+
+def _pipeline_answer(pipeline: Worker, limit: float) -> dict[str, Any]:
+    """The pipeline side's last answer; before it, the input each answer says is running.
+
+    Each input may run for the time limit and a minute (an activation, its export and the
+    doctor's bookkeeping); the import, for two minutes.
+
+    Raises:
+        DoctorUsageError: The worker ended, or an input ran past its time, naming the input.
+    """
+    running = ""
+    while True:
+        try:
+            answer = pipeline.receive(
+                None if not limit else limit + 60.0 if running else max(limit, 120.0)
+            )
+        except WorkerFailed as failed:
+            if not running:
+                raise DoctorUsageError(
+                    f"the agent code did not import in the pipeline's worker: {failed}",
+                    "import it yourself (python -c 'import MODULE') to see why",
+                ) from None
+            timed_out = "gave no answer" in str(failed)
+            raise DoctorUsageError(
+                f"agent code {'ran past the time limit' if timed_out else 'ended the process'}"
+                f" in the pipeline's step while it ran {running}: {failed}",
+                f"a pipeline's {'key would wait' if timed_out else 'worker would end'} there "
+                "too, and the doctor cannot judge the samples past it: fix the agent, or leave "
+                "that input out",
+            ) from None
+        if "running" not in answer:
+            return answer
+        running = answer["running"]
 
 
 def _pipeline_record(answer: dict[str, Any]) -> dict[str, Any]:

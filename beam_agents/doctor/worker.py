@@ -53,7 +53,10 @@ def main() -> int:
         if watcher is not None:
             from beam_agents.doctor.pipeline_side import run_pipeline_side
 
-            send({"record": run_pipeline_side(plan, watcher, Path(plan["run"]))})
+            record = run_pipeline_side(
+                plan, watcher, Path(plan["run"]), lambda what: send({"running": what})
+            )
+            send({"record": record})
         else:
             from beam_agents.doctor.replay_side import serve_replays
 
