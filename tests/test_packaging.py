@@ -44,12 +44,18 @@ def test_the_operators_install_has_nothing_of_beam_kafka_gcp_or_opentelemetry() 
     names = {re.split(r"[<>=!~;\[ ]", dep, maxsplit=1)[0] for dep in project["dependencies"]}
     assert names == {"protobuf", "textual", "deepdiff"}
     extras = project["optional-dependencies"]
-    assert {"replay", "pipeline", "kafka", "pubsub", "bigquery", "otlp", "all"} <= set(extras)
+    assert {"replay", "pipeline", "kafka", "pubsub", "bigquery", "otlp", "doctor", "all"} <= set(
+        extras
+    )
     assert "dev" not in extras  # development pins are a dependency group, never published
     assert "pytest" in " ".join(_pyproject()["dependency-groups"]["dev"])
     for sink in ("kafka", "pubsub", "bigquery", "otlp"):
         assert "beam-agents[pipeline]" in extras[sink]
-    assert extras["all"] == ["beam-agents[pipeline,kafka,pubsub,bigquery,otlp,openai,anthropic]"]
+    assert extras["all"] == [
+        "beam-agents[pipeline,kafka,pubsub,bigquery,otlp,doctor,openai,anthropic]"
+    ]
+    # The doctor is an author's tool: its shifted clock is not the operator's dependency.
+    assert [re.split(r"[<>=]", dep)[0] for dep in extras["doctor"]] == ["time-machine"]
 
 
 def test_the_metadata_names_license_classifiers_and_urls() -> None:
