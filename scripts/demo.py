@@ -29,7 +29,11 @@ What it does, in order:
    envelopes out of ``demo-out/topic-dump.pb``, the stream as a topic dump), and
    replays them all with ``check`` (a table grouped by verdict and cause, JUnit XML
    in ``demo-out/check-junit.xml``; its exit code is the worst verdict's).
-4. Unless ``DEMO_HEADLESS=1``, opens the TUI on the diverged incident.
+4. Runs the determinism doctor (``beam-agents-replay doctor``, docs/doctor.md) over the
+   topic dump, as an author would before a deploy, with the tracking service started
+   again: on v3 (``examples.support_desk.agent_v3``, two faults) it must name both
+   lines marked ``# doctor: CAUSE`` (exit 1), on v1 nothing (exit 0).
+5. Unless ``DEMO_HEADLESS=1``, opens the TUI on the diverged incident.
 
 It exits 0 when every incident gave its expected verdict, 1 otherwise.
 Re-running starts from a clean ``demo-out/``.
@@ -40,6 +44,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -225,6 +230,45 @@ def run_bundles(out: Path) -> bool:
     return ok and done.returncode == expected
 
 
+DOCTOR_AGENTS = (("examples.support_desk.agent_v3", 1), ("examples.support_desk.agent", 0))
+"""The agents step 5 runs the doctor on, and the exit code each must give."""
+
+
+def doctor_marks(module: str) -> list[str]:
+    """``file:line`` of each line of ``module`` marked ``# doctor: CAUSE``: what it must name."""
+    path = ROOT.joinpath(*module.split(".")).with_suffix(".py")
+    return [
+        f"{path.relative_to(ROOT).as_posix()}:{number}"
+        for number, text in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+        if re.search(r"#\s*doctor:\s*[a-z]", text)  # a marker, not the docstring's CAUSE
+    ]
+
+
+def run_doctor(out: Path) -> bool:
+    """Step 5: the doctor on v3 (its two faults named at their lines) and v1 (clean)."""
+    ok = True
+    with running_tracking_service():  # the tools read it as they did in the pipeline
+        for module, expected in DOCTOR_AGENTS:
+            args = ["doctor", "--agent", f"{module}:AGENT", "--registry", REGISTRY,
+                    "--provider", "examples.support_desk.model:make_provider",
+                    "--events", _display(out / "topic-dump.pb"), "--jobs", "2"]  # fmt: skip
+            print(f"\n  $ {printable([str(replay_program()), *args])}")
+            done = run_cli(args)
+            for line in (done.stdout + done.stderr).rstrip("\n").splitlines():
+                print(f"    | {line}")
+            marks = doctor_marks(module)
+            missed = [m for m in marks if f" at {m}" not in done.stdout]
+            named = len(re.findall(r"^  \d+\. ", done.stdout, flags=re.MULTILINE))
+            good = done.returncode == expected and not missed and named == len(marks)
+            mark = "ok" if good else (
+                f"UNEXPECTED: wanted exit {expected} and {len(marks)} finding(s) at "
+                f"{', '.join(marks) or 'no line'}"
+            )  # fmt: skip
+            print(f"    exit code {done.returncode}   {mark}")
+            ok &= good
+    return ok
+
+
 def find_snapshot(snapshots: Path, incident: Incident) -> Path:
     """The snapshot file the incident's export request produced (``{key hex}-{seq}-{id}.pb``)."""
     pattern = f"{incident.entity_key.hex()}-*-{incident.snapshot_request_id}.pb"
@@ -407,6 +451,9 @@ def main(argv: list[str] | None = None) -> int:
 
     print("\n4. From the topic dump to verdicts: ls, one bundle per incident, check")
     all_expected &= run_bundles(out)
+
+    print("\n5. Before the next deploy: the determinism doctor on v3 (two faults) and v1")
+    all_expected &= run_doctor(out)
     print(f"\ndemo finished in {time.monotonic() - started:.1f} s")
 
     tui = next(o for o in outcomes if o.incident.name == TUI_INCIDENT)

@@ -526,3 +526,25 @@ def test_bisect_names_the_commit_that_respelled_the_order_id(
     assert unknown.returncode == 2 and "--good nope: no such commit" in unknown.stderr
     not_git = _bisect(bundle, "--repo", str(tmp_path), "--good", "a", "--bad", "b")
     assert not_git.returncode == 2 and "not a git repository" in not_git.stderr
+@pytest.mark.slow
+def test_the_doctor_names_v3s_two_faults_at_their_lines_and_nothing_in_v1(
+    demo: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    _, done = demo
+    section = done.stdout.split("\n5. Before the next deploy", 1)[1].split("\ndemo finished", 1)[0]
+    v3, v1 = section.split("--agent examples.support_desk.agent:AGENT", 1)
+    source = (ROOT / "examples" / "support_desk" / "agent_v3.py").read_text().splitlines()
+    marked = {
+        number: match[1]
+        for number, text in enumerate(source, start=1)
+        if (match := re.search(r"#\s*doctor:\s*([a-z-]+)", text))
+    }
+    assert sorted(marked.values()) == ["module-state", "wall-clock"]
+    findings = re.findall(r"^    \|   \d+\. ([^:]+): .* at examples/support_desk/agent_v3\.py:(\d+)",
+                          v3, flags=re.MULTILINE)  # fmt: skip
+    titles = {"wall-clock": "wall clock", "module-state": "module state carried between activations"}
+    assert sorted((int(line), title) for title, line in findings) == sorted(
+        (number, titles[cause]) for number, cause in marked.items()
+    ), v3
+    assert "| 2 finding(s)" in v3 and "exit code 1   ok" in v3
+    assert "| clean: no finding" in v1 and "exit code 0   ok" in v1
