@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from beam_agents.cli.docs import doc_page
 from beam_agents.cli.output import check_output_path, print_out, write_output
 from beam_agents.cli.parsing import PROG, Parser, UsageError, add_time_limit_flag
 from beam_agents.cli.process import cwd_importable
@@ -24,7 +25,8 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
             "other hash seeds, a shifted wall clock, another directory and environment, the "
             "network closed. Each finding names its cause, file and line, the evidence, the "
             "verdict an operator would get, and the remedy. Exit 0: clean; 1: findings; "
-            "2: usage error."
+            f"2: usage error. When to run it, the causes, the script format: "
+            f"{doc_page('doctor.md')}"
         ),
         allow_abbrev=False,
     )
