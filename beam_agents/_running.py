@@ -19,6 +19,7 @@ from typing import Any
 
 __all__ = [
     "ACTIVATION",
+    "AGENT_IMPORT",
     "TOOL",
     "allow_side_effects",
     "refuse_side_effects",
@@ -30,6 +31,9 @@ ACTIVATION: ContextVar[Any | None] = ContextVar("beam_agents_activation", defaul
 
 TOOL: ContextVar[str | None] = ContextVar("beam_agents_tool", default=None)
 """The name of the tool ``ctx.call`` is running in this context, or None."""
+
+AGENT_IMPORT: ContextVar[bool] = ContextVar("beam_agents_agent_import", default=False)
+"""True while replay imports a module of agent code in this context (its body runs)."""
 
 _lock = threading.Lock()
 _refusals = 0

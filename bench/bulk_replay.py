@@ -45,9 +45,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(Path(sys.executable).parent / "beam-agents-replay")
 
 
-def env() -> dict[str, str]:
+def env(root: Path = ROOT) -> dict[str, str]:
     e = dict(os.environ)
-    e["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), e.get("PYTHONPATH")) if p)
+    e["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), e.get("PYTHONPATH")) if p)
     e["DEMO_HEADLESS"] = "1"
     return e
 
@@ -84,7 +84,7 @@ def in_process_loop(bundle: Path, rounds: int) -> tuple[tuple[float, float], tup
     from beam_agents.replay.incidents.bundle import bundle_options, load_bundle
 
     def once(time_limit: float | None) -> None:
-        options = bundle_options(load_bundle(bundle))
+        options = bundle_options(load_bundle(bundle), import_recorded=True)
         replay(dataclasses.replace(options, time_limit=time_limit))
 
     once(60.0)  # imports and first-use costs out of the loop
@@ -100,7 +100,23 @@ def in_process_loop(bundle: Path, rounds: int) -> tuple[tuple[float, float], tup
     return (w / rounds, c / rounds), (bw / rounds, bc / rounds)
 
 
-def run_check(folder: Path, jobs: int) -> tuple[float, float, float, dict[str, int]]:
+def script_root(script: str) -> Path:
+    """The checkout a console script belongs to (``ROOT/.venv/bin/beam-agents-replay``)."""
+    return Path(script).resolve().parents[2] if script != SCRIPT else ROOT
+
+
+def consent_flags(script: str) -> list[str]:
+    """``--import-recorded`` where ``script``'s check has it (a checkout from before it
+    imported the bundles' recorded code without asking)."""
+    done = subprocess.run(
+        [script, "check", "--help"], capture_output=True, text=True, env=env(script_root(script))
+    )
+    return ["--import-recorded"] if "--import-recorded" in done.stdout else []
+
+
+def run_check(
+    folder: Path, jobs: int, script: str = SCRIPT
+) -> tuple[float, float, float, dict[str, int]]:
     """(wall s, CPU s of every process, peak RSS MB of the largest, verdict counts) of the CLI."""
     code = (
         "import resource, subprocess, sys, time\n"
@@ -112,8 +128,11 @@ def run_check(folder: Path, jobs: int) -> tuple[float, float, float, dict[str, i
         "sys.stdout.write(p.stdout)\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", code, SCRIPT, "check", str(folder), "--jobs", str(jobs), "--json"],
-        env=env(),
+        [
+            sys.executable, "-c", code, script, "check", str(folder), "--jobs", str(jobs),
+            "--json", *consent_flags(script),
+        ],
+        env=env(script_root(script)),  # each checkout runs its own package
         capture_output=True,
         text=True,
         check=True,
@@ -145,7 +164,7 @@ class Count(beam.DoFn):
 options = PipelineOptions(flags=[], direct_running_mode="multi_processing", direct_num_workers=2)
 started = time.perf_counter()
 with beam.Pipeline(runner=FnApiRunner(), options=options) as p:
-    out = p | ReadBundleFiles({pattern!r}) | ReplayBundles()
+    out = p | ReadBundleFiles({pattern!r}) | ReplayBundles(import_recorded=True)
     out.counts | beam.ParDo(Count({counts!r}))
 import resource
 children = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -218,6 +237,13 @@ def main() -> int:
     parser.add_argument("--skip-beam", action="store_true")
     parser.add_argument("--pairs", type=int, default=3, help="alternating runs of (6)")
     parser.add_argument("--pairs-only", action="store_true", help="only (6)")
+    parser.add_argument(
+        "--compare",
+        metavar="SCRIPT",
+        help="another checkout's beam-agents-replay (e.g. main's .venv/bin/beam-agents-replay): "
+        "its check --jobs 2 is measured over the same bundles, alternating with this one's",
+    )
+    parser.add_argument("--compare-rounds", type=int, default=3)
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="bulk-replay-"))
     out.mkdir(parents=True, exist_ok=True)
@@ -276,6 +302,23 @@ def main() -> int:
         f"{cpu1 / n * 1000:.2f} ms/bundle; --jobs 2 is {wall1 / wall2:.2f}x faster in wall time"
     )
     print(f"  4. peak RSS (largest process): --jobs 2 {rss2:.0f} MB, --jobs 1 {rss1:.0f} MB")
+    if args.compare:
+        mine: list[tuple[float, float]] = []
+        theirs: list[tuple[float, float]] = []
+        for _ in range(args.compare_rounds):
+            wall_c, cpu_c, _, counts_c = run_check(folder, 2, args.compare)
+            wall_m, cpu_m, _, counts_m = run_check(folder, 2)
+            assert counts_c == counts_m, (counts_c, counts_m)
+            theirs.append((wall_c, cpu_c))
+            mine.append((wall_m, cpu_m))
+        best_m, best_c = min(mine), min(theirs)
+        print(
+            f"     side by side with {args.compare} ({args.compare_rounds} rounds each, "
+            f"alternating; best of each): this checkout {n / best_m[0]:.0f} bundles/s "
+            f"({best_m[1] / n * 1000:.2f} ms CPU/bundle), the other {n / best_c[0]:.0f} "
+            f"bundles/s ({best_c[1] / n * 1000:.2f} ms CPU/bundle): "
+            f"{best_m[0] / best_c[0]:.2f}x its wall time"
+        )
     print(f"     verdicts: {counts2}")
     if not args.skip_beam:
         wall_b, pipeline_b, cpu_b, counts_b = run_beam(folder, out / "beam-1x")

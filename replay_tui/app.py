@@ -36,6 +36,7 @@ from replay_tui.screens.loading import LoadingScreen
 from replay_tui.screens.main import MainScreen
 from replay_tui.screens.outputs import OutputsScreen
 from replay_tui.screens.state import StateScreen
+from replay_tui.terminal_safety import install as install_terminal_safety
 
 INTERRUPTED_EXIT_CODE = 130
 """``q`` before the replay finished: there is no verdict, so no verdict's code (as for Ctrl+C)."""
@@ -92,6 +93,7 @@ class ReplayApp(App[int]):
         """
         if result is None and options is None:
             raise ValueError("ReplayApp needs a ReplayResult or ReplayOptions to replay")
+        install_terminal_safety()  # the last net: nothing from an input reaches the terminal raw
         super().__init__()
         if self.no_color:
             # Textual's monochrome put magenta labels at grey 237 on 234 (render/monochrome.py).

@@ -12,6 +12,7 @@ import os
 import re
 from pathlib import Path
 
+from beam_agents.replay.isolation.guard import own_file_writes
 from beam_agents.replay.reporting.json_doc import render_json
 from beam_agents.replay.reporting.markdown import report_markdown
 from beam_agents.replay.result import ReplayResult
@@ -84,6 +85,13 @@ def export_report(
             shows the message).
     """
     check_export_dir(directory)
+    # The operator's own files, asked for with `e`: under the console script's isolation
+    # only replay's own writes pass (beam_agents.replay.isolation.guard).
+    with own_file_writes():
+        return _export(result, directory, selected)
+
+
+def _export(result: ReplayResult, directory: Path, selected: int | None) -> tuple[Path, Path]:
     base = report_basename(result)
     markdown, document = report_markdown(result, selected=selected), render_json(result)
     for n in range(1, _MAX_EXPORTS_OF_ONE_NAME + 1):

@@ -16,7 +16,7 @@ from beam_agents.cli.parsing import (
     UsageError,
     add_time_limit_flag,
 )
-from beam_agents.cli.process import PROCESS_LIFE, cwd_importable
+from beam_agents.cli.process import cwd_importable
 from beam_agents.cli.progress import Progress
 from beam_agents.replay.reporting.escape import escape
 from beam_agents.replay.result import EXIT_USAGE
@@ -55,6 +55,13 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
     parser.add_argument(
         "--registry", metavar="module:ATTR", help="replay with these tools, not each bundle's own"
     )
+    parser.add_argument(
+        "--import-recorded",
+        action="store_true",
+        help="import (and so run) the agent and registry each bundle records, where "
+        "--agent/--registry do not replace them; without it such a bundle is an error row "
+        "naming that code, and nothing a bundle names is imported",
+    )
     parser.add_argument("--junit", metavar="FILE", help="also write JUnit XML here")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument(
@@ -62,8 +69,9 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
         metavar="N",
         type=int,
         default=os.cpu_count() or 1,
-        help="worker processes, each isolated before it imports agent code (default: the "
-        "number of CPUs); a worker agent code ends or hangs costs one row, never the check",
+        help="worker processes at once, one fresh process per activation, each isolated "
+        "before it imports agent code (default: the number of CPUs); a worker agent code "
+        "ends or hangs costs one row, never the check",
     )
     add_time_limit_flag(parser)
     parser.set_defaults(run=_run_check)
@@ -98,16 +106,18 @@ def _run_check(ns: argparse.Namespace) -> int:
         if value is not None and ":" not in value:
             raise UsageError(f"{flag} {value!r} is not of the form module:ATTR", prog)
     cwd_importable()  # before the workers start: they inherit the import path
-    # As the console script, even one job replays in a worker process: agent code never
-    # runs in this one, so a worker it ends, crashes or hangs is one row (docs/incidents.md).
+    # Each activation replays in a fresh worker process of its own, even with one job: its
+    # verdict never depends on what else ran, agent code never runs in this process, and a
+    # worker it ends, crashes or hangs is one row (docs/incidents.md).
     with Progress("check", "activation(s) replayed") as progress:
         report = check_bundles(
             ns.paths,
             agent=ns.agent,
             registry=ns.registry,
+            import_recorded=ns.import_recorded,
             jobs=ns.jobs,
             time_limit=ns.time_limit,
-            isolate=PROCESS_LIFE["isolate"],
+            isolate=True,
             naming=CLI_NAMING,
             progress=progress,
         )

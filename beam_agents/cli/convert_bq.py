@@ -43,6 +43,7 @@ def _run_convert_bq(ns: argparse.Namespace) -> int:
     from beam_agents.bigquery_rows import read_bigquery_rows, rows_to_trace_events
     from beam_agents.errors import FrameTooLargeError, TraceStreamError
     from beam_agents.replay.inputs.sources import open_regular
+    from beam_agents.replay.isolation.guard import own_file_writes
     from beam_agents.replay.naming import Input
     from beam_agents.replay.refusal import InputError
     from beam_agents.trace_stream import write_trace_stream
@@ -79,7 +80,8 @@ def _run_convert_bq(ns: argparse.Namespace) -> int:
             ) from None
     else:
         try:
-            write_trace_stream(ns.output, events)
+            with own_file_writes():  # the operator's file (isolated: only replay's writes)
+                write_trace_stream(ns.output, events)
         except FrameTooLargeError as exc:
             raise UsageError(f"{exc} (nothing was written)", _CONVERT_BQ) from None
         except OSError as exc:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TextIO
 
 from beam_agents.cli.parsing import PROG
@@ -80,12 +81,15 @@ def write_output(path: str, data: bytes) -> None:
     Raises:
         OSError: The file cannot be written (``ENOTSUP``-style errors name the cause).
     """
-    from pathlib import Path
-
+    from beam_agents.replay.isolation.guard import own_file_writes
     from beam_agents.trace_stream import temporary_sibling
 
     check_output_path(path)
-    tmp = temporary_sibling(Path(path))
+    with own_file_writes():  # the operator's own file (isolated: only replay's writes pass)
+        _write_output(path, data, temporary_sibling(Path(path)))
+
+
+def _write_output(path: str, data: bytes, tmp: Path) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as f:

@@ -36,6 +36,7 @@ CLI_NAMING = Naming(
         Input.HITL: "--hitl",
         Input.BUNDLE: "bundle",
         Input.ROWS: "ROWS",
+        Input.IMPORT_RECORDED: "--import-recorded",
     },
     joiner=" ",
     raise_cap="{env}=<bytes> beam-agents-replay ...",

@@ -18,8 +18,10 @@ def cwd_importable() -> None:
         sys.path.insert(0, cwd)
 
 
-PROCESS_LIFE = {"isolate": False}
-"""Set by ``main()`` run as the console script (``argv`` None): isolate the whole process."""
+PROCESS_LIFE = {"isolate": False, "isolated": False, "redact": False}
+"""``isolate``: set by ``main()`` run as the console script (``argv`` None): isolate the whole
+process. ``isolated``: ``isolate()`` did. ``redact``: ``--redact`` was given (the late
+attempts are reported with their addresses as digests too)."""
 
 
 def isolate() -> None:
@@ -30,18 +32,20 @@ def isolate() -> None:
     """
     if not PROCESS_LIFE["isolate"]:
         return
-    import atexit
-
     from beam_agents.replay.isolation.guard import isolate_process
+    from beam_agents.replay.isolation.process_exit import drop_exit_callbacks
 
     isolate_process()
-    atexit.register(_report_late)
+    drop_exit_callbacks()  # the process ends with os._exit (finish): only agent code's run
+    PROCESS_LIFE["isolated"] = True
 
 
 def _report_late() -> None:
     from beam_agents.replay.isolation.guard import late_attempts
 
     late = late_attempts()
+    if PROCESS_LIFE["redact"]:
+        late = [a.redacted() for a in late]
     if late:
         shown = "; ".join(escape(a.describe()) for a in late[:5])
         more = f" (and {len(late) - 5} more)" if len(late) > 5 else ""
@@ -52,18 +56,18 @@ def _report_late() -> None:
 
 
 def finish(code: int) -> int:
-    """``code``, the console script's exit code; the process ends here if a re-run was
-    abandoned at its time limit.
+    """``code``, the console script's exit code; an isolated process ends here.
 
-    Its thread cannot be stopped: a normal interpreter exit would run on beside it (and
-    its ``atexit`` hooks), so the output is flushed, the late attempts reported, and the
+    A replay ran what agent code runs at interpreter exit before its judgement
+    (``isolation.process_exit``), and a re-run abandoned at its time limit has a thread
+    that cannot be stopped: a normal interpreter exit would run agent code once more
+    after the report (its threads, ``atexit`` hooks, finalizers) and could change the
+    verdict's exit code. So the output is flushed, the late attempts reported, and the
     process ends at once with the verdict's code (docs/replay.md, "Time limit").
     """
-    if not PROCESS_LIFE["isolate"]:
+    if not PROCESS_LIFE["isolated"]:
         return code
-    from beam_agents.replay.isolation.guard import end_process, still_running
+    from beam_agents.replay.isolation.guard import end_process
 
-    if still_running():
-        _report_late()
-        end_process(code)
-    return code
+    _report_late()
+    end_process(code)

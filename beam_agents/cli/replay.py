@@ -35,6 +35,10 @@ def run_replay(ns: argparse.Namespace) -> int:
 
     spec = reference_spec(ns, options)
     ran = run_reference(spec) if spec is not None else None  # first: before isolate()
+    # As the console script the process ends after this replay: what agent code runs at
+    # interpreter exit runs before the judgement (beam_agents.replay.isolation.process_exit).
+    # (The reference run above is given the options as they were.)
+    options = dataclasses.replace(options, process_ends=PROCESS_LIFE["isolate"])
     cwd_importable()
     start_last_resort(options.time_limit)
     isolate()
@@ -77,6 +81,13 @@ def bundle_parser(prog: str, *, headless: bool) -> Parser:
         "--registry", metavar="module:ATTR", help="and this registry instead of the recorded one"
     )
     parser.add_argument(
+        "--import-recorded",
+        action="store_true",
+        help="import (and so run) the agent and registry the bundle records, where "
+        "--agent/--registry do not replace them; without it the command names that code and "
+        "imports nothing",
+    )
+    parser.add_argument(
         "--what-if", action="store_true", help="allow a pending resume's what-if (see --help)"
     )
     add_time_limit_flag(parser)
@@ -101,7 +112,12 @@ def bundle_replay_options(
     try:
         bundle = load_bundle(ns.bundle, naming=CLI_NAMING)
         options = bundle_options(
-            bundle, seq=ns.seq, agent=ns.agent, registry=ns.registry, naming=CLI_NAMING
+            bundle,
+            seq=ns.seq,
+            agent=ns.agent,
+            registry=ns.registry,
+            import_recorded=ns.import_recorded,
+            naming=CLI_NAMING,
         )
         options = dataclasses.replace(options, what_if=ns.what_if, time_limit=ns.time_limit)
         return options, tuple(bundle.seqs)
@@ -124,6 +140,7 @@ def run_bundle(ns: argparse.Namespace) -> int:
 
     spec = bundle_reference_spec(ns, options)
     ran = run_reference(spec) if spec is not None else None  # first: before isolate()
+    options = dataclasses.replace(options, process_ends=PROCESS_LIFE["isolate"])
     cwd_importable()
     start_last_resort(options.time_limit)
     isolate()
@@ -151,6 +168,7 @@ def emit(result: ReplayResult, *, as_json: bool, ns: argparse.Namespace | None =
     if ns is not None and getattr(ns, "redact", False):
         from beam_agents.replay.reporting.redact import redact
 
+        PROCESS_LIFE["redact"] = True  # and what is reported when the process ends
         result = redact(result)
     full_values = ns is not None and bool(getattr(ns, "full_values", False))
     try:

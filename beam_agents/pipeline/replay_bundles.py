@@ -29,6 +29,7 @@ agent code belongs in ``check``, whose workers are replaced.
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from collections.abc import Iterator
 from typing import Any, NamedTuple
@@ -52,10 +53,16 @@ def _named(element: Any) -> tuple[str, bytes]:
 
 
 class _SplitBundles(beam.DoFn):  # type: ignore[misc]
-    """``(name, bytes)`` -> ``(name, bytes, seq)`` per activation; unreadable ones -> a row."""
+    """``(name, bytes)`` -> ``(name, bytes, seq)`` per activation; unreadable ones, and those
+    whose recorded code the caller did not consent to import -> a row."""
+
+    def __init__(self, agent: str | None, registry: str | None, import_recorded: bool) -> None:
+        self._agent = agent
+        self._registry = registry
+        self._import_recorded = import_recorded
 
     def process(self, element: Any) -> Iterator[Any]:
-        from beam_agents.replay.incidents.bundle import load_bundle
+        from beam_agents.replay.incidents.bundle import check_consent, load_bundle
         from beam_agents.replay.incidents.check_rows import refused_row
         from beam_agents.replay.refusal import ReplayRefused
 
@@ -63,6 +70,13 @@ class _SplitBundles(beam.DoFn):  # type: ignore[misc]
         started = time.perf_counter()
         try:
             bundle = load_bundle(data, name=name, naming=REPLAY_BUNDLES)
+            check_consent(
+                bundle,
+                agent=self._agent,
+                registry=self._registry,
+                import_recorded=self._import_recorded,
+                naming=REPLAY_BUNDLES,
+            )
         except ReplayRefused as refused:
             row = refused_row(name, refused, time.perf_counter() - started)
             yield beam.pvalue.TaggedOutput(_TAG_ROWS, row.document())
@@ -74,10 +88,17 @@ class _SplitBundles(beam.DoFn):  # type: ignore[misc]
 class _ReplayActivation(beam.DoFn):  # type: ignore[misc]
     """``(name, bytes, seq)`` -> its result row (``engine.replay`` in this worker)."""
 
-    def __init__(self, agent: str | None, registry: str | None, time_limit: float | None) -> None:
+    def __init__(
+        self,
+        agent: str | None,
+        registry: str | None,
+        time_limit: float | None,
+        import_recorded: bool,
+    ) -> None:
         self._agent = agent
         self._registry = registry
         self._time_limit = time_limit
+        self._import_recorded = import_recorded
 
     def process(self, element: tuple[str, bytes, int]) -> Iterator[dict[str, Any]]:
         from dataclasses import replace as with_changes
@@ -85,14 +106,22 @@ class _ReplayActivation(beam.DoFn):  # type: ignore[misc]
         from beam_agents.replay.engine import replay
         from beam_agents.replay.incidents.bundle import bundle_options, load_bundle
         from beam_agents.replay.incidents.check_rows import result_row
+        from beam_agents.replay.inputs.agent_code import ancestors
 
         name, data, seq = element
         started = time.perf_counter()
         bundle = load_bundle(data, name=name, naming=REPLAY_BUNDLES)
         # replay() itself writes no bytecode while it imports and runs agent code.
         options = bundle_options(
-            bundle, seq=seq, agent=self._agent, registry=self._registry, naming=REPLAY_BUNDLES
+            bundle,
+            seq=seq,
+            agent=self._agent,
+            registry=self._registry,
+            import_recorded=self._import_recorded,
+            naming=REPLAY_BUNDLES,
         )
+        if os.path.isfile(name):  # a local file: its recorded code is looked for beside it too
+            options = with_changes(options, code_search=ancestors(name))
         result = replay(with_changes(options, time_limit=self._time_limit))
         seconds = time.perf_counter() - started
         yield result_row(
@@ -127,11 +156,15 @@ class ReplayBundles(beam.PTransform):  # type: ignore[misc]
         *,
         agent: str | None = None,
         registry: str | None = None,
+        import_recorded: bool = False,
         time_limit: float | None = DEFAULT_TIME_LIMIT,
     ) -> None:
         """Args:
         agent: Replay with this agent (``module:ATTR``) instead of each bundle's own.
         registry: Likewise for the tool registry.
+        import_recorded: Consent to import the agent and registry each bundle records
+            (where ``agent``/``registry`` is None; importing runs that code). Without it
+            such a bundle is one ``error`` row naming the code, and nothing is imported.
         time_limit: Seconds each activation's agent code may run (importing it, then the
             re-run, each on its own), as ``check --time-limit``; past it the row is
             irreproducible, naming the limit. None or 0: no limit. At most 86400.
@@ -149,15 +182,23 @@ class ReplayBundles(beam.PTransform):  # type: ignore[misc]
             raise ValueError(f"ReplayBundles(time_limit=...) {exc}") from None
         self._agent = agent
         self._registry = registry
+        self._import_recorded = import_recorded
 
     def expand(self, bundles: PCollection[Any]) -> ReplayBundlesOutputs:
-        split = bundles | "SplitIntoActivations" >> beam.ParDo(_SplitBundles()).with_outputs(
+        split = bundles | "SplitIntoActivations" >> beam.ParDo(
+            _SplitBundles(self._agent, self._registry, self._import_recorded)
+        ).with_outputs(
             _TAG_ROWS, main="activations"
         )
         replayed = (
             split.activations
             | "Spread" >> beam.Reshuffle()
-            | "Replay" >> beam.ParDo(_ReplayActivation(self._agent, self._registry, self.time_limit))
+            | "Replay"
+            >> beam.ParDo(
+                _ReplayActivation(
+                    self._agent, self._registry, self.time_limit, self._import_recorded
+                )
+            )
         )
         results = (replayed, split[_TAG_ROWS]) | "Results" >> beam.Flatten()
         counts = (

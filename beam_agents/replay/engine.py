@@ -30,13 +30,24 @@ from beam_agents.capture import ValueCapture
 from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
 from beam_agents.key_state import KeyState
 from beam_agents.provider import UnservableProvider
-from beam_agents.replay.inputs.agent_code import import_object, imported_already, no_bytecode
+from beam_agents.replay.inputs.agent_code import (
+    ImportFailed,
+    import_object,
+    imported_already,
+    no_bytecode,
+)
 from beam_agents.replay.inputs.envelopes import load_envelopes, load_event_source
 from beam_agents.replay.inputs.replay_inputs import ReplayInputs
 from beam_agents.replay.inputs.snapshot import load_snapshot_source
 from beam_agents.replay.inputs.traces import TracedKey, scan_traces
 from beam_agents.replay.isolation.guard import ExitRefused, NetworkAttempt, block_network
-from beam_agents.replay.isolation.time_limit import ImportRanPast, RerunRanPast, within_limit
+from beam_agents.replay.isolation.process_exit import run_exit, watch_agent_modules
+from beam_agents.replay.isolation.time_limit import (
+    ExitRanPast,
+    ImportRanPast,
+    RerunRanPast,
+    within_limit,
+)
 from beam_agents.replay.judging.compare import compare_events
 from beam_agents.replay.judging.end_check import EndCheck, check_end
 from beam_agents.replay.judging.judge import Judgement, judge
@@ -45,8 +56,14 @@ from beam_agents.replay.judging.values import collect_values, freeze_errors
 from beam_agents.replay.naming import Input, Naming
 from beam_agents.replay.options import ReplayOptions, Source
 from beam_agents.replay.reconstruct.plan import Plan, plan_replay
-from beam_agents.replay.refusal import InputError, InternalError, ReplayRefused
-from beam_agents.replay.result import ReplayHeader, ReplayResult, StopCause, TargetFacts, Value
+from beam_agents.replay.refusal import CannotReproduce, InputError, InternalError, ReplayRefused
+from beam_agents.replay.result import (
+    ReplayHeader,
+    ReplayResult,
+    StopCause,
+    TargetFacts,
+    Value,
+)
 from beam_agents.tools import ToolRegistry
 from beam_agents.trace_view import ActivationKind, ActivationStart
 
@@ -132,11 +149,19 @@ def run(
     """
     try:
         with no_bytecode(), block_network() as attempts:
-            inputs = load()
-            plan = plan_rerun(inputs, header)
-            if on_planned is not None and plan.traced is not None:
-                on_planned(header.header, plan.traced)
-            rerun = rerun_isolated(inputs, plan, header.header.provider)
+            with watch_agent_modules():
+                try:
+                    inputs = load()
+                except ImportFailed as failed:
+                    if attempts:  # the guard refused what the module body tried
+                        raise ImportBlocked(failed, attempts[0]) from None
+                    raise
+                plan = plan_rerun(inputs, header)
+                if on_planned is not None and plan.traced is not None:
+                    on_planned(header.header, plan.traced)
+                rerun = rerun_isolated(inputs, plan, header.header.provider)
+            if inputs.process_ends:
+                exit_isolated(inputs, len(rerun.result.trace), attempts)
             # Every attempt counts, also one the agent's module made (and caught) at
             # import: module state built from the network is not the state the pipeline had.
             blocked = list(attempts)
@@ -164,6 +189,8 @@ def refused_result(refused: ReplayRefused, header: ReplayHeader) -> ReplayResult
         header=header.with_target(refused.target),
         error=refused.message,
         stop=refused.stop,
+        redacted_reason=None if refused.redacted is None else refused.redacted[0],
+        redacted_error=refused.redacted_message,
     )
 
 
@@ -179,9 +206,11 @@ def load_options(options: ReplayOptions, header: HeaderSoFar) -> ReplayInputs:
     event = load_event_source(options.event, naming) if options.event is not None else None
     hitl_path = options.hitl if options.hitl_policy is None else None
 
+    search = options.code_search
+
     def import_code() -> tuple[Agent, ToolRegistry, HitlPolicy | None]:
-        agent = import_object(options.agent, Input.AGENT, Agent, naming)
-        registry = import_object(options.registry, Input.REGISTRY, ToolRegistry, naming)
+        agent = import_object(options.agent, Input.AGENT, Agent, naming, search)
+        registry = import_object(options.registry, Input.REGISTRY, ToolRegistry, naming, search)
         hitl = import_object(hitl_path, Input.HITL, HitlPolicy, naming) if hitl_path else None
         return agent, registry, hitl
 
@@ -219,6 +248,7 @@ def load_options(options: ReplayOptions, header: HeaderSoFar) -> ReplayInputs:
         what_if=options.what_if,
         time_limit=options.time_limit,
         naming=naming,
+        process_ends=options.process_ends,
     )
 
 
@@ -320,6 +350,26 @@ class Rerun:
         )
 
 
+class ImportBlocked(CannotReproduce):
+    """Importing agent code failed on something the guard refused: it cannot be replayed."""
+
+    stop = StopCause.BLOCKED
+
+    def __init__(self, failed: ImportFailed, attempt: NetworkAttempt) -> None:
+        def reason(head: str, attempt: NetworkAttempt) -> str:
+            return f"{head}: replay refused what the module tried when imported ({attempt.describe()})"
+
+        detail = (
+            "replay runs agent code isolated (no network, processes, signals, native code or "
+            "file writes), also while importing it; a module that does such things when "
+            "imported cannot be replayed: do them in the pipeline's setup (provider_factory, "
+            "a DoFn's setup), not at import"
+        )
+        super().__init__(reason(failed.reason, attempt), detail)
+        redacted_head = failed.redacted[0] if failed.redacted is not None else failed.reason
+        self.redacted = (reason(redacted_head, attempt.redacted()), detail)
+
+
 class AgentExited(ReplayRefused):
     """Agent code called ``os._exit`` during the re-run: nothing to judge (exit 2)."""
 
@@ -387,6 +437,22 @@ def rerun_isolated(inputs: ReplayInputs, plan: Plan, provider_name: str) -> Reru
         # run_activation turns everything else agent code raises into a failure.
         raise AgentExited(str(exc)) from None
     return Rerun(result=result, capture=capture, provider_calls=provider.calls)
+
+
+def exit_isolated(inputs: ReplayInputs, at_index: int, attempts: list[NetworkAttempt]) -> None:
+    """What agent code runs at interpreter exit, run now within the time limit (the process
+    ends after this replay); what it tries counts after the re-run's last event.
+
+    Raises:
+        ExitRanPast: It did not end within the time limit.
+    """
+    start = len(attempts)
+    within_limit(
+        run_exit, inputs.time_limit, lambda _: ExitRanPast(inputs.time_limit or 0, inputs.naming)
+    )
+    attempts[start:] = [
+        replace(a, event_index=at_index, at_exit=True) for a in attempts[start:]
+    ]
 
 
 def judge_rerun(
@@ -475,6 +541,8 @@ def assemble(
         ),
         provider_calls=replayed.provider_calls,
         network_attempts=tuple(a.describe() for a in attempts),
+        redacted_network_attempts=tuple(a.redacted().describe() for a in attempts),
+        redacted_reason=judgement.redacted_reason,
         stop=judgement.stop,
     )
 

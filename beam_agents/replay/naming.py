@@ -46,6 +46,8 @@ class Input(StrEnum):
     HITL = "hitl"
     BUNDLE = "bundle"
     ROWS = "rows"
+    IMPORT_RECORDED = "import_recorded"
+    """Consent to import the code a bundle names (a switch, as ``WHAT_IF``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,9 +93,11 @@ class Naming:
             return template.format(shown)
         return f"{self.names[what]}{self.joiner}{shown}"
 
-    def known_as(self, what: Input, words: str) -> Naming:
-        """This naming with ``what`` named ``words`` however it was given."""
-        return replace(self, given_as={**self.given_as, what: words.replace("{", "{{").replace("}", "}}")})
+    def known_as(self, what: Input, words: str, *, then_given: bool = False) -> Naming:
+        """This naming with ``what`` named ``words`` however it was given (``then_given``:
+        ``words`` followed by what was given, e.g. ``bundle b's recorded agent m:AGENT``)."""
+        template = words.replace("{", "{{").replace("}", "}}") + (" {}" if then_given else "")
+        return replace(self, given_as={**self.given_as, what: template})
 
 
 def python_naming(api: str) -> Naming:
@@ -101,6 +105,7 @@ def python_naming(api: str) -> Naming:
     names the inputs: by its parameters."""
     names = {what: f"{what.value}=" for what in Input}
     names[Input.WHAT_IF] = "what_if=True"
+    names[Input.IMPORT_RECORDED] = "import_recorded=True"
     names[Input.ALL] = "all_seqs=True"
     names[Input.TIME_LIMIT] = f"{api}(time_limit=)"
     names[Input.BUNDLE] = "bundle"

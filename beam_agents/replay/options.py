@@ -96,6 +96,13 @@ class ReplayOptions:
     )
     """``snapshot`` already loaded (``inputs.load_snapshot_source``'s result: a bundle's,
     checked by ``load_bundle``), so it is not parsed again. The replay only reads it."""
+    code_search: tuple[str, ...] = ()
+    """Folders to import ``agent`` and ``registry`` from when their top-level package is not on
+    the import path (a bundle's folder and those above it: ``incidents.bundle``)."""
+    process_ends: bool = False
+    """This process ends after the replay (the console script, a ``check`` worker): what agent
+    code would run at interpreter exit (``atexit`` hooks, finalizers) runs before the
+    judgement, under the guard, and counts like the re-run (``isolation.process_exit``)."""
     naming: Naming = field(default=REPLAY_OPTIONS, repr=False)
     """How refusals name these inputs: by these fields unless the caller says otherwise (the
     command line passes its flags, ``beam_agents.cli.parsing.CLI_NAMING``)."""

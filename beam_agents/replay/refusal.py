@@ -35,16 +35,28 @@ class ReplayRefused(ReplayError):
         that nothing takes a name back out of the reason."""
         self.target = TargetFacts()
         """What was already known about the target activation when replay stopped."""
+        self.redacted: tuple[str, str] | None = None
+        """``(reason, detail)`` with the plaintext they quote (agent code's values: a command
+        line, a path, an exception's text) as digests, for ``--redact``; None: none."""
         super().__init__(self.message)
 
     @property
     def message(self) -> str:
         """The one-paragraph message: the reason, then the detail."""
-        if not self.detail:
-            return self.reason
-        if "=" in self.detail.split(" ", 1)[0]:  # a Python parameter (``snapshot=``) as it is
-            return f"{self.reason}. {self.detail}"
-        return f"{self.reason}. {self.detail[:1].upper()}{self.detail[1:]}"
+        return _paragraph(self.reason, self.detail)
+
+    @property
+    def redacted_message(self) -> str | None:
+        """``message`` with the plaintext it quotes as digests (None: it quotes none)."""
+        return None if self.redacted is None else _paragraph(*self.redacted)
+
+
+def _paragraph(reason: str, detail: str) -> str:
+    if not detail:
+        return reason
+    if "=" in detail.split(" ", 1)[0]:  # a Python parameter (``snapshot=``) as it is
+        return f"{reason}. {detail}"
+    return f"{reason}. {detail[:1].upper()}{detail[1:]}"
 
 
 class InputError(ReplayRefused):

@@ -18,12 +18,19 @@ Verdicts and exit codes are the seed page's table:
 from __future__ import annotations
 
 import enum
+import hashlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, overload
 
 from beam_agents._protos import AgentBuild, LlmResponse, TraceEvent
 from beam_agents.trace_view import ActivationKind, Trigger
+
+
+def text_digest(text: str) -> str:
+    """How ``--redact`` shows a plaintext a message quotes (a command line, a path, an exit's
+    text): ``sha256:<hex>`` of its UTF-8 bytes."""
+    return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _same_items(mine: Sequence[Any], other: Sequence[Any]) -> bool:
@@ -656,6 +663,14 @@ class ReplayResult:
     """Connections the re-run tried and the guard blocked (``host:port``, with the tool if known)."""
     error: str = ""
     """For USAGE_ERROR (and internal errors): the full one-paragraph message."""
+    redacted_reason: str | None = None
+    """``reason`` with each plaintext it quotes (an attempted command line, a file path, an
+    address, the text of an exit or of an exception agent code raised) shown as its
+    ``text_digest``, for ``--redact``; None when it quotes none."""
+    redacted_error: str | None = None
+    """``error`` likewise."""
+    redacted_network_attempts: tuple[str, ...] = ()
+    """``network_attempts`` with each address shown as its digest."""
     events_reached_only: bool = False
     """True when the re-run ran past the time limit: ``events`` are only the positions it
     had reached (the traced events after them are not listed, nor missing)."""

@@ -501,7 +501,7 @@ def test_the_incident_workflow_on_the_pipelines_files(
                 "--all"]  # fmt: skip
         code, _, err = cli(argv, capsys)
         assert code == 0, err
-    code, out, err = cli(["check", str(bundles), "--json", "--jobs", "2"], capsys)
+    code, out, err = cli(["check", "--import-recorded", str(bundles), "--json", "--jobs", "2"], capsys)
     report = json.loads(out)
     rows = {
         (r["path"].rsplit("/", 1)[-1], r["seq"]): r for g in report["groups"] for r in g["rows"]

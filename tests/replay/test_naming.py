@@ -233,7 +233,7 @@ def test_one_path_is_one_source_and_a_seq_is_an_int(inputs: Inputs, tmp_path: Pa
     one = make_bundle(traces=str(inputs.traces), **bundle_args)  # type: ignore[arg-type]
     assert one == make_bundle(traces=[str(inputs.traces)], **bundle_args)  # type: ignore[arg-type]
     (tmp_path / "one.bundle").write_bytes(one)
-    assert check_bundles(str(tmp_path / "one.bundle")).exit_code == 0
+    assert check_bundles(str(tmp_path / "one.bundle"), import_recorded=True).exit_code == 0
     with pytest.raises(InputError) as caught:
         make_bundle(traces=[str(inputs.traces)], seq="1", **bundle_args)  # type: ignore[arg-type]
     assert caught.value.message == "seq= must be an int or None, got str: '1'"

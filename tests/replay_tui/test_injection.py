@@ -85,8 +85,10 @@ async def test_notifications_and_clipboard_do_not_interpret_markup(injection: Re
     app = ReplayApp(injection)
     async with app.run_test(size=WIDE) as pilot:
         await pilot.press("c")
-        # The clipboard gets the raw data (base64 inside OSC 52, so it cannot escape).
-        assert tui_results.INJECTION in app.clipboard or "\\u001b" in app.clipboard
+        # The clipboard gets the pair as --json encodes it: its strings escaped as on the
+        # terminal, so what is pasted from it cannot drive a terminal either.
+        assert "\x1b" not in app.clipboard and "\u202e" not in app.clipboard
+        assert "[bold red]x[/] \\\\x1b[2J" in app.clipboard
         await pilot.press("f", *"[bold", "enter")
         await app.workers.wait_for_complete()
         await pilot.pause()

@@ -32,7 +32,7 @@ def shown_seq(app: ReplayApp) -> int | None:
 
 async def test_brackets_switch_between_the_bundles_activations() -> None:
     bundle = load_bundle(Incident().make(all_seqs=True))
-    app = ReplayApp(options=bundle_options(bundle, seq=2), seqs=bundle.seqs)
+    app = ReplayApp(options=bundle_options(bundle, seq=2, import_recorded=True), seqs=bundle.seqs)
     async with app.run_test(size=WIDE) as pilot:
         await wait_for(pilot, lambda: shown_seq(app) == 2)
         await pilot.press("right_square_bracket")
@@ -79,7 +79,7 @@ async def test_help_lists_the_brackets_only_where_they_switch(real: Any) -> None
         keys = help_keys(app)
         assert "?" in keys and "[ ]" not in keys  # the footer hides them too
     bundle = load_bundle(Incident().make(all_seqs=True))
-    app = ReplayApp(options=bundle_options(bundle, seq=2), seqs=bundle.seqs)
+    app = ReplayApp(options=bundle_options(bundle, seq=2, import_recorded=True), seqs=bundle.seqs)
     async with app.run_test(size=WIDE) as pilot:
         await wait_for(pilot, lambda: shown_seq(app) == 2)
         await pilot.press("question_mark")

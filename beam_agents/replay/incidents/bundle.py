@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from google.protobuf.message import DecodeError
 
@@ -39,7 +39,7 @@ from beam_agents._wire import frame
 from beam_agents.activation import envelope_digest
 from beam_agents.errors import ConfigError
 from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
-from beam_agents.replay.inputs.agent_code import import_object
+from beam_agents.replay.inputs.agent_code import ancestors, import_object, locate
 from beam_agents.replay.inputs.envelopes import load_envelopes, write_envelope_stream
 from beam_agents.replay.inputs.sources import describe_source, open_regular, read_source
 from beam_agents.replay.inputs.traces import check_complete, seq_ranges, trace_events
@@ -57,10 +57,13 @@ __all__ = [
     "BUNDLE_VERSION",
     "MAX_BUNDLE_BYTES",
     "Bundle",
+    "RecordedCodeNotImported",
     "bundle_options",
+    "check_consent",
     "is_bundle_file",
     "load_bundle",
     "make_bundle",
+    "recorded_code",
 ]
 
 BUNDLE_FORMAT = "beam-agents/incident-bundle"
@@ -88,6 +91,14 @@ class Bundle:
     """The snapshot as ``load_bundle`` loaded it to check it (``load_snapshot_source``):
     ``bundle_options`` hands it to each replay, so it is parsed once per bundle. A replay
     only reads it (the re-run works on a copy of the state)."""
+    path: str | None = None
+    """The file it was read from (None: given as bytes): its recorded code is looked for
+    in that file's folder and the folders above it too."""
+
+    @property
+    def code_search(self) -> tuple[str, ...]:
+        """Where its recorded agent and registry are looked for beyond the import path."""
+        return ancestors(self.path) if self.path is not None else ()
 
     @property
     def entity_key(self) -> bytes:
@@ -106,6 +117,64 @@ def is_bundle_file(path: str | os.PathLike[str]) -> bool:
             return f.read(len(_MAGIC)) == _MAGIC
     except (OSError, InputError):
         return False
+
+
+def _file_varint(f: BinaryIO) -> int | None:
+    value = shift = 0
+    while shift < 70:
+        byte = f.read(1)
+        if not byte:
+            return None
+        value |= (byte[0] & 0x7F) << shift
+        if byte[0] < 0x80:
+            return value
+        shift += 7
+    return None
+
+
+_CODE_FIELDS = {9: "agent", 10: "registry"}
+_MAX_CODE_PATH = 4096
+
+
+def recorded_code(path: str) -> tuple[str, str] | None:
+    """The agent and registry paths a bundle file records, read without loading it.
+
+    It walks the file's top-level fields, seeking over the others (the snapshot, the
+    trace slice): ``check`` picks a worker that has imported that code already for it. None
+    when the file is no such bundle; nothing here is a verdict (``load_bundle`` checks
+    every part where the replay runs).
+    """
+    found: dict[str, str] = {}
+    try:
+        with open_regular(path, Input.BUNDLE, CHECK_BUNDLES) as f:
+            if f.read(len(_MAGIC)) != _MAGIC:
+                return None
+            while True:
+                key = _file_varint(f)
+                if key is None:
+                    break
+                number, wire_type = key >> 3, key & 7
+                if wire_type == 0:
+                    if _file_varint(f) is None:
+                        return None
+                elif wire_type in (1, 5):
+                    f.seek(8 if wire_type == 1 else 4, os.SEEK_CUR)
+                elif wire_type == 2:
+                    length = _file_varint(f)
+                    if length is None:
+                        return None
+                    name = _CODE_FIELDS.get(number)
+                    if name is not None and length <= _MAX_CODE_PATH:
+                        found[name] = f.read(length).decode("utf-8", "replace")
+                    else:
+                        f.seek(length, os.SEEK_CUR)
+                else:
+                    return None
+    except (OSError, InputError):
+        return None
+    if set(found) != set(_CODE_FIELDS.values()):
+        return None
+    return found["agent"], found["registry"]
 
 
 # --------------------------------------------------------------------------- writing
@@ -337,7 +406,8 @@ def load_bundle(
     if message.bundle_version < 1:
         raise _refuse(name, f"has bundle version {message.bundle_version}, which never existed")
     hitl, loaded = _check_parts(name, message)
-    return Bundle(name=name, message=message, hitl=hitl, loaded_snapshot=loaded)
+    path = None if isinstance(source, bytes) else os.fspath(source)
+    return Bundle(name=name, message=message, hitl=hitl, loaded_snapshot=loaded, path=path)
 
 
 _ITS_SNAPSHOT = CHECK_BUNDLES.known_as(Input.SNAPSHOT, "its snapshot")
@@ -465,12 +535,65 @@ def _check_parts(
     return hitl, loaded
 
 
+class RecordedCodeNotImported(InputError):
+    """A bundle names the code it was made with, and the caller did not consent to import it.
+
+    Importing a module runs it: a data file must not choose code to run (a bundle naming
+    ``venv.__main__:main`` made a virtualenv in the current directory). The message names
+    each module and where it would come from, and the two ways on.
+    """
+
+    def __init__(self, bundle: Bundle, recorded: Sequence[tuple[Input, str]], naming: Naming):
+        def shown(what: Input, path: str) -> str:
+            where = locate(path, bundle.code_search)
+            return f"{what.value} {path} ({where or 'not found from here'})"
+
+        code = ", ".join(shown(what, path) for what, path in recorded)
+        paths = ", ".join(f"{what.value} {path}" for what, path in recorded)
+        super().__init__(
+            f"bundle {bundle.name} names the code it was made with, and replaying it would "
+            f"import that code, which runs it: {code}; nothing a bundle names is imported "
+            "without consent",
+            f"pass {naming.name(Input.IMPORT_RECORDED)} to import that code, or "
+            f"{naming.name(Input.AGENT)} and {naming.name(Input.REGISTRY)} to replay the "
+            "bundle with code you name",
+            cause=f"not imported without consent: {paths}",
+        )
+
+
+def check_consent(
+    bundle: Bundle,
+    *,
+    agent: str | None = None,
+    registry: str | None = None,
+    import_recorded: bool = False,
+    naming: Naming = CHECK_BUNDLES,
+) -> None:
+    """Refuse to go on to import a bundle's recorded code the caller did not consent to.
+
+    Raises:
+        RecordedCodeNotImported: ``agent`` or ``registry`` is None (the recorded one would be
+            imported) and ``import_recorded`` is false.
+    """
+    recorded = [
+        (what, path)
+        for what, given, path in (
+            (Input.AGENT, agent, bundle.message.agent),
+            (Input.REGISTRY, registry, bundle.message.registry),
+        )
+        if given is None
+    ]
+    if recorded and not import_recorded:
+        raise RecordedCodeNotImported(bundle, recorded, naming)
+
+
 def bundle_options(
     bundle: Bundle,
     *,
     seq: int | None = None,
     agent: str | None = None,
     registry: str | None = None,
+    import_recorded: bool = False,
     naming: Naming = CHECK_BUNDLES,
 ) -> ReplayOptions:
     """The ``ReplayOptions`` replaying activation ``seq`` of the bundle (default: its last).
@@ -480,10 +603,13 @@ def bundle_options(
         seq: One of ``bundle.seqs``; None for the highest.
         agent: Replay with this agent instead of the recorded one (e.g. a fix to check).
         registry: Likewise for the tool registry.
+        import_recorded: Consent to import the agent and registry the bundle records
+            (where ``agent`` or ``registry`` is not given): importing runs that code.
         naming: How the caller names the inputs in messages (the command line: its flags).
 
     Raises:
         InputError: ``seq`` is not one of the bundle's activations.
+        RecordedCodeNotImported: The recorded code would be imported without consent.
     """
     import io
 
@@ -493,7 +619,16 @@ def bundle_options(
             f"{seq_ranges(bundle.seqs)} only",
             "pick one of those",
         )
+    check_consent(
+        bundle, agent=agent, registry=registry, import_recorded=import_recorded, naming=naming
+    )
     message = bundle.message
+    # A recorded path is the bundle's, never the caller's --agent: its messages say so.
+    for what, given in ((Input.AGENT, agent), (Input.REGISTRY, registry)):
+        if given is None:
+            naming = naming.known_as(
+                what, f"bundle {bundle.name}'s recorded {what.value}", then_given=True
+            )
     traces = b"".join(frame(data) for data in message.trace_events)
     envelopes = io.BytesIO()
     write_envelope_stream(envelopes, message.envelopes)
@@ -507,6 +642,7 @@ def bundle_options(
         hitl_policy=bundle.hitl,
         hitl_label=message.hitl_path or "default",
         loaded_snapshot=bundle.loaded_snapshot,
+        code_search=bundle.code_search,
         naming=naming,
     )
 

@@ -19,7 +19,11 @@ from beam_agents.replay.incidents.check_rows import (
     bundle_paths,
     empty_directory_rows,
 )
-from beam_agents.replay.incidents.check_workers import check_in_process, check_in_workers
+from beam_agents.replay.incidents.check_workers import (
+    CheckSettings,
+    check_in_process,
+    check_in_workers,
+)
 from beam_agents.replay.naming import CHECK_BUNDLES, Naming
 from beam_agents.replay.options import DEFAULT_TIME_LIMIT, as_sources, checked_time_limit
 
@@ -31,9 +35,10 @@ def check_bundles(
     *,
     agent: str | None = None,
     registry: str | None = None,
+    import_recorded: bool = False,
     jobs: int = 1,
     time_limit: float | None = DEFAULT_TIME_LIMIT,
-    isolate: bool = False,
+    isolate: bool = True,
     naming: Naming = CHECK_BUNDLES,
     progress: Callable[[int], None] | None = None,
 ) -> CheckReport:
@@ -43,12 +48,16 @@ def check_bundles(
         paths: Bundle files, or directories (their ``*.bundle`` files).
         agent: Replay with this agent (``module:ATTR``) instead of each bundle's recorded one.
         registry: Likewise for the tool registry.
-        jobs: Worker processes; 1 replays in this process (unless ``isolate``).
+        import_recorded: Consent to import the agent and registry each bundle records
+            (where ``agent``/``registry`` is None); without it such a bundle is one
+            ``error`` row naming that code, and nothing it names is imported.
+        jobs: Worker processes at once.
         time_limit: Seconds each activation's agent code may run (import, re-run); past
             it the row is irreproducible. None or 0: no limit.
-        isolate: Replay in worker processes even for one job, so that agent code never
-            runs in this process (the CLI's choice): a worker it ends or hangs is an
-            ``error`` or irreproducible row, and this process carries on.
+        isolate: Replay each activation in a fresh process of its own (the default): its
+            verdict never depends on what else ran, and a worker agent code ends or hangs
+            is an ``error`` or irreproducible row while this process carries on. False:
+            one after the other in this process (agent code runs here, and shares it).
         naming: How the rows' messages name the inputs (default: these parameters; the
             command line passes its flags).
         progress: Told the number of rows (activations replayed, files refused) so far.
@@ -68,14 +77,17 @@ def check_bundles(
     started = time.perf_counter()
     rows: list[CheckRow] = empty_directory_rows(paths)
     workers = min(jobs, len(files))
-    if workers <= 1 and not isolate:
-        rows.extend(check_in_process(files, agent, registry, time_limit, naming, progress))
+    settings = CheckSettings(
+        agent=agent,
+        registry=registry,
+        import_recorded=import_recorded,
+        time_limit=time_limit,
+        naming=naming,
+    )
+    if not isolate:
+        rows.extend(check_in_process(files, settings, progress))
     elif files:
-        rows.extend(
-            check_in_workers(
-                files, agent, registry, time_limit, max(workers, 1), naming, progress
-            )
-        )
+        rows.extend(check_in_workers(files, settings, max(workers, 1), progress))
     return CheckReport(
         rows=tuple(rows),
         bundles=len(files),

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TextIO
 
 from beam_agents.replay.incidents.check_rows import CheckReport
-from beam_agents.replay.reporting.escape import escape
+from beam_agents.replay.reporting.escape import escape, escape_lines, escape_strings
 from beam_agents.replay.reporting.json_lines import write_document
 from beam_agents.replay.result import Verdict
 
@@ -42,7 +42,7 @@ def render_check(report: CheckReport, *, limit: int = 20) -> str:
     lines.append(
         f"worst: {report.worst.value} (exit {report.exit_code})" + (f"; {counts}" if counts else "")
     )
-    return "\n".join(lines) + "\n"
+    return escape_lines(lines)
 
 
 CHECK_JSON_SCHEMA = "beam-agents-replay-check/1"
@@ -50,8 +50,8 @@ CHECK_JSON_SCHEMA = "beam-agents-replay-check/1"
 
 
 def check_json(report: CheckReport) -> dict[str, object]:
-    """The ``check --json`` document (each row is ``CheckRow.document``)."""
-    return {
+    """The ``check --json`` document (each row is ``CheckRow.document``), its strings escaped."""
+    document: dict[str, object] = escape_strings({
         "schema": CHECK_JSON_SCHEMA,
         "exit_code": report.exit_code,
         "worst": report.worst.value,
@@ -68,7 +68,8 @@ def check_json(report: CheckReport) -> dict[str, object]:
             }
             for g in report.groups
         ],
-    }
+    })
+    return document
 
 
 # What XML 1.0 forbids in a document (besides what ``escape`` already escapes): the

@@ -31,6 +31,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from beam_agents.replay.incidents.bundle import RecordedCodeNotImported
 from beam_agents.replay.isolation.time_limit import RAN_PAST
 from beam_agents.replay.refusal import CannotReproduce, InputError, ReplayRefused
 from beam_agents.replay.result import ReplayResult, StopCause, Verdict
@@ -94,6 +95,8 @@ class CheckCause(enum.StrEnum):
     """The worker process sent something that is no check message (agent code wrote it)."""
     NO_BUNDLES = "no-bundles"
     """A directory given holds no bundle file."""
+    NOT_IMPORTED = "not-imported"
+    """The bundle names code to import, and the operator did not consent to import it."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -400,6 +403,7 @@ class WorkerStuck(CannotReproduce):
 
 _REFUSAL_KINDS: dict[type[ReplayRefused], CheckCause] = {
     NoBundles: CheckCause.NO_BUNDLES,
+    RecordedCodeNotImported: CheckCause.NOT_IMPORTED,
     WorkerLost: CheckCause.WORKER_LOST,
     WorkerGarbled: CheckCause.WORKER_GARBLED,
 }

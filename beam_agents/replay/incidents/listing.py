@@ -29,7 +29,7 @@ from beam_agents.replay.inputs.traces import trace_events
 from beam_agents.replay.naming import LIST_ACTIVATIONS, Input, Naming
 from beam_agents.replay.options import Source, as_sources
 from beam_agents.replay.refusal import CannotReproduce, InputError
-from beam_agents.replay.reporting.escape import escape
+from beam_agents.replay.reporting.escape import escape, escape_strings
 from beam_agents.replay.reporting.json_lines import write_document
 from beam_agents.replay.reporting.labels import key_label, utc_time
 from beam_agents.tool_cache import tool_cache_key
@@ -519,7 +519,13 @@ def _at(ms: int | None) -> str:
 def listing_lines(listing: Listing, *, now_ms: int | None = None) -> Iterator[str]:
     """The ``ls`` table line by line: per key, a heading with its count, then one line per
     activation with its time (UTC, and how long ago: the clock the activation ran on,
-    against ``now_ms``, the wall clock by default). Linear in the rows."""
+    against ``now_ms``, the wall clock by default). Linear in the rows. Each line is
+    escaped whole on its way out (a line break in a field shows as ``\\n``): no field can
+    drive the terminal or start a line of its own."""
+    return (escape(line) for line in _listing_lines(listing, now_ms=now_ms))
+
+
+def _listing_lines(listing: Listing, *, now_ms: int | None) -> Iterator[str]:
     if now_ms is None:
         now_ms = int(time.time() * 1000)
     with_replay = listing.snapshot_seq is not None
@@ -559,7 +565,8 @@ def render_listing(listing: Listing, *, now_ms: int | None = None) -> str:
 
 
 def _row_document(r: ActivationRow) -> dict[str, object]:
-    return {
+    """One row of ``ls --json``, its strings escaped (``jq -r`` prints nothing raw)."""
+    document: dict[str, object] = escape_strings({
         "entity_key": r.entity_key.hex(),
         "seq": r.seq,
         "kind": r.kind,
@@ -574,11 +581,12 @@ def _row_document(r: ActivationRow) -> dict[str, object]:
         "staged_intents": r.staged_intents,
         "replay": r.replay,
         "replay_detail": r.replay_detail,
-    }
+    })
+    return document
 
 
 def _listing_head(listing: Listing) -> dict[str, object]:
-    return {
+    document: dict[str, object] = escape_strings({
         "schema": LS_JSON_SCHEMA,
         "keys": len(listing.key_counts),
         "activations": sum(
@@ -587,7 +595,8 @@ def _listing_head(listing: Listing) -> dict[str, object]:
         "snapshot": None
         if listing.snapshot_key is None
         else {"entity_key": listing.snapshot_key.hex(), "seq": listing.snapshot_seq},
-    }
+    })
+    return document
 
 
 def listing_json(listing: Listing) -> dict[str, object]:

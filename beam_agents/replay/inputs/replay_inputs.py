@@ -45,3 +45,6 @@ class ReplayInputs:
     time_limit: float | None
     naming: Naming
     """How the caller named the inputs: the words refusals use for them."""
+    process_ends: bool = False
+    """Run what agent code runs at interpreter exit before the judgement (the process ends
+    after this replay: ``ReplayOptions.process_ends``)."""

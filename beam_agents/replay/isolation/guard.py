@@ -19,9 +19,14 @@ operation before it happens:
   (``resource.prlimit``) and loading native code
   or resolving a native symbol through ``ctypes`` (``ctypes.dlopen``,
   ``ctypes.dlsym``): ``PermissionError``;
-- in the activation's own context (agent code, tools it calls), opening a file
-  for writing or changing the file system (``os.remove``, ``os.rename``,
-  ``os.mkdir``, ``shutil.rmtree``, ...): ``PermissionError``.
+- in the activation's own context (agent code, tools it calls) and while a module of
+  agent code is imported, opening a file for writing, changing the file system
+  (``os.remove``, ``os.rename``, ``os.mkdir``, ``shutil.rmtree``, ...) or opening a
+  database through ``sqlite3`` (which creates and writes files in native code):
+  ``PermissionError``. Under ``isolate_process()`` these are refused in every
+  thread and at every moment of the process's life (an ``atexit`` hook, a
+  finalizer, a logging handler opening its file late), except where replay's own
+  code writes what the operator asked for (``own_file_writes()``).
 
 Each attempt is recorded with the ``ctx.call`` tool running at that moment
 (read from the ``ContextVar`` ``ctx.call`` sets, not from stack frames),
@@ -44,8 +49,10 @@ refuses nothing. The refusing hook never calls it and is not changed by it.
 
 What it cannot see: native code that makes system calls directly (a C
 extension opening its own sockets or files, already-loaded native libraries);
-file writes from threads agent code started (they run outside the
-activation's context; their network and process attempts are still refused).
+writes to a file that was already open before the guard was (no audit event
+covers ``write``); and, without ``isolate_process()`` (the Python API), file
+writes from threads agent code started (they run outside the activation's
+context; their network and process attempts are still refused).
 """
 
 from __future__ import annotations
@@ -58,11 +65,13 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from contextvars import ContextVar
+from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
 from beam_agents import _running
 from beam_agents.errors import NetworkBlockedError
+from beam_agents.replay.result import text_digest
 
 __all__ = [
     "NETWORK_OPERATIONS",
@@ -73,11 +82,15 @@ __all__ = [
     "OperationKind",
     "block_network",
     "end_process",
+    "is_refusal",
     "isolate_process",
     "keep_blocked",
     "late_attempts",
+    "own_file_writes",
     "record_operations",
     "still_running",
+    "template_fork",
+    "template_kill",
 ]
 
 
@@ -93,10 +106,18 @@ class NetworkAttempt:
     """The read-only tool ``ctx.call`` was running, or None (agent code itself)."""
     event_index: int | None
     """The index the next trace event of the activation would take (where it happened)."""
+    at_exit: bool = False
+    """Tried by what agent code runs at interpreter exit (``process_exit.run_exit``)."""
+
+    def redacted(self) -> NetworkAttempt:
+        """This attempt with its address (built from agent code's values) as its digest."""
+        return replace(self, address=text_digest(self.address))
 
     def describe(self) -> str:
         """One line naming the address (or process, library, path) and, if known, the tool."""
         where = f"tool {self.tool!r}" if self.tool else "agent code (outside any tool)"
+        if self.at_exit:
+            where = "agent code at interpreter exit (a thread, an atexit hook or a finalizer)"
         what = _WHAT.get(self.operation, "")
         return f"{what}{self.address} ({self.operation}, by {where})"
 
@@ -162,6 +183,8 @@ _PROCESS: dict[str, Callable[[tuple[Any, ...]], str]] = {
     "_winapi.CreateProcess": lambda args: _command(args[1] or args[0]),
     "ctypes.dlopen": lambda args: str(args[0]),
     "ctypes.dlsym": lambda args: f"{args[1]}" if len(args) > 1 else str(args[0]),
+    # Loads native code into the database connection (any shared library).
+    "sqlite3.enable_load_extension": lambda args: "a native sqlite3 extension",
 }
 
 # File-system changes: refused only in the activation's own context (agent code).
@@ -195,6 +218,9 @@ _FILE_CHANGES = frozenset(
     }
 )
 _HARMLESS_PATHS = frozenset({os.devnull})
+_SQLITE_IN_MEMORY = frozenset({":memory:"})
+
+_WRITE_EVENTS = _FILE_CHANGES | {"open", "sqlite3.connect"}
 
 NETWORK_OPERATIONS = frozenset(_BLOCKED)
 """Audit events the guard refuses as network access."""
@@ -216,6 +242,7 @@ _WHAT = {
     "ctypes.dlopen": "native library ",
     "ctypes.dlsym": "native symbol ",
     "open": "file write ",
+    "sqlite3.connect": "sqlite3 database ",
     "os._exit": "ending the process with ",
     **{event: "file change " for event in _FILE_CHANGES},
 }
@@ -240,8 +267,21 @@ def _command(value: object) -> str:
     return text if len(text) <= 200 else text[:199] + "…"
 
 
+def _sqlite_database(args: tuple[Any, ...]) -> str | None:
+    """The database file ``sqlite3.connect`` opens (creating it, and writing its journal), or
+    None for an in-memory one. ``""`` is a temporary database on disk; a ``file:`` URI is a
+    file unless it asks for memory (``mode=memory``)."""
+    database = args[0] if args else None
+    text = os.fsdecode(database) if isinstance(database, (str, bytes, os.PathLike)) else str(database)
+    if text in _SQLITE_IN_MEMORY or (text.startswith("file:") and "mode=memory" in text):
+        return None
+    return text or "(a temporary database on disk)"
+
+
 def _file_write(event: str, args: tuple[Any, ...]) -> str | None:
     """The path a file-system change or a write-mode open touches, else None."""
+    if event == "sqlite3.connect":
+        return _sqlite_database(args)
     if event == "open":
         path, mode, flags = (*args, None, None, None)[:3]
         if isinstance(path, int) or path is None:
@@ -275,6 +315,13 @@ class _Guard:
         # What re-runs left running past their time limit tried (keep_blocked()); one list
         # each, in ``collectors`` until that run's thread ends.
         self.held: list[list[NetworkAttempt]] = []
+        # The one process call a check template makes itself (``template_fork``): the
+        # audit event allowed once, on the thread making it.
+        self.sanctioned: tuple[str, int] | None = None
+
+
+_OWN_WRITES: ContextVar[bool] = ContextVar("beam_agents_replay_own_writes", default=False)
+"""Set by ``own_file_writes()``: replay's own code is writing what the operator asked for."""
 
 
 _GUARD = _Guard()
@@ -287,10 +334,24 @@ def _where() -> tuple[str | None, int | None]:
     return _running.TOOL.get(), index
 
 
+def _agent_writes_refused(collectors: tuple[list[NetworkAttempt], ...]) -> bool:
+    """Whether a file write now is refused: under ``isolate_process()`` always (but replay's
+    own, ``own_file_writes()``); during a replay, in the activation's context and while a
+    module of agent code is imported."""
+    if _GUARD.forever:
+        return not _OWN_WRITES.get()
+    return bool(collectors) and (
+        _running.ACTIVATION.get() is not None or _running.AGENT_IMPORT.get()
+    )
+
+
 def _audit(event: str, args: tuple[Any, ...]) -> None:
     collectors = _GUARD.collectors
     if not collectors and not _GUARD.forever:
         return
+    sanctioned = _GUARD.sanctioned
+    if sanctioned is not None and sanctioned == (event, threading.get_ident()):
+        return  # a check template forking (or ending) one of its own workers
     describe = _BLOCKED.get(event) or _PROCESS.get(event)
     if event == "ctypes.dlopen" and args and args[0] is None:
         # ``import ctypes`` opens the process itself (``pythonapi``); resolving any symbol
@@ -301,7 +362,7 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
     ):
         return  # reading limits, or this process's own
     if describe is None:
-        if not collectors or _running.ACTIVATION.get() is None:
+        if event not in _WRITE_EVENTS or not _agent_writes_refused(collectors):
             return
         path = _file_write(event, args)
         if path is None:
@@ -335,6 +396,16 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
     )
 
 
+def is_refusal(exc: BaseException) -> bool:
+    """Whether ``exc`` is what the guard raised to refuse something (it recorded it)."""
+    return isinstance(exc, NetworkBlockedError) or (
+        isinstance(exc, PermissionError)
+        and isinstance(exc.strerror, str)
+        and "blocked: " in exc.strerror
+        and ("replay runs agent code isolated" in exc.strerror or "still running" in exc.strerror)
+    )
+
+
 _REAL_EXIT = os._exit
 
 
@@ -354,7 +425,14 @@ def _guarded_exit(status: int) -> NoReturn:
     ``block_network()`` (a forked ``check`` worker finishing) it is the real one.
     """
     call = f"os._exit({status})"
-    if _GUARD.collectors:
+    collectors = _GUARD.collectors
+    if collectors:
+        # Recorded too: in the re-run it ends with AgentExited (ExitRefused is uncontained);
+        # in the exit phase (an atexit hook run before the judgement, whose exceptions
+        # the interpreter swallows) the attempt is what the verdict reports.
+        tool, index = _where()
+        for attempts in collectors:
+            attempts.append(NetworkAttempt("os._exit", call, tool, index))
         raise ExitRefused(call)
     if _GUARD.forever and os.getpid() == _GUARD.isolated_pid:
         # After the verdict (an atexit hook, a thread): the CLI's exit code must stay the
@@ -448,6 +526,53 @@ def block_network() -> Iterator[list[NetworkAttempt]]:
             _GUARD.collectors = tuple(c for c in _GUARD.collectors if c is not attempts)
 
 
+@contextmanager
+def own_file_writes() -> Iterator[None]:
+    """Inside: this context's file writes are replay's own (``bundle -o``, the TUI's export),
+    which ``isolate_process()`` lets through. A thread started inside does not inherit it."""
+    token = _OWN_WRITES.set(True)
+    try:
+        yield
+    finally:
+        _OWN_WRITES.reset(token)
+
+
+def _sanctioned(event: str, call: Callable[[], int]) -> int:
+    with _GUARD.lock:
+        _GUARD.sanctioned = (event, threading.get_ident())
+    try:
+        return call()
+    finally:
+        with _GUARD.lock:
+            _GUARD.sanctioned = None
+
+
+def template_fork() -> int:
+    """``os.fork()`` for a ``check`` template: the one process it starts, itself a worker.
+
+    A template imported agent code under ``isolate_process()``, which refuses ``fork``;
+    it forks only while no thread but its own runs (``check_workers`` makes sure), so no
+    agent code can fork through this. The child is isolated as the template is.
+    """
+    pid = _sanctioned("os.fork", os.fork)
+    if pid == 0:
+        with _GUARD.lock:
+            _GUARD.isolated_pid = os.getpid()
+            _GUARD.late = []
+    return pid
+
+
+def template_kill(pid: int) -> None:
+    """``os.kill(pid, SIGKILL)`` of a worker a ``check`` template forked (its parent asked)."""
+
+    def kill() -> int:
+        with suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        return 0
+
+    _sanctioned("os.kill", kill)
+
+
 def isolate_process() -> None:
     """From now until the process exits: no network, no process, no native code, no side effect.
 
@@ -470,6 +595,9 @@ def isolate_process() -> None:
             previous(info)
 
         sys.unraisablehook = quiet_refused_exit
+        # No bytecode either, for the rest of the process: a module replay's own code imports
+        # after the re-run would otherwise try to write its .pyc, refused as agent code's.
+        sys.dont_write_bytecode = True
     _running.refuse_side_effects(forever=True)
 
 

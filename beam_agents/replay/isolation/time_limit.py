@@ -30,6 +30,7 @@ from beam_agents.trace_events import kind_name
 
 __all__ = [
     "RAN_PAST",
+    "ExitRanPast",
     "ImportRanPast",
     "RerunRanPast",
     "idle_agent_threads",
@@ -245,4 +246,19 @@ class ImportRanPast(CannotReproduce):
             f"importing the agent code ({code}) ran past the time limit "
             f"of {limit:g} s, so nothing was re-run or judged",
             _DOES_NOT_END + naming.raise_time_limit,
+        )
+
+
+class ExitRanPast(CannotReproduce):
+    """What agent code runs at interpreter exit did not end within the time limit (exit 3)."""
+
+    stop = StopCause.TIME_LIMIT
+
+    def __init__(self, limit: float, naming: Naming) -> None:
+        super().__init__(
+            f"at interpreter exit (run before the judgement), agent code ran past the time "
+            f"limit of {limit:g} s: a thread that is not a daemon, an atexit hook or a "
+            "finalizer did not end, so the process would not have exited",
+            _DOES_NOT_END + naming.raise_time_limit,
+            cause=f"at interpreter exit, {RAN_PAST} {limit:g} s",
         )

@@ -71,6 +71,8 @@ class Judgement:
     tool_miss: ToolCacheMiss | None = None
     stop: StopCause | None = None
     """What stopped the re-run short of a judgement on every event (None: nothing did)."""
+    redacted_reason: str | None = None
+    """``reason`` with the plaintext it quotes as digests (``ReplayResult.redacted_reason``)."""
 
 
 def _event_label(event: TraceEvent) -> str:
@@ -210,12 +212,31 @@ def judge(
         plan,
         result,
         provider_calls=provider_calls,
-        attempts=attempts,
+        attempts=[a for a in attempts if not a.at_exit],
         cache=cache,
         tools=tool_cache if tool_cache is not None else ToolCache(),
         naming=naming,
     )
-    return judgement if end is None else _with_end_check(judgement, end)
+    judgement = judgement if end is None else _with_end_check(judgement, end)
+    return _with_exit_attempts(judgement, [a for a in attempts if a.at_exit], naming)
+
+
+def _with_exit_attempts(
+    judgement: Judgement, at_exit: Sequence[NetworkAttempt], naming: Naming
+) -> Judgement:
+    """After every other rule: what agent code tried at interpreter exit (run before the
+    judgement) makes a run that reproduced (or a what-if that ran to its end)
+    irreproducible; a divergence or a stop before it stays the first thing that went wrong."""
+    if not at_exit or judgement.verdict not in (Verdict.REPRODUCED, Verdict.WHAT_IF):
+        return judgement
+    first = at_exit[0]
+    return replace(
+        judgement,
+        verdict=Verdict.IRREPRODUCIBLE,
+        reason=_network_reason(first, len(at_exit), naming),
+        stop=StopCause.BLOCKED,
+        redacted_reason=_network_reason(first.redacted(), len(at_exit), naming),
+    )
 
 
 def _with_end_check(judgement: Judgement, end: EndCheck) -> Judgement:
@@ -331,6 +352,7 @@ def _judge_events(
             reason=_network_reason(first_attempt, len(attempts), naming),
             comparison=comparison,
             stop=StopCause.BLOCKED,
+            redacted_reason=_network_reason(first_attempt.redacted(), len(attempts), naming),
         )
     if (
         first_tool_miss is not None
@@ -463,6 +485,11 @@ def _outcome(result: ActivationResult) -> str:
 def _network_reason(attempt: NetworkAttempt, count: int, naming: Naming) -> str:
     more = f" ({count - 1} more attempt(s) after it)" if count > 1 else ""
     who = f"read-only tool {attempt.tool!r}" if attempt.tool else "agent code (outside any tool)"
+    if attempt.at_exit:
+        who = (
+            "agent code at interpreter exit (a thread, an atexit hook or a finalizer, run "
+            "before the judgement)"
+        )
     if attempt.operation in NETWORK_OPERATIONS:
         return (
             f"network blocked: {who} tried to reach {attempt.address} ({attempt.operation}){more}; "
@@ -480,7 +507,9 @@ def _network_reason(attempt: NetworkAttempt, count: int, naming: Naming) -> str:
         attempt.operation not in PROCESS_OPERATIONS
     )):
         what = f"write the file {attempt.address}"
-    elif attempt.operation.startswith("ctypes."):
+    elif attempt.operation == "sqlite3.connect":
+        what = f"open the sqlite3 database {attempt.address} (which creates and writes it)"
+    elif attempt.operation.startswith("ctypes.") or attempt.operation.startswith("sqlite3."):
         what = f"load native code {attempt.address}"
     elif attempt.operation in (
         "os.kill",
@@ -521,10 +550,12 @@ def _judge_what_if(
     )
     miss = _cache_miss(failure, None, cache) if failure is not None else None
     stop: StopCause | None = None
+    redacted: str | None = None
     if attempt is not None and (
         failure is None or (attempt.event_index or 0) <= failure.event_index
     ):
         stopped, stop = f", until {_network_reason(attempt, 1, naming)}", StopCause.BLOCKED
+        redacted = prefix + f", until {_network_reason(attempt.redacted(), 1, naming)}"
     elif failure is not None:
         stopped = (
             f", up to the model call at event {failure.event_index} (key {failure.cache_key}), "
@@ -542,4 +573,5 @@ def _judge_what_if(
         comparison=comparison,
         cache_miss=miss,
         stop=stop,
+        redacted_reason=redacted,
     )

@@ -4,6 +4,11 @@ The schema is documented in docs/replay.md ("JSON output") and versioned by
 ``JSON_SCHEMA``: fields may be added in a minor release; renaming or removing
 one, or changing its meaning, bumps it. Bytes are lowercase hex. Trace events
 use the layout of ``beam_agents.trace_data.event_to_dict``.
+
+Every string is shown as the terminal report shows it (``escape.escape_strings``:
+``jq -r .reason`` prints no raw escape sequence); the values themselves (a value's
+``value``, the state's memory, intent arguments, a continuation's ``adapter_state``)
+are the data, exact (``Raw``).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TextIO
 
 from beam_agents.agent_build import describe_build
+from beam_agents.replay.reporting.escape import Raw, escape_strings
 from beam_agents.replay.reporting.json_lines import write_document
 from beam_agents.replay.result import (
     BlobDigest,
@@ -125,7 +131,7 @@ def _continuation(c: ContinuationView | None) -> dict[str, Any] | None:
         "step_index": c.step_index,
         "awaiting_intent_ids": list(c.awaiting_intent_ids),
         "deadline_ms": c.deadline_ms,
-        "adapter_state": c.adapter_state,
+        "adapter_state": Raw(c.adapter_state),
     }
 
 
@@ -133,7 +139,7 @@ def _state(s: StateView | None) -> dict[str, Any] | None:
     if s is None:
         return None
     return {
-        "memory": s.memory,
+        "memory": Raw(s.memory),
         "cache_entries": [
             {
                 "cache_key": e.cache_key,
@@ -158,7 +164,7 @@ def _state(s: StateView | None) -> dict[str, Any] | None:
                 "expires_at_ms": p.expires_at_ms,
                 "requires_approval": p.requires_approval,
                 "approval_channel": p.approval_channel,
-                "args": p.args,
+                "args": Raw(p.args),
             }
             for p in s.pending
         ],
@@ -194,7 +200,16 @@ def result_to_dict(result: ReplayResult) -> dict[str, Any]:
 
 
 def _document(result: ReplayResult) -> dict[str, Any]:
-    """``result_to_dict`` with ``events`` and ``values`` lazy: only for ``write_document``."""
+    """``result_to_dict`` with ``events`` and ``values`` lazy: only for ``write_document``.
+    Every string escaped, but the values (``Raw``)."""
+    document = escape_strings(_fields(result))
+    document["events"] = _Lazy(result.events, pair_document)
+    document["values"] = _Lazy(result.values, value_document)
+    return document  # type: ignore[no-any-return]
+
+
+def _fields(result: ReplayResult) -> dict[str, Any]:
+    """The document's fields, with ``events`` and ``values`` left out (``_document``)."""
     return {
         "schema": JSON_SCHEMA,
         "verdict": result.verdict.value,
@@ -218,7 +233,7 @@ def _document(result: ReplayResult) -> dict[str, Any]:
             "differences": list(result.tool_miss.differences),
         },
         "served_tool_events": list(result.served_tool_events),
-        "events": _Lazy(result.events, pair_document),
+        "events": [],
         "events_reached_only": result.events_reached_only,
         "intents": [
             {
@@ -237,7 +252,7 @@ def _document(result: ReplayResult) -> dict[str, Any]:
         "memory": _blob(result.memory),
         "end_digests_traced": result.end_digests_traced,
         "values_error": result.values_error or None,
-        "values": _Lazy(result.values, value_document),
+        "values": [],
         "memory_not_judged": result.memory_not_judged or None,
         "state": _state(result.state),
         "reference": _reference(result.reference),
@@ -265,36 +280,37 @@ def _reference(r: ReferenceRun | None) -> dict[str, Any] | None:
         "verdict": r.verdict or None,
         "reason": r.reason,
         "first_divergence_index": r.first_divergence,
-        "values": reference_values(r),
+        "values": Raw(reference_values(r)),  # each escaped but its value (value_document)
     }
 
 
 def pair_document(pair: EventPair) -> dict[str, Any]:
     """One traced/replayed pair as the document's ``events`` hold it: the one encoding of a
-    pair (the TUI's ``c`` copies exactly this)."""
-    return {
+    pair (the TUI's ``c`` copies exactly this), every string escaped."""
+    return escape_strings({
         "index": pair.index,
         "differs": pair.differs,
         "differing_fields": list(pair.differing_fields),
         "normalized_fields": list(pair.normalized_fields),
         "traced": event_to_dict(pair.traced) if pair.traced is not None else None,
         "replayed": event_to_dict(pair.replayed) if pair.replayed is not None else None,
-    }
+    })  # type: ignore[no-any-return]
 
 
 def value_document(v: Value) -> dict[str, Any]:
-    """One value as the document's ``values`` hold it (the TUI's ``c`` copies these too)."""
-    return {
+    """One value as the document's ``values`` hold it (the TUI's ``c`` copies these too),
+    every string escaped but the value itself (``Raw``)."""
+    return escape_strings({  # type: ignore[no-any-return]
         "event_index": v.event_index,
         "path": v.path,
         "mark": v.mark.value,
-        "value": v.value,
+        "value": Raw(v.value),
         "text": v.text,
         "is_bytes": v.is_bytes,
         "digest": v.digest,
         "traced_digest": v.traced_digest,
         "attribute": v.attribute,
-    }
+    })
 
 
 class _Lazy(list):  # type: ignore[type-arg]

@@ -2,14 +2,17 @@
 
 The TUI's ``e`` writes it beside the ``--json`` document
 (``beam_agents.replay.reporting.json_doc``); both render the same result and
-decide nothing. Text from the inputs is escaped, then made safe in Markdown.
+decide nothing. Every string from the inputs is escaped and put in a code span
+(``escape.md_code``) or a fenced block (``escape.md_fence``) that its data cannot
+close: a value holding a fence, a heading, a link, an image or HTML shows as text,
+and cannot add a second verdict or a beacon to the ticket.
 """
 
 from __future__ import annotations
 
 from beam_agents import trace_events as te
 from beam_agents._protos import TraceEvent
-from beam_agents.replay.reporting.escape import escape
+from beam_agents.replay.reporting.escape import escape, md_code, md_fence
 from beam_agents.replay.reporting.labels import VERDICT_TITLES, key_text, utc_time
 from beam_agents.replay.reporting.text import (
     SIDE_MARKS,
@@ -25,14 +28,14 @@ MARKDOWN_EVENT_ROWS = 200
 
 
 def _md(value: str) -> str:
-    """Inline Markdown-safe literal text (code spans cannot hold backticks safely)."""
-    return escape(value).replace("`", "'").replace("|", "\\|")
+    """Inline literal text from the inputs, safe in a table cell too."""
+    return md_code(value, in_table=True)
 
 
 def _event_cell(event: TraceEvent | None) -> str:
     if event is None:
         return "—"
-    return f"{te.kind_name(event.kind)} `{_md(event.name)}`"
+    return f"{_md(te.kind_name(event.kind))} {_md(event.name)}"
 
 
 def _both_sides_rows(result: ReplayResult, index: int) -> list[str]:
@@ -77,7 +80,7 @@ def _value_lines(result: ReplayResult, index: int) -> list[str]:
         text = escape(value.text)
         if len(text) > MARKDOWN_VALUE_CHARS:
             text = f"{text[:MARKDOWN_VALUE_CHARS]}… ({len(text) - MARKDOWN_VALUE_CHARS} more characters)"
-        lines.append(f"- `{_md(value.path)}` {_md(mark_text(value))}: `{_md(text)}`")
+        lines.append(f"- {_md(value.path)} {_md(mark_text(value))}: {_md(text)}")
     return lines
 
 
@@ -89,26 +92,26 @@ def report_markdown(result: ReplayResult, *, selected: int | None = None) -> str
         f"# beam-agents-replay: {VERDICT_TITLES[result.verdict]} (exit {result.exit_code})",
         "",
     ]
-    lines.append(f"> {_md(result.reason)}")
+    lines += md_fence(result.reason)
     lines.append("")
     key = "?"
     if h.entity_key is not None:
-        key = f"`{h.entity_key.hex()}`"
+        key = _md(h.entity_key.hex())
         printable = key_text(h.entity_key)
         if printable is not None:
-            key += f" (`{_md(printable)}`)"
+            key += f" ({_md(printable)})"
     now = "?" if h.now_ms is None else f"{h.now_ms} ({utc_time(h.now_ms)})"
     lines += [
         "| | |",
         "| --- | --- |",
         f"| version | {_md(h.version)} |",
-        f"| agent | `{_md(h.agent_path)}` |",
-        f"| registry | `{_md(h.registry_path)}` |",
+        f"| agent | {_md(h.agent_path)} |",
+        f"| registry | {_md(h.registry_path)} |",
         f"| key | {key} |",
         f"| seq | {h.seq if h.seq is not None else '?'} |",
         f"| now_ms | {now} |",
         f"| kind | {_md(h.kind or '?')} {_md(h.trigger)} |",
-        f"| snapshot | seq {h.snapshot_seq} request `{_md(h.snapshot_request_id)}` |",
+        f"| snapshot | seq {h.snapshot_seq} request {_md(h.snapshot_request_id)} |",
         f"| migrations | {_md(', '.join(h.migrations_applied) or 'none')} |",
         f"| hitl | {_md(h.hitl_policy or '-')} ({_md(h.hitl_source)}) |",
         f"| provider calls | {result.provider_calls} |",
@@ -121,10 +124,10 @@ def report_markdown(result: ReplayResult, *, selected: int | None = None) -> str
         "",
     ]
     if result.error:
-        lines += ["## Error", "", "```", escape(result.error, multiline=True), "```", ""]
+        lines += ["## Error", "", *md_fence(result.error), ""]
     div = result.first_divergence
     if div is not None:
-        lines += [f"## First divergence: event {div.index} {_md(div.kind)} `{_md(div.name)}`", ""]
+        lines += [f"## First divergence: event {div.index} {_md(div.kind)} {_md(div.name)}", ""]
         if div.missing:
             lines.append("The re-run did not produce this event.")
         if div.extra:
@@ -132,11 +135,11 @@ def report_markdown(result: ReplayResult, *, selected: int | None = None) -> str
         if div.fields:
             lines += ["| field | traced | replayed |", "| --- | --- | --- |"]
             lines += [
-                f"| `{_md(f.path)}` | `{_md(f.traced)}` | `{_md(f.replayed)}` |" for f in div.fields
+                f"| {_md(f.path)} | {_md(f.traced)} | {_md(f.replayed)} |" for f in div.fields
             ]
         lines += _both_sides_rows(result, div.index)
         if div.detail:
-            lines += ["", "```", escape(div.detail, multiline=True), "```"]
+            lines += ["", *md_fence(div.detail)]
         lines += _value_lines(result, div.index)
         lines.append("")
     miss = result.cache_miss
@@ -144,14 +147,14 @@ def report_markdown(result: ReplayResult, *, selected: int | None = None) -> str
         lines += [
             f"## Cache miss at event {miss.event_index} ({_md(miss.status)})",
             "",
-            f"- key: `{_md(miss.cache_key)}`",
-            f"- model: `{_md(miss.model)}`",
+            f"- key: {_md(miss.cache_key)}",
+            f"- model: {_md(miss.model)}",
         ]
         if miss.traced_cache_key is not None:
-            lines.append(f"- traced key: `{_md(miss.traced_cache_key)}`")
+            lines.append(f"- traced key: {_md(miss.traced_cache_key)}")
         if miss.nearest is not None:
             lines.append(
-                f"- nearest entry: `{_md(miss.nearest.cache_key)}` (model `{_md(miss.nearest.model)}`),"
+                f"- nearest entry: {_md(miss.nearest.cache_key)} (model {_md(miss.nearest.model)}),"
                 f" differs in: {_md(', '.join(miss.nearest.differences) or 'nothing recorded')}"
             )
         lines += _value_lines(result, miss.event_index)
@@ -161,14 +164,14 @@ def report_markdown(result: ReplayResult, *, selected: int | None = None) -> str
         lines += [
             f"## Tool cache miss at event {tool_miss.event_index} ({_md(tool_miss.status)})",
             "",
-            f"- recorded tool: `{_md(tool_miss.tool)}`",
-            f"- args sha256: `{_md(tool_miss.args_sha256)}`",
+            f"- recorded tool: {_md(tool_miss.tool)}",
+            f"- args sha256: {_md(tool_miss.args_sha256)}",
         ]
         if tool_miss.traced_args_sha256 is not None:
-            lines.append(f"- traced args sha256: `{_md(tool_miss.traced_args_sha256)}`")
+            lines.append(f"- traced args sha256: {_md(tool_miss.traced_args_sha256)}")
         if tool_miss.nearest_args_sha256 is not None:
             lines.append(
-                f"- nearest recorded call: `{_md(tool_miss.nearest_args_sha256)}`, differs in: "
+                f"- nearest recorded call: {_md(tool_miss.nearest_args_sha256)}, differs in: "
                 f"{_md(', '.join(tool_miss.differences) or 'nothing')}"
             )
         lines.append("")
@@ -177,7 +180,7 @@ def report_markdown(result: ReplayResult, *, selected: int | None = None) -> str
         for index in result.served_tool_events:
             event = result.events[index].replayed if index < len(result.events) else None
             if event is not None:
-                lines.append(f"- event {index}: `{_md(event.name)}` (never run in replay)")
+                lines.append(f"- event {index}: {_md(event.name)} (never run in replay)")
         lines.append("")
     covered = {div.index if div else None, miss.event_index if miss else None}
     if selected is not None and selected not in covered:
@@ -186,7 +189,7 @@ def report_markdown(result: ReplayResult, *, selected: int | None = None) -> str
             lines += [f"## Selected event {selected}", *values, ""]
     if result.network_attempts:
         lines += ["## Blocked network attempts", ""]
-        lines += [f"- `{_md(a)}`" for a in result.network_attempts]
+        lines += [f"- {_md(a)}" for a in result.network_attempts]
         lines.append("")
     if result.events:
         lines += [f"## Timeline ({len(result.events)} events)", ""]
@@ -197,7 +200,7 @@ def report_markdown(result: ReplayResult, *, selected: int | None = None) -> str
         shown = result.events[:MARKDOWN_EVENT_ROWS]
         for pair in shown:
             mark = "≠" if pair.differs else ""
-            fields = ", ".join(f"`{_md(f)}`" for f in pair.differing_fields)
+            fields = ", ".join(_md(f) for f in pair.differing_fields)
             lines.append(
                 f"| {pair.index} | {mark} | {_event_cell(pair.traced)} | {_event_cell(pair.replayed)} | {fields} |"
             )
@@ -215,7 +218,7 @@ def report_markdown(result: ReplayResult, *, selected: int | None = None) -> str
         lines.append("| --- | --- | --- | --- |")
         for row in result.intents:
             lines.append(
-                f"| `{_md(row.intent_id)}` | `{_md(row.tool)}` | {row.traced_staged}/{row.replayed_staged}"
+                f"| {_md(row.intent_id)} | {_md(row.tool)} | {row.traced_staged}/{row.replayed_staged}"
                 f" | {row.traced_released}/{row.replayed_released} |"
             )
         lines.append("")
@@ -223,12 +226,13 @@ def report_markdown(result: ReplayResult, *, selected: int | None = None) -> str
         lines += ["## Outputs and memory", ""]
         for i, out in enumerate(result.outputs):
             lines.append(
-                f"- outputs[{i}]: {out.size} bytes, sha256={out.sha256} {digest_note(result, out)}"
+                f"- outputs[{i}]: {out.size} bytes, sha256={out.sha256} "
+                f"{md_code(digest_note(result, out))}"
             )
         if result.memory is not None:
             lines.append(
                 f"- memory blob: {result.memory.size} bytes, sha256={result.memory.sha256} "
-                + digest_note(result, result.memory)
+                + md_code(digest_note(result, result.memory))
             )
         lines.append("")
     return "\n".join(lines)

@@ -4,9 +4,11 @@ For environments where plaintext must not reach a log. What a trace already
 carries (kinds, names, ids, digests, cache keys, counts, error types) stays;
 what only the re-run and the snapshot know (every decoded value, output bytes,
 memory, intent arguments, the continuation's state, the exception message,
-the DeepDiff detail, which quotes values) becomes a digest or goes. The
-verdict, the reason and every mark are untouched: redaction changes what is
-shown, never what was found.
+the DeepDiff detail, which quotes values) becomes a digest or goes, and so does
+every plaintext a message quotes (``ReplayResult.redacted_reason``, ``redacted_error``,
+``redacted_network_attempts``: a command line or a file path the guard refused, the
+text of an exit or of an exception agent code raised). The verdict and every mark
+are untouched: redaction changes what is shown, never what was found.
 """
 
 from __future__ import annotations
@@ -121,6 +123,9 @@ def redact(result: ReplayResult) -> ReplayResult:
     """``result`` with every value replaced by its digest (see the module docstring)."""
     return replace(
         result,
+        reason=result.redacted_reason or result.reason,
+        error=result.redacted_error or result.error,
+        network_attempts=result.redacted_network_attempts or result.network_attempts,
         values=_RedactedValues(result.values),
         outputs=tuple(b for b in (_blob(o) for o in result.outputs) if b is not None),
         memory=_blob(result.memory),

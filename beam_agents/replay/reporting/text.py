@@ -4,15 +4,16 @@ The first lines are exactly the seed's shape (header, verdict, ``provider
 calls``, each output, the memory blob); the lines after them name the first
 divergence, the cache miss or the network attempt, then the context: the
 registry, the HITL policy, the trigger, the snapshot and the intents ledger.
-Text that comes from the inputs (names, keys, ids) is printed with control
-characters escaped, so no byte of a trace or snapshot can drive the terminal.
+Every line is written by ``escape.escape_lines``: whatever a line holds of the
+inputs (names, keys, ids, the traced digests themselves), no byte of a trace or
+snapshot can drive the terminal or start a line of its own (a second verdict).
 """
 
 from __future__ import annotations
 
 from beam_agents._protos import TraceEvent
 from beam_agents.agent_build import describe_build
-from beam_agents.replay.reporting.escape import escape
+from beam_agents.replay.reporting.escape import escape, escape_lines
 from beam_agents.replay.result import (
     BlobDigest,
     CacheMiss,
@@ -459,7 +460,7 @@ def render_report(result: ReplayResult, *, full_values: bool = False) -> str:
     if result.intents:
         lines.append("  intents:")
         lines.extend(_intent_line(row) for row in result.intents)
-    return "\n".join(lines) + "\n"
+    return escape_lines(lines)
 
 
 def render_error(result: ReplayResult) -> str:

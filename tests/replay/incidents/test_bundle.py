@@ -55,17 +55,17 @@ def test_only_the_keys_data_and_only_the_named_activation(incident: Incident) ->
 def test_each_activation_replays_as_from_the_separate_files(incident: Incident) -> None:
     loaded = bd.load_bundle(incident.make(all_seqs=True))
     for seq, envelope in zip(loaded.seqs, incident.sent, strict=True):
-        from_bundle = replay(bd.bundle_options(loaded, seq=seq))
+        from_bundle = replay(bd.bundle_options(loaded, seq=seq, import_recorded=True))
         from_files = replay(
             options(incident.snapshot, incident.h.trace_bytes(), event=envelope, seq=seq)
         )
         assert from_bundle.verdict is from_files.verdict is Verdict.REPRODUCED, from_bundle.error
         assert [p.replayed for p in from_bundle.events] == [p.replayed for p in from_files.events]
         assert from_bundle.header.hitl_source == "default"
-    changed = replay(bd.bundle_options(loaded, seq=1, agent="replay_agents:AGENT_NEW_PROMPT"))
+    changed = replay(bd.bundle_options(loaded, seq=1, agent="replay_agents:AGENT_NEW_PROMPT", import_recorded=True))
     assert changed.verdict is Verdict.IRREPRODUCIBLE  # a changed prompt misses the cache
     with pytest.raises(InputError, match="holds the activation"):
-        bd.bundle_options(loaded, seq=9)
+        bd.bundle_options(loaded, seq=9, import_recorded=True)
 
 
 def test_the_snapshot_is_loaded_once_and_every_replay_reads_that_load(
@@ -89,11 +89,11 @@ def test_the_snapshot_is_loaded_once_and_every_replay_reads_that_load(
     monkeypatch.setattr(engine, "load_snapshot_source", counting)  # a replay's own
     loaded = bd.load_bundle(data)
     assert loaded.loaded_snapshot is not None and len(loads) == 1
-    shared = [replay(bd.bundle_options(loaded, seq=seq)) for seq in loaded.seqs * 2]
+    shared = [replay(bd.bundle_options(loaded, seq=seq, import_recorded=True)) for seq in loaded.seqs * 2]
     assert len(loads) == 1  # four activations, each replayed twice: no load of their own
     # The same results as a replay that loads the snapshot itself, activation by activation.
     for seq, result in zip(loaded.seqs * 2, shared, strict=True):
-        own = replay(replace(bd.bundle_options(loaded, seq=seq), loaded_snapshot=None))
+        own = replay(replace(bd.bundle_options(loaded, seq=seq, import_recorded=True), loaded_snapshot=None))
         assert result.verdict is own.verdict is Verdict.REPRODUCED
         assert render_json(result) == render_json(own)
     assert len(loads) == 1 + 2 * len(loaded.seqs)
@@ -113,17 +113,17 @@ def test_an_agent_spoiling_what_it_was_handed_leaves_the_next_replay_of_the_load
     vandal = "replay_agents:AGENT_VANDAL"
     fresh = {
         seq: render_json(
-            replay(replace(bd.bundle_options(loaded, seq=seq, agent=vandal), loaded_snapshot=None))
+            replay(replace(bd.bundle_options(loaded, seq=seq, agent=vandal, import_recorded=True), loaded_snapshot=None))
         )
         for seq in loaded.seqs
     }
     order = [*loaded.seqs, *reversed(loaded.seqs), *loaded.seqs]
     for seq in order:
-        shared = replay(bd.bundle_options(loaded, seq=seq, agent=vandal))
+        shared = replay(bd.bundle_options(loaded, seq=seq, agent=vandal, import_recorded=True))
         assert shared.verdict is Verdict.REPRODUCED, (seq, shared.error)
         assert render_json(shared) == fresh[seq], seq
-    assert render_json(replay(bd.bundle_options(loaded, seq=1))) == render_json(
-        replay(replace(bd.bundle_options(loaded, seq=1), loaded_snapshot=None))
+    assert render_json(replay(bd.bundle_options(loaded, seq=1, import_recorded=True))) == render_json(
+        replay(replace(bd.bundle_options(loaded, seq=1, import_recorded=True), loaded_snapshot=None))
     )
 
 
@@ -141,7 +141,7 @@ def test_a_recorded_hitl_policy_is_replayed(incident: Incident) -> None:
     )
     loaded = bd.load_bundle(data)
     assert loaded.hitl == ra.HITL_SHORT and loaded.message.hitl_path == "replay_agents:HITL_SHORT"
-    result = replay(bd.bundle_options(loaded))
+    result = replay(bd.bundle_options(loaded, import_recorded=True))
     assert result.verdict is Verdict.REPRODUCED
     assert result.header.hitl_source == "replay_agents:HITL_SHORT"
     assert result.header.hitl_policy == ra.HITL_SHORT.describe()
@@ -152,7 +152,7 @@ def test_a_recorded_hitl_policy_is_replayed(incident: Incident) -> None:
         agent=AGENT,
         registry=TOOLS,
     )
-    assert replay(bd.bundle_options(bd.load_bundle(default))).verdict is Verdict.DIVERGED
+    assert replay(bd.bundle_options(bd.load_bundle(default), import_recorded=True)).verdict is Verdict.DIVERGED
 
 
 def test_making_refuses_a_missing_envelope_or_an_activation_after_the_snapshot(
@@ -286,7 +286,7 @@ def test_mutated_bundles_are_refused_or_judged_never_a_crash(incident: Incident)
     """Random byte flips, cuts and splices: every outcome is a refusal or a verdict, no bug."""
     import random
 
-    from beam_agents.replay.incidents.check_workers import check_one
+    from beam_agents.replay.incidents.check_workers import CheckSettings, check_one
 
     data = incident.make(all_seqs=True)
     rng = random.Random(13)
@@ -307,7 +307,7 @@ def test_mutated_bundles_are_refused_or_judged_never_a_crash(incident: Incident)
         with tempfile.NamedTemporaryFile(suffix=".bundle") as f:
             f.write(bytes(mutated))
             f.flush()
-            for row in check_one(f.name):
+            for row in check_one(f.name, CheckSettings(import_recorded=True)):
                 assert not row.cause.startswith("internal error"), (round_, row.detail)
                 seen.add(row.verdict.value)
     assert "error" in seen  # most mutations are refused

@@ -42,7 +42,7 @@ def summary(report) -> list[tuple[str, int | None, Verdict, str]]:  # type: igno
 
 
 def test_rows_groups_and_the_worst_verdict(folder: Path) -> None:
-    report = check_bundles([folder])
+    report = check_bundles([folder], import_recorded=True)
     rows = summary(report)
     assert [(n, s, v) for n, s, v, _ in rows] == [
         ("all.bundle", 1, Verdict.REPRODUCED),
@@ -75,23 +75,23 @@ def test_rows_groups_and_the_worst_verdict(folder: Path) -> None:
     assert "worst: error (exit 2)" in text and "tool.bundle seq 1" in text
     # 10 activations replayed; the two unreadable files are rows, not activations.
     assert text.startswith("beam-agents-replay check: 10 activation(s) in 6 file(s),")
-    good = check_bundles([folder / "all.bundle", folder / "tool.bundle", folder / "prompt.bundle"])
+    good = check_bundles([folder / "all.bundle", folder / "tool.bundle", folder / "prompt.bundle"], import_recorded=True)
     assert good.exit_code == 1  # diverged outranks irreproducible
-    assert check_bundles([folder / "prompt.bundle"]).exit_code == 3
-    assert check_bundles([folder / "all.bundle"]).exit_code == 0
+    assert check_bundles([folder / "prompt.bundle"], import_recorded=True).exit_code == 3
+    assert check_bundles([folder / "all.bundle"], import_recorded=True).exit_code == 0
 
 
 def test_the_agent_override_and_two_processes_give_the_same_rows(folder: Path) -> None:
     files = sorted(folder.glob("*.bundle"))
-    one = check_bundles(files, jobs=1)
-    two = check_bundles(files, jobs=2)
+    one = check_bundles(files, jobs=1, import_recorded=True)
+    two = check_bundles(files, jobs=2, import_recorded=True)
     assert summary(one) == summary(two) and two.jobs == 2
-    fixed = check_bundles([folder / "prompt.bundle"], agent="replay_agents:AGENT", jobs=2)
+    fixed = check_bundles([folder / "prompt.bundle"], agent="replay_agents:AGENT", jobs=2, import_recorded=True)
     assert [r.verdict for r in fixed.rows] == [Verdict.REPRODUCED]
 
 
 def test_junit_has_one_case_per_activation(folder: Path) -> None:
-    report = check_bundles([folder])
+    report = check_bundles([folder], import_recorded=True)
     root = ET.fromstring(render_junit(report))
     suite = root.find("testsuite")
     assert suite is not None
@@ -107,13 +107,14 @@ def test_the_cli_prints_the_table_writes_junit_and_exits_with_the_worst(
 ) -> None:
     junit = tmp_path / "out" / "junit.xml"
     junit.parent.mkdir()
-    code = main(["check", str(folder), "--jobs", "1", "--junit", str(junit)])
+    code = main(["check", "--import-recorded", str(folder), "--jobs", "1", "--junit", str(junit)])
     out, err = capsys.readouterr()
     assert (code, err) == (2, "")
     assert "6  reproduced" in out and "diverged" in out and junit.read_bytes().startswith(b"<?xml")
     code = main(
         [
             "check",
+            "--import-recorded",
             str(folder / "all.bundle"),
             str(folder / "prompt.bundle"),
             "--json",
@@ -127,7 +128,7 @@ def test_the_cli_prints_the_table_writes_junit_and_exits_with_the_worst(
         and doc["exit_code"] == 3
         and doc["counts"] == {"irreproducible": 1, "reproduced": 4}
     )
-    assert main(["check", str(folder), "--jobs", "0"]) == 2
+    assert main(["check", "--import-recorded", str(folder), "--jobs", "0"]) == 2
     assert "--jobs must be 1 or more" in capsys.readouterr().err
 
 
@@ -137,7 +138,7 @@ def test_junit_stays_well_formed_xml_whatever_the_names(folder: Path, tmp_path: 
 
     (tmp_path / "a\uffffb\ufffe.bundle").write_bytes((folder / "tool.bundle").read_bytes())
     (tmp_path / os.fsdecode(b"j\xff\x01\x1b[31m.bundle")).write_bytes(b"junk")
-    report = check_bundles([tmp_path])
+    report = check_bundles([tmp_path], import_recorded=True)
     document = render_junit(report)
     root = ET.fromstring(document)  # expat: raises on any character XML 1.0 forbids
     names = sorted(c.get("name", "").rsplit("/", 1)[-1] for c in root.iter("testcase"))
@@ -155,15 +156,15 @@ def test_junit_output_never_blocks_on_a_fifo_nor_writes_through_a_link(
 
     fifo = tmp_path / "junit.fifo"
     os.mkfifo(fifo)  # opening it for writing used to block forever (no reader)
-    assert main(["check", str(folder / "all.bundle"), "--jobs", "1", "--junit", str(fifo)]) == 2
+    assert main(["check", "--import-recorded", str(folder / "all.bundle"), "--jobs", "1", "--junit", str(fifo)]) == 2
     err = capsys.readouterr().err
     assert f"cannot write --junit {fifo}: it exists and is not a regular file" in err
     # An empty name was skipped silently (no JUnit written, no error).
-    assert main(["check", str(folder / "all.bundle"), "--jobs", "1", "--junit", ""]) == 2
+    assert main(["check", "--import-recorded", str(folder / "all.bundle"), "--jobs", "1", "--junit", ""]) == 2
     assert "cannot write --junit : the file name is empty" in capsys.readouterr().err
     # '-' is no file: it wrote one named '-' in the current directory, after every replay
     monkeypatch.chdir(tmp_path)
-    assert main(["check", str(folder / "all.bundle"), "--jobs", "1", "--junit", "-"]) == 2
+    assert main(["check", "--import-recorded", str(folder / "all.bundle"), "--jobs", "1", "--junit", "-"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and not (tmp_path / "-").exists()
     assert "check: error: --junit - would mix JUnit XML into check's report" in err
@@ -171,7 +172,7 @@ def test_junit_output_never_blocks_on_a_fifo_nor_writes_through_a_link(
     missing = tmp_path / "no-such-folder" / "junit.xml"
     ran: list[object] = []
     monkeypatch.setattr("beam_agents.replay.incidents.check.check_bundles", lambda *a, **k: ran.append(a))
-    assert main(["check", str(folder / "all.bundle"), "--jobs", "1", "--junit", str(missing)]) == 2
+    assert main(["check", "--import-recorded", str(folder / "all.bundle"), "--jobs", "1", "--junit", str(missing)]) == 2
     assert ran == []  # refused before any replay
     err = capsys.readouterr().err
     assert f"cannot write --junit {missing}: its folder {missing.parent} does not exist" in err
@@ -181,7 +182,7 @@ def test_junit_output_never_blocks_on_a_fifo_nor_writes_through_a_link(
     target.write_bytes(b"keep")
     link = tmp_path / "junit.xml"
     link.symlink_to(target)
-    assert main(["check", str(folder / "all.bundle"), "--jobs", "1", "--junit", str(link)]) == 0
+    assert main(["check", "--import-recorded", str(folder / "all.bundle"), "--jobs", "1", "--junit", str(link)]) == 0
     assert target.read_bytes() == b"keep" and not link.is_symlink()
     assert ET.fromstring(link.read_bytes()).find("testsuite") is not None
 
@@ -193,21 +194,21 @@ def test_a_directory_without_bundles_is_an_error_row_not_a_pass(
     (empty / "nested").mkdir(parents=True)
     (empty / "nested" / "x.bundle").write_bytes((folder / "all.bundle").read_bytes())
     (empty / "notes.txt").write_text("no bundle here")
-    report = check_bundles([empty])
+    report = check_bundles([empty], import_recorded=True)
     [row] = report.rows
     assert (row.path, row.seq, row.verdict) == (str(empty), None, Verdict.USAGE_ERROR)
     assert row.cause == "directory holds no *.bundle file" and "subfolders" in row.detail
     assert report.exit_code == 2 and report.bundles == 0
     # Beside real bundles the empty folder is still one error row, and it still decides the code.
-    mixed = check_bundles([folder / "all.bundle", empty])
+    mixed = check_bundles([folder / "all.bundle", empty], import_recorded=True)
     assert [r.verdict for r in mixed.rows].count(Verdict.USAGE_ERROR) == 1
     assert mixed.exit_code == 2 and len(mixed.rows) == 5
     junit = tmp_path / "junit.xml"
-    assert main(["check", str(empty), "--junit", str(junit)]) == 2
+    assert main(["check", "--import-recorded", str(empty), "--junit", str(junit)]) == 2
     out = capsys.readouterr().out
     assert "worst: error (exit 2)" in out and "directory holds no *.bundle file" in out
     assert out.startswith("beam-agents-replay check: 0 activation(s) in 0 file(s),")
-    assert main(["check", str(empty), "--json"]) == 2
+    assert main(["check", "--import-recorded", str(empty), "--json"]) == 2
     doc = json.loads(capsys.readouterr().out)
     assert (doc["activations"], doc["files"], doc["counts"]) == (0, 0, {"error": 1})
     suite = ET.fromstring(junit.read_bytes()).find("testsuite")
@@ -219,7 +220,7 @@ def test_a_divergence_into_another_event_is_grouped_by_the_two_kinds(tmp_path: P
     # (16 fields on the demo's bundles), one long line per pair of kinds.
     bundle = tmp_path / "no-model.bundle"
     bundle.write_bytes(Incident().make(seq=1, agent="replay_agents:AGENT_NO_MODEL"))
-    [row] = check_bundles([bundle]).rows
+    [row] = check_bundles([bundle], import_recorded=True).rows
     assert row.verdict is Verdict.DIVERGED
     assert row.cause == "LLM_CALL 'replay-test-model': the re-run has ACTIVATION_END here"
     assert "differs: kind, name, attributes[" in row.detail  # the full reason stays in the detail
@@ -235,7 +236,7 @@ def test_a_cause_never_loses_letters_to_the_file_name(
     Path("e").write_bytes((folder / "tool.bundle").read_bytes())
     Path("d").write_bytes((folder / "cut.bundle").read_bytes())
     Path("u").write_bytes((folder / "snapshot.bundle").read_bytes())
-    named = {r.path: (r.verdict, r.kind, r.cause) for r in check_bundles(["e", "d", "u"]).rows}
+    named = {r.path: (r.verdict, r.kind, r.cause) for r in check_bundles(["e", "d", "u"], import_recorded=True).rows}
     assert named == {
         "e": (
             Verdict.DIVERGED,
@@ -246,7 +247,7 @@ def test_a_cause_never_loses_letters_to_the_file_name(
         "u": (Verdict.USAGE_ERROR, CheckCause.REFUSED, "the bundle is not an incident bundle"),
     }
     # The detail still names the file.
-    assert any(r.detail.startswith("bundle d ") for r in check_bundles(["d"]).rows)
+    assert any(r.detail.startswith("bundle d ") for r in check_bundles(["d"], import_recorded=True).rows)
 
 
 def test_a_cause_is_built_from_the_results_stop_never_read_back_out_of_its_reason() -> None:

@@ -72,7 +72,7 @@ def test_a_worker_agent_code_kills_costs_that_activation_an_error_row_and_nothin
     good = tmp_path / "good.bundle"
     good.write_bytes(incident.make(seq=1))
     for jobs in (1, 2):
-        report = check_bundles([die, good], jobs=jobs, isolate=True)
+        report = check_bundles([die, good], jobs=jobs, isolate=True, import_recorded=True)
         assert rows(report) == [
             ("tools_die", 1, Verdict.USAGE_ERROR),
             ("tools_die", 2, Verdict.USAGE_ERROR),
@@ -103,7 +103,7 @@ def test_a_worker_writing_to_its_pipe_costs_that_activation_an_error_row_and_run
     good = tmp_path / "good.bundle"
     good.write_bytes(incident.make(seq=1))
 
-    report = check_bundles([planted, good], jobs=1, isolate=True)
+    report = check_bundles([planted, good], jobs=1, isolate=True, import_recorded=True)
 
     assert ia.UNPICKLED_IN == []
     assert rows(report) == [
@@ -125,7 +125,7 @@ def test_workers_refuse_processes_signals_and_writes_and_end_the_process_as_erro
         _bundle(incident, tmp_path, name, seq=1)
         for name in ("TOOLS_SUBPROCESS", "TOOLS_KILL", "TOOLS_WRITE", "TOOLS_EXIT")
     ]
-    report = check_bundles(files, jobs=2, isolate=True)
+    report = check_bundles(files, jobs=2, isolate=True, import_recorded=True)
     by_name = {Path(r.path).stem: r for r in report.rows}
     assert by_name["tools_subprocess"].verdict is Verdict.IRREPRODUCIBLE
     assert "tried to start the process true (subprocess.Popen)" in by_name["tools_subprocess"].cause
@@ -152,11 +152,11 @@ def test_forkserver_workers_run_with_the_environment_check_was_called_with(
     monkeypatch.delenv(ia.WRITE_TARGET_ENV, raising=False)
     good = tmp_path / "good.bundle"
     good.write_bytes(incident.make(seq=1))
-    assert rows(check_bundles([good], jobs=1, isolate=True)) == [("good", 1, Verdict.REPRODUCED)]
+    assert rows(check_bundles([good], jobs=1, isolate=True, import_recorded=True)) == [("good", 1, Verdict.REPRODUCED)]
     target = tmp_path / "written-by-a-forkserver-worker.txt"
     monkeypatch.setenv(ia.WRITE_TARGET_ENV, str(target))
     report = check_bundles(
-        [_bundle(incident, tmp_path, "TOOLS_WRITE", seq=1)], jobs=1, isolate=True
+        [_bundle(incident, tmp_path, "TOOLS_WRITE", seq=1)], jobs=1, isolate=True, import_recorded=True
     )
     (row,) = report.rows
     assert row.verdict is Verdict.IRREPRODUCIBLE, (row.cause, row.detail)
@@ -172,8 +172,12 @@ def test_a_thread_or_atexit_hook_in_a_worker_never_reaches_the_network(
     # Its worker then idles until the other one's re-run (sleeping) reaches the 2 s limit:
     # the thread connects 1 s after its re-run, outside any replay.
     sleeper = _bundle(incident, tmp_path, "TOOLS_SLEEP", seq=1)
-    report = check_bundles([path, sleeper], jobs=2, isolate=True, time_limit=2.0)
-    assert [r.verdict for r in report.rows] == [Verdict.REPRODUCED, Verdict.IRREPRODUCIBLE]
+    report = check_bundles([path, sleeper], jobs=2, isolate=True, time_limit=2.0, import_recorded=True)
+    # Its worker runs what agent code runs at interpreter exit before the judgement (the
+    # thread, not a daemon, is waited for; the atexit hook is called), as a replay alone does:
+    # the attempt is refused and counted.
+    assert [r.verdict for r in report.rows] == [Verdict.IRREPRODUCIBLE, Verdict.IRREPRODUCIBLE]
+    assert "at interpreter exit" in report.rows[0].detail, report.rows[0].detail
     readable, _, _ = select.select([listener], [], [], 0.3)
     assert not readable, "agent code in a check worker reached the network"
 
@@ -185,7 +189,7 @@ def test_an_activation_that_never_ends_is_irreproducible_and_the_check_goes_on(
     hang = _bundle(incident, tmp_path, registry, all_seqs=True)
     limit = limit_for_the_rerun(0.3)  # the import must fit in it: the re-run must not
     started = time.monotonic()
-    report = check_bundles([hang], jobs=1, isolate=True, time_limit=limit)
+    report = check_bundles([hang], jobs=1, isolate=True, time_limit=limit, import_recorded=True)
     assert time.monotonic() - started < 30 + 10 * limit
     assert rows(report) == [
         (registry.lower(), 1, Verdict.IRREPRODUCIBLE),
@@ -210,7 +214,9 @@ def test_a_worker_stuck_in_native_code_is_killed_at_the_backstop(
     good.write_bytes(incident.make(seq=1))
     limit = limit_for_the_rerun(0.2)  # the import must fit in it (it failed at load 13)
     started = time.monotonic()
-    report = check_bundles([stuck, good], jobs=1, isolate=True, time_limit=limit)
+    report = check_bundles(
+        [stuck, good], jobs=1, isolate=True, time_limit=limit, import_recorded=True
+    )
     assert time.monotonic() - started < 30 + 10 * limit
     assert rows(report) == [
         ("tools_regex", 1, Verdict.IRREPRODUCIBLE),
@@ -227,7 +233,7 @@ def test_no_worker_outlives_the_check(incident: Incident, tmp_path: Path) -> Non
     import multiprocessing
 
     path = _bundle(incident, tmp_path, "TOOLS_SLEEP", seq=1)
-    check_bundles([path], jobs=2, isolate=True, time_limit=0.2)
+    check_bundles([path], jobs=2, isolate=True, time_limit=0.2, import_recorded=True)
     assert multiprocessing.active_children() == []
     assert os.getpid()  # this process was never isolated: it can still start processes
     import subprocess
@@ -266,8 +272,15 @@ def test_a_row_has_one_encoding_for_check_json_and_for_the_worker_pipe() -> None
         "seconds": 0.123457,
     }
     report = CheckReport(rows=(row,), bundles=1, jobs=1, seconds=0.5)
+    # check --json shows its strings as the table does (escaped), from that one document.
     assert check_json(report)["groups"] == [  # type: ignore[index]
-        {"verdict": "diverged", "exit_code": 1, "cause": row.cause, "count": 1, "rows": [document]}
+        {
+            "verdict": "diverged",
+            "exit_code": 1,
+            "cause": row.cause,
+            "count": 1,
+            "rows": [{**document, "detail": "event 2 differs\\x1b[2J"}],
+        }
     ]
     wire = json.dumps(["row", document], ensure_ascii=True).encode("ascii")
     assert workers.read_message(wire, "a.bundle") == ("row", replace(row, seconds=0.123457))

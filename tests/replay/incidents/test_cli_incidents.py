@@ -106,13 +106,13 @@ def test_bundle_writes_deterministically_and_replays(
     assert run([*args, "-o", str(out_b)], capsys)[0] == 0
     assert out_a.read_bytes() == out_b.read_bytes()
     assert list(IncidentBundle.FromString(out_a.read_bytes()).seqs) == [1, 2, 3, 4]
-    code, out, err = run([str(out_a)], capsys)
+    code, out, err = run([str(out_a), "--import-recorded"], capsys)
     assert code == 0, err
     assert "seq: 4" in out and out.splitlines()[4] == "reproduced"
-    code, out, _ = run([str(out_a), "--seq", "2", "--json"], capsys)
+    code, out, _ = run([str(out_a), "--import-recorded", "--seq", "2", "--json"], capsys)
     assert code == 0 and json.loads(out)["header"]["seq"] == 2
     code, out, _ = run(
-        [str(out_a), "--seq", "1", "--agent", "replay_agents:AGENT_NEW_PROMPT"], capsys
+        [str(out_a), "--import-recorded", "--seq", "1", "--agent", "replay_agents:AGENT_NEW_PROMPT"], capsys
     )
     assert code == 3
     code, _, err = run([str(out_a), "--seq", "9"], capsys)
@@ -189,7 +189,7 @@ def test_tui_opens_a_bundle(
     monkeypatch.setattr(
         replay_tui.app, "run_tui", lambda options, **kw: seen.append((options, kw)) or 0
     )
-    assert run(["tui", str(path)], capsys)[0] == 0
+    assert run(["tui", str(path), "--import-recorded"], capsys)[0] == 0
     options, extra = seen[0]
     assert options.seq == 2 and options.agent == AGENT and options.events
     assert extra == {"seqs": (2,)}  # [ and ] switch among the bundle's activations
@@ -286,7 +286,7 @@ def test_bundle_and_junit_paths_never_drive_the_terminal(
     assert "e\\x1b]0;owned\\x07\\u202eb.bundle" in err
     folder = tmp_path / "junit\x1b[2J"
     folder.mkdir()
-    code, _, err = run(["check", str(evil), "--jobs", "1", "--junit", str(folder)], capsys)
+    code, _, err = run(["check", "--import-recorded", str(evil), "--jobs", "1", "--junit", str(folder)], capsys)
     assert code == 2 and "cannot write --junit" in err and "is a directory" in err
     assert "\x1b" not in err and "junit\\x1b[2J" in err
 

@@ -66,13 +66,13 @@ def test_rows_and_counts_match_check_on_the_multi_process_runner(tmp_path: Path)
         flags=[], direct_running_mode="multi_processing", direct_num_workers=2
     )
     with beam.Pipeline(runner=FnApiRunner(), options=options) as p:
-        out = p | ReadBundleFiles(str(folder / "*.bundle")) | ReplayBundles()
+        out = p | ReadBundleFiles(str(folder / "*.bundle")) | ReplayBundles(import_recorded=True)
         out.results | "Rows" >> beam.ParDo(_Collect(str(rows_dir)))
         out.counts | "Counts" >> beam.ParDo(_Collect(str(counts_dir)))
     rows = sorted(
         _collected(rows_dir), key=lambda r: (r["path"], r["seq"] if r["seq"] is not None else -1)
     )
-    expected = check_bundles([folder])
+    expected = check_bundles([folder], import_recorded=True)
     assert [(r["path"], r["seq"], r["verdict"], r["cause"]) for r in rows] == [
         (r.path, r.seq, r.verdict.value, r.cause) for r in expected.rows
     ]
@@ -88,7 +88,7 @@ def test_bare_bytes_are_named_by_digest_and_a_bad_override_is_refused(tmp_path: 
     with pytest.raises(ValueError, match="module:ATTR"):
         ReplayBundles(agent="nope")
     with beam.Pipeline(runner=FnApiRunner(), options=PipelineOptions(flags=[])) as p:
-        out = p | beam.Create([data]) | ReplayBundles()
+        out = p | beam.Create([data]) | ReplayBundles(import_recorded=True)
         out.results | beam.ParDo(_Collect(str(tmp_path)))
     rows = _collected(tmp_path)
     assert [(r["seq"], r["verdict"]) for r in rows] == [(1, "reproduced")]
@@ -120,15 +120,21 @@ def test_an_activation_past_the_time_limit_is_the_row_check_gives_it(tmp_path: P
             out = (
                 p
                 | beam.Create([(str(path), path.read_bytes())])
-                | ReplayBundles(time_limit=0.5)
+                | ReplayBundles(time_limit=0.5, import_recorded=True)
             )
             out.results | beam.ParDo(_Collect(str(rows_dir)))
-        expected = check_bundles([path], time_limit=0.5)
     finally:
         ia.RELEASE.set()
         deadline = time.monotonic() + 10
         while still_running() and time.monotonic() < deadline:
             time.sleep(0.01)
+    # check replays it in a worker process forked from this one (which imported the tool's
+    # module: the worker has its RELEASE as it is here), where the tool hangs again.
+    ia.RELEASE.clear()
+    try:
+        expected = check_bundles([path], time_limit=0.5, import_recorded=True)
+    finally:
+        ia.RELEASE.set()
     [row] = _collected(rows_dir)
     assert (row["seq"], row["verdict"], row["exit_code"], row["cause"]) == (
         1,
@@ -157,6 +163,6 @@ def test_the_time_limit_defaults_to_the_clis_and_refuses_what_it_refuses(tmp_pat
     # With no limit the agent code runs on the calling thread; the verdict is the same.
     data = Incident().make(seq=1)
     with beam.Pipeline(runner=FnApiRunner(), options=PipelineOptions(flags=[])) as p:
-        out = p | beam.Create([data]) | ReplayBundles(time_limit=0)
+        out = p | beam.Create([data]) | ReplayBundles(time_limit=0, import_recorded=True)
         out.results | beam.ParDo(_Collect(str(tmp_path)))
     assert [(r["seq"], r["verdict"]) for r in _collected(tmp_path)] == [(1, "reproduced")]

@@ -84,7 +84,7 @@ def test_a_bundle_replay_that_never_ends_exits_3_at_the_time_limit(
 ) -> None:
     path = _bundle(incident, tmp_path, registry, seq=1)
     started = time.monotonic()
-    out = _run([str(path), "--time-limit", "0.5"], _env())
+    out = _run([str(path), "--import-recorded", "--time-limit", "0.5"], _env())
     assert time.monotonic() - started < 60
     assert out.returncode == 3, (out.stdout, out.stderr)
     assert "irreproducible" in out.stdout
@@ -104,7 +104,7 @@ def test_a_report_that_cannot_be_written_is_exit_2_naming_the_verdict_it_carried
     This is a bug" (exit 2 with a traceback's words); the verdict must not be claimed
     without its report either."""
     path = _bundle(incident, tmp_path, "TOOLS_CLOSE_STDOUT", seq=1)
-    out = _run([str(path), *(["--json"] if as_json else [])], _env())
+    out = _run([str(path), "--import-recorded", *(["--json"] if as_json else [])], _env())
     assert out.returncode == 2, (out.stdout, out.stderr)
     assert "internal error" not in out.stderr and "Traceback" not in out.stderr, out.stderr
     assert "the report could not be written to standard output: Bad file descriptor (EBADF)" in (
@@ -120,7 +120,7 @@ def test_a_tiny_time_limit_exits_3_without_the_last_resorts_stack_dump(
     """Hostile pass: the last resort was armed at twice the limit, so --time-limit 1e-6 had
     faulthandler print every thread's stack before the wait could disarm it."""
     path = _bundle(incident, tmp_path, "TOOLS_LOOP", seq=1)
-    out = _run([str(path), "--time-limit", "0.000001"], _env())
+    out = _run([str(path), "--import-recorded", "--time-limit", "0.000001"], _env())
     assert out.returncode == 3, (out.stdout, out.stderr)
     assert "ran past the time limit of 1e-06 s" in out.stdout, out.stdout
     assert "Timeout (" not in out.stderr and "Thread 0x" not in out.stderr, out.stderr
@@ -130,7 +130,7 @@ def test_the_json_report_of_a_run_past_the_limit_is_complete(
     incident: Incident, tmp_path: Path
 ) -> None:
     path = _bundle(incident, tmp_path, "TOOLS_LOOP", seq=1)
-    out = _run([str(path), "--time-limit", "0.3", "--json"], _env())
+    out = _run([str(path), "--import-recorded", "--time-limit", "0.3", "--json"], _env())
     assert out.returncode == 3, out.stderr
     document = json.loads(out.stdout)  # flushed whole before the process ended
     assert document["verdict"] == "irreproducible" and document["exit_code"] == 3
@@ -142,7 +142,7 @@ def test_the_abandoned_re_run_cannot_reach_the_network_before_the_command_ends(
 ) -> None:
     path = _bundle(incident, tmp_path, "TOOLS_LOOP_THEN_CONNECT", seq=1)
     # It connects 0.2 s after the limit, while the report is printed, if the process lives.
-    out = _run([str(path), "--time-limit", "0.2"], _env(listener, **{ia.HANG_SECONDS_ENV: "0.4"}))
+    out = _run([str(path), "--import-recorded", "--time-limit", "0.2"], _env(listener, **{ia.HANG_SECONDS_ENV: "0.4"}))
     assert out.returncode == 3, (out.stdout, out.stderr)
     assert _no_connection(listener)
 
@@ -151,14 +151,14 @@ def test_the_abandoned_re_run_cannot_reach_the_network_before_the_command_ends(
 def test_a_bad_time_limit_is_a_usage_error(incident: Incident, tmp_path: Path, value: str) -> None:
     # 99999999999 overflowed the last resort's timer: an internal error before the bound.
     path = _bundle(incident, tmp_path, "TOOLS_LOOP", seq=1)
-    out = _run([str(path), f"--time-limit={value}"], _env())
+    out = _run([str(path), "--import-recorded", f"--time-limit={value}"], _env())
     assert out.returncode == 2, out.stderr
     assert (
         f"--time-limit: must be a number of seconds from 0 to 86400 (a day; 0: no limit), got '{value}'"
         in out.stderr
     )
     assert "internal error" not in out.stderr and "Traceback" not in out.stderr
-    out = _run(["check", str(path), f"--time-limit={value}"], _env())
+    out = _run(["check", "--import-recorded", str(path), f"--time-limit={value}"], _env())
     assert out.returncode == 2 and "--time-limit" in out.stderr
 
 
@@ -178,7 +178,7 @@ def test_check_gives_every_hostile_bundle_its_row_and_lets_nothing_out(
     _bundle(incident, folder, "TOOLS_LOOP", seq=1)
     (folder / "good.bundle").write_bytes(incident.make(seq=1))
     out = _run(
-        ["check", str(folder), "--jobs", jobs, "--time-limit", "1.5", "--json"],
+        ["check", "--import-recorded", str(folder), "--jobs", jobs, "--time-limit", "1.5", "--json"],
         _env(listener, **{ia.WRITE_TARGET_ENV: str(target)}),
     )
     assert out.returncode == 2, out.stderr  # a worker agent code killed: an error row
@@ -190,8 +190,8 @@ def test_check_gives_every_hostile_bundle_its_row_and_lets_nothing_out(
     }
     assert got == {
         ("good", 1): "reproduced",
-        ("tools_atexit", 1): "reproduced",
-        ("tools_thread", 1): "reproduced",
+        ("tools_atexit", 1): "irreproducible",  # run at interpreter exit, before the judgement
+        ("tools_thread", 1): "irreproducible",  # its thread is waited for, as at exit
         ("tools_subprocess", 1): "irreproducible",
         ("tools_write", 1): "irreproducible",
         ("tools_exit", 1): "error",
@@ -289,7 +289,7 @@ def test_agent_code_holding_the_interpreter_lock_is_ended_at_twice_the_limit(
     process with SIGKILL, never 0 (hostile variants: test_last_resort.py)."""
     path = _bundle(incident, tmp_path, "TOOLS_REGEX", seq=1)
     started = time.monotonic()
-    out = _run([str(path), "--time-limit", "0.5"], _env())
+    out = _run([str(path), "--import-recorded", "--time-limit", "0.5"], _env())
     assert time.monotonic() - started < 60
     assert out.returncode == -9, (out.returncode, out.stdout, out.stderr)  # SIGKILL: 137
     assert "Timeout (0:00:01)!" in out.stderr and "lookup_order" in out.stderr
@@ -310,7 +310,7 @@ def test_a_check_worker_reaches_no_other_workers_pipe(incident: Incident, tmp_pa
     for name in ("c_good", "d_good", "e_good"):
         (folder / f"{name}.bundle").write_bytes(incident.make(seq=1))
     out = _run(
-        ["check", str(folder), "--jobs", "2", "--json"],
+        ["check", "--import-recorded", str(folder), "--jobs", "2", "--json"],
         _env(**{ia.OTHER_WORKER_TARGET_ENV: str(target)}),
     )
     assert not target.exists(), f"ran in process {target.read_text()}"
@@ -344,7 +344,7 @@ def test_a_check_worker_ends_when_check_is_killed(incident: Incident, tmp_path: 
     folder.mkdir()
     (folder / "nap.bundle").write_bytes(incident.make(registry="isolation_agents:TOOLS_NAP", seq=1))
     check = subprocess.Popen(
-        [SCRIPT, "check", str(folder), "--jobs", "1", "--time-limit", "0"],
+        [SCRIPT, "check", "--import-recorded", str(folder), "--jobs", "1", "--time-limit", "0"],
         env=_env(**{ia.HANG_SECONDS_ENV: "2"}),
         cwd=HERE,
         stdout=subprocess.DEVNULL,

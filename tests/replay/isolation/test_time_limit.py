@@ -97,7 +97,7 @@ def test_agent_code_that_never_ends_is_irreproducible_naming_the_limit_and_the_l
 def test_the_callers_own_code_refused_meanwhile_is_told_why(
     recorded: tuple[KeyHistory, object],
 ) -> None:
-    """check_bundles(isolate=True) right after a replay that abandoned its re-run raised
+    """check_bundles(isolate=True, import_recorded=True) right after a replay that abandoned its re-run raised
     "process blocked: replay runs agent code isolated" at the caller, which runs no agent
     code: the refusal now says what keeps the guard in force, and until when."""
     import subprocess
@@ -159,7 +159,7 @@ def test_a_time_limit_out_of_range_is_a_config_error_naming_the_range(bad: objec
     with pytest.raises(ConfigError, match=message):
         ReplayOptions(snapshot=b"", traces=(), agent="m:A", registry="m:T", time_limit=bad)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=message):
-        check_bundles([], time_limit=bad)  # type: ignore[arg-type]
+        check_bundles([], time_limit=bad, import_recorded=True)  # type: ignore[arg-type]
 
 
 def test_an_import_that_never_ends_is_irreproducible(recorded: tuple[KeyHistory, object]) -> None:

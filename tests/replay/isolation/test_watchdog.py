@@ -48,7 +48,7 @@ def _replay(
     }
     # A replay whose last resort was switched off would run for ever: 30 s is "for ever".
     return subprocess.run(
-        [SCRIPT, str(path), "--time-limit", "0.5", *extra],
+        [SCRIPT, str(path), "--import-recorded", "--time-limit", "0.5", *extra],
         capture_output=True,
         text=True,
         timeout=30,
@@ -193,7 +193,7 @@ def test_a_frozen_tui_is_ended_with_the_terminal_restored(
         "TERM": "xterm-256color",
     }
     proc = subprocess.Popen(
-        [SCRIPT, "tui", str(path), "--time-limit", "0.5"],
+        [SCRIPT, "tui", str(path), "--import-recorded", "--time-limit", "0.5"],
         stdin=slave,
         stdout=slave,
         stderr=slave,
@@ -269,7 +269,7 @@ def _start(
         **env,
     }
     return subprocess.Popen(
-        [SCRIPT, str(path), "--time-limit", f"{limit:g}"],
+        [SCRIPT, str(path), "--import-recorded", "--time-limit", f"{limit:g}"],
         stdout=stdout,
         stderr=subprocess.PIPE,
         env=environ,
