@@ -11,10 +11,18 @@ else reads a varint with ``read_varint``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Protocol
 
-__all__ = ["BinaryWriter", "frame", "read_varint", "varint", "write_frames"]
+__all__ = [
+    "BinaryWriter",
+    "frame",
+    "message_fields",
+    "packed_varints",
+    "read_varint",
+    "varint",
+    "write_frames",
+]
 
 
 class BinaryWriter(Protocol):
@@ -59,3 +67,44 @@ def read_varint(data: memoryview | bytes, at: int, limit: int = 10) -> tuple[int
             return value, at
         shift += 7
     return None
+
+
+def message_fields(data: memoryview) -> Iterator[tuple[int, int, int, int]]:
+    """``(field number, wire type, value start, value end)`` of each top-level field of the
+    message ``data``, without parsing it: to count a message's elements before the parser
+    builds them (a parsed element costs hundreds of bytes, however few it takes on the
+    wire). Stops at anything malformed (the parser then says what)."""
+    at, size = 0, len(data)
+    while at < size:
+        tag = read_varint(data, at, limit=5)
+        if tag is None:
+            return
+        key, at = tag
+        number, wire_type = key >> 3, key & 7
+        start = at
+        if wire_type == 0:
+            scalar = read_varint(data, at)
+            if scalar is None:
+                return
+            at = scalar[1]
+        elif wire_type in (1, 5):
+            at += 8 if wire_type == 1 else 4
+            if at > size:
+                return
+        elif wire_type == 2:
+            length = read_varint(data, at)
+            if length is None or length[1] + length[0] > size:
+                return
+            start, at = length[1], length[1] + length[0]
+        else:
+            return
+        yield number, wire_type, start, at
+
+
+def packed_varints(data: memoryview | bytes) -> int:
+    """How many varints a packed repeated field's payload ``data`` holds (one per byte
+    below 0x80: each ends one)."""
+    return len(bytes(data).translate(None, _CONTINUATION_BYTES))
+
+
+_CONTINUATION_BYTES = bytes(range(0x80, 0x100))

@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 from beam_agents.errors import ConfigError
 
 HOUR_MS = 3_600_000
+MAX_DURATION_MS = 100 * 365 * 24 * HOUR_MS
+"""The longest intent TTL or HITL timeout (a hundred years): added to an activation's clock
+(``expires_at_ms``, the timer), it must stay within the int64 of a trace or an intent."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -27,10 +30,18 @@ class HitlPolicy:
     """Tools that need approval in this pipeline even if not declared ``requires_approval``."""
 
     def __post_init__(self) -> None:
-        if self.intent_ttl_ms <= 0:
-            raise ConfigError(f"HitlPolicy.intent_ttl_ms must be > 0, got {self.intent_ttl_ms}")
-        if self.hitl_timeout_ms <= 0:
-            raise ConfigError(f"HitlPolicy.hitl_timeout_ms must be > 0, got {self.hitl_timeout_ms}")
+        for name in ("intent_ttl_ms", "hitl_timeout_ms"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(
+                    f"HitlPolicy.{name} must be an int of milliseconds, got "
+                    f"{type(value).__name__}: {value!r:.80}"
+                )
+            if not 0 < value <= MAX_DURATION_MS:
+                raise ConfigError(
+                    f"HitlPolicy.{name} must be > 0 and at most {MAX_DURATION_MS} (a hundred "
+                    f"years in ms), got {value}"
+                )
         if not self.approval_channel:
             raise ConfigError("HitlPolicy.approval_channel must be a non-empty string")
         object.__setattr__(self, "approval_required_tools", frozenset(self.approval_required_tools))

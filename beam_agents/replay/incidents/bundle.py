@@ -35,13 +35,20 @@ from beam_agents._protos import (
     TraceEvent,
 )
 from beam_agents._version import __version__
-from beam_agents._wire import frame
+from beam_agents._wire import frame, message_fields, packed_varints
 from beam_agents.activation import envelope_digest
 from beam_agents.errors import ConfigError
 from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
 from beam_agents.replay.inputs.agent_code import ancestors, import_object, locate
 from beam_agents.replay.inputs.envelopes import load_envelopes, write_envelope_stream
-from beam_agents.replay.inputs.sources import describe_source, open_regular, read_source
+from beam_agents.replay.inputs.sources import (
+    describe_source,
+    file_kind,
+    open_regular,
+    read_source,
+    size_cap,
+    too_large,
+)
 from beam_agents.replay.inputs.traces import check_complete, seq_ranges, trace_events
 from beam_agents.replay.naming import CHECK_BUNDLES, MAKE_BUNDLE, Input, Naming
 from beam_agents.replay.options import ReplayOptions, Source, as_sources
@@ -55,7 +62,6 @@ if TYPE_CHECKING:
 __all__ = [
     "BUNDLE_FORMAT",
     "BUNDLE_VERSION",
-    "MAX_BUNDLE_BYTES",
     "Bundle",
     "RecordedCodeNotImported",
     "bundle_options",
@@ -70,8 +76,6 @@ BUNDLE_FORMAT = "beam-agents/incident-bundle"
 """The ``format`` field of every bundle."""
 BUNDLE_VERSION = 1
 """The layout version this package writes and the newest it reads."""
-MAX_BUNDLE_BYTES = 512 * 1024 * 1024
-"""A bundle larger than this is refused before it is read (a snapshot tops out near 64 MiB)."""
 
 # A serialized bundle starts with its format field: tag 1 (length-delimited), then the text.
 _MAGIC = b"\x0a" + bytes([len(BUNDLE_FORMAT)]) + BUNDLE_FORMAT.encode()
@@ -366,24 +370,37 @@ def load_bundle(
         import stat
 
         if not stat.S_ISREG(st.st_mode):
-            raise _refuse(name, "is not a regular file", "pass a bundle file")
-        if st.st_size > MAX_BUNDLE_BYTES:
-            raise _refuse(
-                name,
-                f"is {st.st_size} bytes, over the {MAX_BUNDLE_BYTES}-byte limit for a bundle",
-            )
+            kind = file_kind(st.st_mode)
+            raise _refuse(name, f"is {kind}, not a regular file", "pass a bundle file")
+        # The one cap of a bundle, as of every input (docs/replay.md, "Input files"): a file
+        # merely large is no corrupt one, and the refusal says how to raise it.
+        cap = size_cap(Input.BUNDLE, naming)
+        if st.st_size > cap:
+            raise too_large(Input.BUNDLE, naming, path, cap)
         if not is_bundle_file(path) and os.access(path, os.R_OK):
             data = _MAGIC[:0]  # not a bundle: refused below without reading the whole file
         else:
             data = read_source(source, Input.BUNDLE, naming)
     else:
         data = source
+        cap = size_cap(Input.BUNDLE, naming)
+        if len(data) > cap:
+            raise too_large(Input.BUNDLE, naming, name, cap)
     if not data.startswith(_MAGIC):
         raise _refuse(
             name,
             "is not an incident bundle",
             f"it does not start with the {BUNDLE_FORMAT!r} format field; pass a file "
             "beam-agents-replay bundle wrote",
+        )
+    over = _over_counts(data)
+    if over is not None:
+        what, cap = over
+        raise _refuse(
+            name,
+            f"holds more than {cap} {what} (counted before parsing)",
+            "a bundle holds the activations of one incident; make one of fewer activations "
+            "(beam-agents-replay bundle --seq N)",
         )
     message = IncidentBundle()
     try:
@@ -410,6 +427,35 @@ def load_bundle(
     return Bundle(name=name, message=message, hitl=hitl, loaded_snapshot=loaded, path=path)
 
 
+COUNT_CAPS: dict[str, int] = {
+    "activations": 100_000,
+    "trace events": 2_000_000,
+    "envelopes": 100_000,
+}
+"""The most of each a bundle may hold, counted on the wire before it is parsed: parsing
+builds an object of hundreds of bytes per element, however few bytes it takes (an 80 MB
+bundle took 2 GB, a 300 MB one crashed the parser). Its snapshot has its own
+(``inputs.snapshot.COUNT_CAPS``)."""
+
+_COUNTED = {5: "activations", 7: "trace events", 8: "envelopes"}  # IncidentBundle fields
+
+
+def _over_counts(data: bytes) -> tuple[str, int] | None:
+    """The first of ``COUNT_CAPS`` the bundle's wire exceeds, and that cap (the walk stops
+    there, so it is bounded by the caps, not by the elements the wire holds)."""
+    counts = dict.fromkeys(COUNT_CAPS, 0)
+    with memoryview(data) as view:
+        for number, wire_type, start, end in message_fields(view):
+            what = _COUNTED.get(number)
+            if what is None:
+                continue
+            # seqs are packed (one field, many varints) or not (one field each).
+            counts[what] += packed_varints(view[start:end]) if wire_type == 2 and number == 5 else 1
+            if counts[what] > COUNT_CAPS[what]:
+                return what, COUNT_CAPS[what]
+    return None
+
+
 _ITS_SNAPSHOT = CHECK_BUNDLES.known_as(Input.SNAPSHOT, "its snapshot")
 """How a bundle's messages name the snapshot it holds (its loader names it by the given bytes)."""
 
@@ -422,8 +468,10 @@ def _check_parts(
         if ":" not in getattr(message, field_name):
             raise _refuse(name, f"has no {field_name} path (module:ATTR)")
     seqs = list(message.seqs)
-    if not seqs or seqs != sorted(set(seqs)) or seqs[0] < 0:
-        raise _refuse(name, f"names no activation, or its seqs are not ascending ({seqs})")
+    named = set(seqs)
+    if not seqs or seqs != sorted(named) or seqs[0] < 0:
+        shown = ", ".join(map(str, seqs[:10])) + (", ..." if len(seqs) > 10 else "")
+        raise _refuse(name, f"names no activation, or its seqs are not ascending ({shown})")
     from beam_agents.replay.inputs.snapshot import load_snapshot_source
 
     # Parsed once, here: every blob is checked, so a corrupt one is named by the bundle,
@@ -443,8 +491,10 @@ def _check_parts(
             f"holds a snapshot of key {snapshot.entity_key.hex()}, but the bundle is of key "
             f"{key.hex()}: its parts disagree",
         )
-    by_seq: dict[int, list[TraceEvent]] = {}
-    positions: set[tuple[int, int]] = set()
+    # Each activation's events are kept as their bytes and parsed when it is checked: a
+    # parsed event costs several times its bytes.
+    by_seq: dict[int, list[bytes]] = {}
+    positions: set[int] = set()
     for number, data in enumerate(message.trace_events):
         try:
             event = TraceEvent.FromString(data)
@@ -468,16 +518,17 @@ def _check_parts(
                 f"holds a trace event of key {event.entity_key.hex()} (trace event {number}), "
                 f"but the bundle is of key {key.hex()}: its parts disagree",
             )
-        if event.seq not in seqs:
+        if event.seq not in named:
             raise _refuse(
                 name,
                 f"holds a trace event of seq {event.seq}, an activation it does not name "
                 f"(seqs {seq_ranges(seqs)})",
             )
-        if (event.seq, event.index) in positions:
+        position = (event.seq << 32) | event.index  # index is a uint32
+        if position in positions:
             raise _refuse(name, f"holds two trace events at seq {event.seq} index {event.index}")
-        positions.add((event.seq, event.index))
-        by_seq.setdefault(event.seq, []).append(event)
+        positions.add(position)
+        by_seq.setdefault(event.seq, []).append(data)
     envelopes: dict[tuple[str, str], int] = {}
     for number, data in enumerate(message.envelopes):
         envelope = AgentEnvelope()
@@ -494,7 +545,7 @@ def _check_parts(
             )
         envelopes[(envelope.envelope_id, envelope_digest(envelope))] = 0
     for seq in seqs:
-        events = sorted(by_seq.get(seq, []), key=lambda e: e.index)
+        events = sorted(map(TraceEvent.FromString, by_seq.pop(seq, [])), key=lambda e: e.index)
         if not events:
             raise _refuse(name, f"names seq {seq} but holds none of its trace events")
         try:

@@ -410,14 +410,17 @@ _REFUSAL_KINDS: dict[type[ReplayRefused], CheckCause] = {
 
 
 def bundle_paths(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
-    """The files ``check PATH...`` covers: files as given, directories' ``*.bundle`` files."""
+    """The files ``check PATH...`` covers: files as given, directories' ``*.bundle`` entries.
+
+    Every entry of a directory named ``*.bundle`` counts, whatever it is: one that is no
+    readable bundle file (a dangling or looping link, a FIFO, a directory, a file it may
+    not read) is an ``error`` row, never skipped (a CI job would pass on what it skipped).
+    """
     out: list[str] = []
     for path in paths:
         p = Path(path)
         if p.is_dir():
-            out.extend(
-                str(f) for f in sorted(p.iterdir()) if f.suffix == BUNDLE_SUFFIX and f.is_file()
-            )
+            out.extend(str(f) for f in sorted(p.iterdir()) if f.name.endswith(BUNDLE_SUFFIX))
         else:
             out.append(os.fspath(path))
     return out

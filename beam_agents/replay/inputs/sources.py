@@ -22,11 +22,13 @@ __all__ = [
     "STDIN",
     "CappedReader",
     "describe_source",
+    "file_kind",
     "open_regular",
     "read_capped",
     "read_source",
     "read_source_mutable",
     "size_cap",
+    "too_large",
 ]
 
 STDIN = "-"
@@ -77,6 +79,11 @@ def size_cap(what: Input, naming: Naming) -> int:
     return value
 
 
+def too_large(what: Input, naming: Naming, name: str, cap: int) -> InputError:
+    """The refusal of an input over its size cap: it names the cap and its variable."""
+    return _too_large(what, naming, name, cap)
+
+
 def _too_large(what: Input, naming: Naming, name: str, cap: int) -> InputError:
     env, _ = SIZE_CAPS.get(what, SIZE_CAPS[Input.BUNDLE])
     def reason(shown: str) -> str:
@@ -96,6 +103,18 @@ def _takes(what: Input, naming: Naming) -> str:
     return f"{naming.name(what)} takes a file path, or - for standard input"
 
 
+def file_kind(mode: int) -> str:
+    """What a file that is no regular file is, for messages: ``a directory``, ``a FIFO
+    (named pipe)``, ``a device``, ``a socket``."""
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a socket" if stat.S_ISSOCK(mode) else "no regular file"
+
+
 def open_regular(path: str, what: Input, naming: Naming) -> BinaryIO:
     """Open ``path`` for reading if it is a regular file within ``what``'s size cap.
 
@@ -112,17 +131,7 @@ def open_regular(path: str, what: Input, naming: Naming) -> BinaryIO:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            kind = (
-                "a directory"
-                if stat.S_ISDIR(st.st_mode)
-                else "a FIFO (named pipe)"
-                if stat.S_ISFIFO(st.st_mode)
-                else "a device"
-                if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
-                else "a socket"
-                if stat.S_ISSOCK(st.st_mode)
-                else "not a regular file"
-            )
+            kind = file_kind(st.st_mode)
             stdin = "; a single input can come from standard input as -" if what is not Input.BUNDLE else ""
             raise InputError(
                 f"{naming.given(what, path)} is {kind}, not a regular file",
