@@ -13,7 +13,17 @@ RSS read from ``getrusage(RUSAGE_CHILDREN)`` of a one-child wrapper:
       the caller read and keeps (its result written as ``--json`` writes it), in a
       ``python -c`` process.
 
-Targets (issue 14): (a) <= 200 MB, (b) <= 150 MB, (c) and (d) <= 3x the snapshot's size.
+From issue 23 (memory bounded by the input's size, not its element count):
+
+  (e) a trace holding, beside the replayed activation, 999,000 one-event activations of
+      the key (13 MB): replayed with --seq;
+  (f) a snapshot of 2,000,000 empty pending intents (4 MB): refused before it is parsed;
+  (g) --events holding 80,000 different copies of one envelope id (the traced one last):
+      refused past the cap on copies per id, in time linear in the dump;
+  (h) (c) as an incident bundle (about 64 MB), replayed from the bundle.
+
+Targets (issue 14): (a) <= 200 MB, (b) <= 150 MB, (c) and (d) <= 3x the snapshot's size;
+(issue 23): (e) to (h) within a few times the input's size.
 The baseline is an interpreter that imports the replay CLI and exits (printed
 too), so the ratios can be read against what Python itself costs. Not a test:
 nothing here asserts a time.
@@ -32,11 +42,15 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import io  # noqa: E402
+
 from beam_agents import Agent, AgentConfig, Done, ToolRegistry, tool  # noqa: E402
-from beam_agents._protos import Event, TraceEvent  # noqa: E402
+from beam_agents._protos import AgentEnvelope, Event, TraceEvent  # noqa: E402
+from beam_agents._wire import frame, write_frames  # noqa: E402
 from beam_agents.activation import ActivationCommit  # noqa: E402
 from beam_agents.agent import Inbound, Outcome  # noqa: E402
 from beam_agents.context import AgentContext  # noqa: E402
+from beam_agents.replay.incidents.bundle import make_bundle  # noqa: E402
 from beam_agents.testing import (  # noqa: E402
     PipelineKey,
     ScriptedProvider,
@@ -44,6 +58,7 @@ from beam_agents.testing import (  # noqa: E402
     event_envelope,
     export_request_envelope,
 )
+from beam_agents.trace_events import serialize_trace_event  # noqa: E402
 from beam_agents.trace_stream import write_trace_stream  # noqa: E402
 
 KEY = b"bench-hostile"
@@ -160,7 +175,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--attributes", type=int, default=500_000)
-    parser.add_argument("--cases", default="abcd", help="which cases to run, e.g. 'ac' (default: abcd)")
+    parser.add_argument("--activations", type=int, default=999_000)
+    parser.add_argument("--pending", type=int, default=2_000_000)
+    parser.add_argument("--copies", type=int, default=80_000)
+    parser.add_argument(
+        "--cases", default="abcdefgh", help="which cases to run, e.g. 'ac' (default: abcdefgh)"
+    )
     parser.add_argument("--keep", metavar="DIR", help="write the inputs under DIR and keep them")
     args = parser.parse_args()
     script = str(Path(sys.executable).parent / "beam-agents-replay")
@@ -197,6 +217,56 @@ def main() -> None:
         cases.append(("(d) (c) as bytes given to Replayer.replay",
                       [sys.executable, "-c", REPLAYER_WITH_BYTES, *flags_c[1:6:2]],
                       size_c, f"<= 3x snapshot = {3 * size_c / MB:.0f} MB"))  # fmt: skip
+        os.environ[CALLS_ENV] = "2"
+        snap_b, trace_b, event_b, _ = _record(MANY_CALLS, ScriptedProvider(lambda r: "x"))
+        # (e) a million one-event activations of the key beside the replayed one.
+        tiny = b"".join(
+            frame(serialize_trace_event(TraceEvent(entity_key=KEY, seq=s, index=0,
+                  kind=TraceEvent.ACTIVATION_START, name="start")))
+            for s in range(3, args.activations + 3)
+        ) if "e" in args.cases else b""  # fmt: skip
+        flags_e = _write(root / "e", snap_b, trace_b, event_b)
+        with open(root / "e" / "traces.pb", "ab") as f:
+            f.write(tiny)
+        size_e = sum(os.path.getsize(f) for f in (root / "e").iterdir())
+        cases.append((f"(e) {args.activations:,} one-event activations",
+                      [*flags_e, "--agent", "hostile:MANY_CALLS", "--registry", "hostile:TOOLS", "--json"],
+                      size_e, "a few x input"))
+        # (f) 2M empty pending intents: two bytes each on the wire.
+        flags_f = _write(root / "f", snap_b + b"\x42\x00" * args.pending, trace_b, event_b)
+        size_f = os.path.getsize(root / "f" / "snapshot.pb")
+        cases.append((f"(f) {args.pending:,} empty pending intents",
+                      [*flags_f, "--agent", "hostile:MANY_CALLS", "--registry", "hostile:TOOLS", "--json"],
+                      size_f, "refused (2), a few x input"))
+        # (g) many different copies of one envelope id, the traced one last.
+        (root / "g").mkdir()
+        dump = io.BytesIO()
+        envelope = AgentEnvelope.FromString(event_b)
+        copies = []
+        for i in range(args.copies):
+            fake = AgentEnvelope()
+            fake.CopyFrom(envelope)
+            fake.event.payload = b"copy %d" % i
+            copies.append(fake.SerializeToString())
+        write_frames(dump, [*copies, event_b])
+        (root / "g" / "dump.pb").write_bytes(dump.getvalue())
+        flags_g = [*_write(root / "g", snap_b, trace_b, event_b)]
+        at = flags_g.index("--event")
+        flags_g[at : at + 2] = ["--events", str(root / "g" / "dump.pb")]
+        size_g = os.path.getsize(root / "g" / "dump.pb")
+        cases.append((f"(g) {args.copies:,} copies of one envelope id",
+                      [*flags_g, "--agent", "hostile:MANY_CALLS", "--registry", "hostile:TOOLS", "--json"],
+                      size_g, "refused (2), linear"))
+        # (h) (c) as a bundle.
+        (root / "h").mkdir()
+        bundle_bytes = make_bundle(
+            snapshot=snap_c, traces=[root / "c" / "traces.pb"], event=event_c,
+            agent="hostile:BIG_ANSWERS", registry="hostile:TOOLS", seq=2,
+        ) if "h" in args.cases else b""  # fmt: skip
+        (root / "h" / "c.bundle").write_bytes(bundle_bytes)
+        cases.append(("(h) (c) as an incident bundle",
+                      [str(root / "h" / "c.bundle"), "--import-recorded", "--json"],
+                      len(bundle_bytes), "a few x input"))
         env_b = {**env, CALLS_ENV: "2"}
         base_rss, base_s, _, _ = _measure([sys.executable, "-c", "import beam_agents.cli"], env)
         print(f"baseline: python importing the replay CLI: {base_rss:.0f} MB peak RSS, {base_s:.2f} s")
@@ -204,7 +274,7 @@ def main() -> None:
         for name, argv, size, target in cases:
             if name[1] not in args.cases:
                 continue
-            run_env = env_b if name.startswith("(b)") else env
+            run_env = env_b if name.startswith(("(b)", "(e)", "(f)", "(g)")) else env
             command = argv if name.startswith("(d)") else [script, *argv]
             rss, seconds, code, out = _measure(command, run_env)
             print(

@@ -38,6 +38,7 @@ from beam_agents.replay.refusal import InputError
 from beam_agents.trace_stream import iter_frames
 
 __all__ = [
+    "MAX_COPIES_PER_ID",
     "EnvelopeIndex",
     "load_envelopes",
     "load_event_message",
@@ -45,6 +46,11 @@ __all__ = [
     "read_envelope_file",
     "write_envelope_stream",
 ]
+
+
+MAX_COPIES_PER_ID = 1000
+"""Different contents one envelope id may have in the ``--events`` sources (exact repeats of
+one, at-least-once delivery, are one)."""
 
 
 def _advice(naming: Naming) -> str:
@@ -61,8 +67,9 @@ class EnvelopeIndex:
 
     entity_key: bytes | None
     """The key kept (None: every key)."""
-    by_id: dict[str, list[tuple[str, bytes]]] = field(default_factory=dict)
-    """Envelope id -> distinct ``(sha256 hex, raw bytes)`` found under it, in reading order."""
+    by_id: dict[str, dict[str, bytes]] = field(default_factory=dict)
+    """Envelope id -> its distinct copies found, ``sha256 hex -> raw bytes``, in reading order
+    (a dict: a dump of many copies of one id is read in time linear in its size)."""
     sources: list[str] = field(default_factory=list)
     """The files read, for messages."""
     naming: Naming = REPLAYER
@@ -73,9 +80,17 @@ class EnvelopeIndex:
         if self.entity_key is not None and envelope.entity_key != self.entity_key:
             return
         digest = envelope_digest(envelope)
-        found = self.by_id.setdefault(envelope.envelope_id, [])
-        if all(known != digest for known, _ in found):
-            found.append((digest, raw))
+        found = self.by_id.setdefault(envelope.envelope_id, {})
+        if digest not in found:
+            if len(found) >= MAX_COPIES_PER_ID:
+                raise InputError(
+                    f"{self.naming.about(Input.EVENTS)} envelope_id {envelope.envelope_id[:80]!r} "
+                    f"is in the dump with more than {MAX_COPIES_PER_ID} different contents",
+                    "a topic carries one envelope per id (at-least-once delivery repeats the "
+                    "same bytes); dump the topic the pipeline read, not one where something "
+                    "rewrote it",
+                )
+            found[digest] = raw
 
     def find(self, envelope_id: str, sha256: str, *, seq: int) -> bytes:
         """The raw bytes of the envelope ``envelope_id`` whose digest is ``sha256``.
@@ -94,10 +109,10 @@ class EnvelopeIndex:
                 f"over the activation's time, or pass the envelope itself with "
                 f"{naming.name(Input.EVENT)}",
             )
-        for digest, raw in found:
-            if digest == sha256:
-                return raw
-        shown = _some([d for d, _ in found], "copy")
+        raw = found.get(sha256)
+        if raw is not None:
+            return raw
+        shown = _some(list(found), "copy")
         raise InputError(
             f"{naming.about(Input.EVENTS)} envelope_id {envelope_id!r} (seq {seq}) is in {where}, but with other "
             f"bytes: sha256 {shown}, the traced one is {sha256}",
@@ -108,7 +123,7 @@ class EnvelopeIndex:
     def envelopes(self) -> Iterator[tuple[str, bytes]]:
         """Every ``(envelope id, raw bytes)`` kept."""
         for envelope_id, found in self.by_id.items():
-            for _, raw in found:
+            for raw in found.values():
                 yield envelope_id, raw
 
 

@@ -13,21 +13,22 @@ are parsed (``read_trace_frames`` filters them before parsing).
 ``scan_traces`` keeps, for one key: the opening ``ACTIVATION_START`` of every
 traced activation (to name the traced seqs and match an envelope to its
 activation), the events that say what happened to the key's intents and
-continuation (``INTENT_STAGED``, ``INTENT_RELEASED``, ``SUSPENDED`` and the
-closing event, per seq: ``TracedKey.history``, which ``reconstruct`` uses to
+continuation (``INTENT_STAGED``, ``SUSPENDED`` and the closing event, per seq: ``TracedKey.history``, which ``reconstruct`` uses to
 rebuild and verify the pending intents an older activation saw), and the full
 events of one activation only: the one ``--seq`` names, or else the highest seq
 seen so far. Memory is bounded by one activation, a few events per activation
-of the key, and a 16-byte digest per event of the key (the duplicate rule). The
-kept activation is held as serialized bytes (``EventLog``), not as parsed
-messages.
+of the key, and two 8-byte digests per event of the key (the duplicate rule).
+Every event kept is held as its serialized bytes (``EventLog``, ``TracedSeq``,
+``TracedKey.starts``) and parsed when read: a parsed event costs several times its
+bytes, and a trace of a million one-event activations of a key (13 MB) took 902 MB
+when each was kept parsed.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from beam_agents._protos import TraceEvent
@@ -42,6 +43,7 @@ from beam_agents.trace_stream import read_trace_frames, trace_stream_files
 from beam_agents.trace_view import IntentStaged, LlmCall, attribute_kind
 
 __all__ = [
+    "MAX_ACTIVATIONS_PER_KEY",
     "MAX_EVENT_ATTRIBUTES",
     "EntityKeys",
     "TraceMessages",
@@ -57,25 +59,78 @@ __all__ = [
 _TERMINAL = (TraceEvent.ACTIVATION_END, TraceEvent.ACTIVATION_FAILED)
 
 
-@dataclass
+class Events(Mapping[int, TraceEvent]):
+    """Trace events by a number (an index, a seq), held as their deterministic bytes and
+    parsed each time one is read (nothing here is read often)."""
+
+    __slots__ = ("_bytes",)
+
+    def __init__(self) -> None:
+        self._bytes: dict[int, bytes] = {}
+
+    def put(self, number: int, data: bytes) -> None:
+        self._bytes[number] = data
+
+    def put_first(self, number: int, data: bytes) -> None:
+        """``put`` unless ``number`` has an event already."""
+        self._bytes.setdefault(number, data)
+
+    def __getitem__(self, number: int) -> TraceEvent:
+        return TraceEvent.FromString(self._bytes[number])
+
+    def __contains__(self, number: object) -> bool:
+        return number in self._bytes
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._bytes)
+
+    def __len__(self) -> int:
+        return len(self._bytes)
+
+
 class TracedSeq:
     """What the trace of one activation says about the key's intents and continuation."""
 
-    staged: dict[int, TraceEvent] = field(default_factory=dict)
-    """Its ``INTENT_STAGED`` events, by index."""
-    released: dict[int, TraceEvent] = field(default_factory=dict)
-    """Its ``INTENT_RELEASED`` events, by index."""
-    suspended: TraceEvent | None = None
-    """Its ``SUSPENDED`` event, if it ended suspended."""
-    terminal: TraceEvent | None = None
-    """Its ``ACTIVATION_END`` or ``ACTIVATION_FAILED``; None if not traced (yet)."""
+    __slots__ = ("_staged", "_suspended", "_terminal", "committed")
+
+    def __init__(self) -> None:
+        self._staged: Events | None = None
+        self._suspended: bytes | None = None
+        self._terminal: bytes | None = None
+        self.committed: bool | None = None
+        """True if it ended with ``ACTIVATION_END``, False if it failed, None if unknown."""
 
     @property
-    def committed(self) -> bool | None:
-        """True if it ended with ``ACTIVATION_END``, False if it failed, None if unknown."""
-        if self.terminal is None:
+    def staged(self) -> Mapping[int, TraceEvent]:
+        """Its ``INTENT_STAGED`` events, by index."""
+        return self._staged if self._staged is not None else {}
+
+    @property
+    def suspended(self) -> TraceEvent | None:
+        """Its ``SUSPENDED`` event, if it ended suspended."""
+        return None if self._suspended is None else TraceEvent.FromString(self._suspended)
+
+    @property
+    def terminal(self) -> TraceEvent | None:
+        """Its ``ACTIVATION_END`` or ``ACTIVATION_FAILED``; None if not traced (yet)."""
+        return None if self._terminal is None else TraceEvent.FromString(self._terminal)
+
+    def note(self, event: TraceEvent, data: bytes) -> TraceEvent | None:
+        """Keep ``event`` (its ``data``); the event already there, when one of its kind is."""
+        if event.kind == TraceEvent.INTENT_STAGED:
+            if self._staged is None:
+                self._staged = Events()
+            self._staged.put(event.index, data)
             return None
-        return self.terminal.kind == TraceEvent.ACTIVATION_END
+        known = self.suspended if event.kind == TraceEvent.SUSPENDED else self.terminal
+        if known is not None:
+            return known
+        if event.kind == TraceEvent.SUSPENDED:
+            self._suspended = data
+        else:
+            self._terminal = data
+            self.committed = event.kind == TraceEvent.ACTIVATION_END
+        return None
 
     def staged_event(self, intent_id: str) -> TraceEvent | None:
         """Its ``INTENT_STAGED`` event for ``intent_id``, if traced."""
@@ -88,7 +143,6 @@ class TracedSeq:
 
 _HISTORY_KINDS = (
     TraceEvent.INTENT_STAGED,
-    TraceEvent.INTENT_RELEASED,
     TraceEvent.SUSPENDED,
     *_TERMINAL,
 )
@@ -99,7 +153,7 @@ class TracedKey:
     """The traced activations of one key, and the events of one of them."""
 
     entity_key: bytes
-    starts: dict[int, TraceEvent] = field(default_factory=dict)
+    starts: Events = field(default_factory=Events)
     """The ``ACTIVATION_START`` (index 0) of each traced activation, by seq."""
     seqs: set[int] = field(default_factory=set)
     """Every seq with at least one traced event (an activation may lack its start)."""
@@ -263,6 +317,20 @@ def trace_events(
         raise InputError(f"{naming.about(Input.TRACES)} {exc}", _STREAM_ADVICE) from None
 
 
+MAX_ACTIVATIONS_PER_KEY = 1_000_000
+"""The most activations of one key the traces may hold: what is kept per activation is a
+few hundred bytes, whatever its size on the wire."""
+
+
+def _too_many_activations(key: bytes, name: str) -> InputError:
+    return InputError(
+        f"the traces hold more than {MAX_ACTIVATIONS_PER_KEY} activations of key {key.hex()} "
+        f"(counted up to {name})",
+        "pass the traces of the time around the activations to replay (a slice of the "
+        "topic or table), not the key's whole history",
+    )
+
+
 def _too_many_attributes(event: TraceEvent, name: str) -> InputError:
     return InputError(
         f"the trace event of key {event.entity_key.hex()} seq {event.seq} index {event.index} "
@@ -301,13 +369,16 @@ def _take(
     found: TracedKey, event: TraceEvent, data: bytes, wanted: int | None, name: str
 ) -> None:
     seq, index = event.seq, event.index
-    found.seqs.add(seq)
+    if seq not in found.seqs:
+        if len(found.seqs) >= MAX_ACTIVATIONS_PER_KEY:
+            raise _too_many_activations(found.entity_key, name)
+        found.seqs.add(seq)
     if not found.provider and event.kind == TraceEvent.LLM_CALL:
         found.provider = LlmCall.of(event).provider or ""
     if index == 0:
-        found.starts.setdefault(seq, event)
+        found.starts.put_first(seq, data)
     if event.kind in _HISTORY_KINDS:
-        _note(found, event, name)
+        _note(found, event, data, name)
     keep = wanted if wanted is not None else max(seq, found.kept_seq or seq)
     if seq != keep:
         return
@@ -317,17 +388,12 @@ def _take(
     found.event_bytes[index] = data
 
 
-def _note(found: TracedKey, event: TraceEvent, name: str) -> None:
-    seq_history = found.history.setdefault(event.seq, TracedSeq())
-    if event.kind == TraceEvent.INTENT_STAGED:
-        seq_history.staged[event.index] = event
-        return
-    if event.kind == TraceEvent.INTENT_RELEASED:
-        seq_history.released[event.index] = event
-        return
+def _note(found: TracedKey, event: TraceEvent, data: bytes, name: str) -> None:
+    seq_history = found.history.get(event.seq)
+    if seq_history is None:
+        seq_history = found.history[event.seq] = TracedSeq()
     # One SUSPENDED and one closing event per activation, wherever the second one is.
-    suspended = event.kind == TraceEvent.SUSPENDED
-    known = seq_history.suspended if suspended else seq_history.terminal
+    known = seq_history.note(event, data)
     if known is not None:
         raise InputError(
             f"the traces hold two different events for key {found.entity_key.hex()} seq "
@@ -335,10 +401,6 @@ def _note(found: TracedKey, event: TraceEvent, name: str) -> None:
             f"at index {known.index} already",
             "pass only the traces of one pipeline",
         )
-    if suspended:
-        seq_history.suspended = event
-    else:
-        seq_history.terminal = event
 
 
 def _first_gaps(indices: Sequence[int], limit: int) -> list[int]:
