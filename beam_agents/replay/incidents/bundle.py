@@ -399,8 +399,7 @@ def load_bundle(
         raise _refuse(
             name,
             f"holds more than {cap} {what} (counted before parsing)",
-            "a bundle holds the activations of one incident; make one of fewer activations "
-            "(beam-agents-replay bundle --seq N)",
+            "a bundle holds the activations of one incident; make one of fewer activations",
         )
     message = IncidentBundle()
     try:
