@@ -422,8 +422,8 @@ def load_bundle(
     if message.bundle_version < 1:
         raise _refuse(name, f"has bundle version {message.bundle_version}, which never existed")
     hitl, loaded = _check_parts(name, message)
-    path = None if isinstance(source, bytes) else os.fspath(source)
-    return Bundle(name=name, message=message, hitl=hitl, loaded_snapshot=loaded, path=path)
+    given_path = None if isinstance(source, bytes) else os.fspath(source)
+    return Bundle(name=name, message=message, hitl=hitl, loaded_snapshot=loaded, path=given_path)
 
 
 COUNT_CAPS: dict[str, int] = {

@@ -731,10 +731,10 @@ class _Pool:
 
     def _fill(self) -> None:
         """Start workers up to the pool's size (tasks whose template imports wait for it)."""
-        for template in list(self.templates.values()):
-            if template.state != "starting":
-                while template.waiting:
-                    self.tasks.appendleft(template.waiting.pop())
+        for started in list(self.templates.values()):
+            if started.state != "starting":
+                while started.waiting:
+                    self.tasks.appendleft(started.waiting.pop())
         while self.tasks and len(self.workers) < self.size:
             task = self.tasks.popleft()
             template = self._template_for(task[0])

@@ -287,14 +287,15 @@ def _reference(r: ReferenceRun | None) -> dict[str, Any] | None:
 def pair_document(pair: EventPair) -> dict[str, Any]:
     """One traced/replayed pair as the document's ``events`` hold it: the one encoding of a
     pair (the TUI's ``c`` copies exactly this), every string escaped."""
-    return escape_strings({
+    document: dict[str, Any] = escape_strings({
         "index": pair.index,
         "differs": pair.differs,
         "differing_fields": list(pair.differing_fields),
         "normalized_fields": list(pair.normalized_fields),
         "traced": event_to_dict(pair.traced) if pair.traced is not None else None,
         "replayed": event_to_dict(pair.replayed) if pair.replayed is not None else None,
-    })  # type: ignore[no-any-return]
+    })
+    return document
 
 
 def value_document(v: Value) -> dict[str, Any]:
