@@ -319,3 +319,39 @@ TOOLS_PIDFD = _variant(lambda: signal.pidfd_send_signal(os.pidfd_open(os.getpid(
 TOOLS_RAISE_SIGNAL = _variant(lambda: signal.raise_signal(signal.SIGURG))
 TOOLS_CLOSE_STDOUT = _variant(lambda: os.close(1))
 TOOLS_PRLIMIT = _variant(_prlimit_parent)
+
+
+# -- what runs at interpreter exit, and sqlite3 (issue 23) -------------------------------------
+
+
+def _sqlite() -> None:
+    import sqlite3
+
+    sqlite3.connect(os.environ[WRITE_TARGET_ENV]).execute("create table t (x)")
+
+
+class _WritesWhenFinalized:
+    def __del__(self) -> None:
+        _write()
+
+
+_KEPT: list[object] = []
+
+
+def _finalizer() -> None:
+    _KEPT.append(_WritesWhenFinalized())  # alive until the interpreter finalizes it
+
+
+def _late_log_file() -> None:
+    import logging
+
+    logger = logging.getLogger("isolation_agents.late")
+    logger.addHandler(logging.FileHandler(os.environ[WRITE_TARGET_ENV], delay=True))
+    logger.propagate = False
+    atexit.register(logger.warning, "written at exit")  # the handler opens its file then
+
+
+TOOLS_SQLITE = _variant(_sqlite)
+TOOLS_ATEXIT_WRITE = _variant(lambda: atexit.register(_write))
+TOOLS_FINALIZER = _variant(_finalizer)
+TOOLS_LOG_AT_EXIT = _variant(_late_log_file)
