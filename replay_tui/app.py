@@ -79,6 +79,7 @@ class ReplayApp(App[int]):
         export_dir: Path | None = None,
         seqs: Sequence[int] = (),
         complete: Callable[[ReplayResult], ReplayResult] | None = None,
+        switch_to: Callable[[int], None] | None = None,
     ) -> None:
         """Open on ``result``, or run ``engine.replay(options)`` in a thread and open on that.
 
@@ -90,6 +91,10 @@ class ReplayApp(App[int]):
                 the traced ones); with two or more, ``[`` and ``]`` switch between them.
             complete: Applied to each replay's result before it is shown (the command
                 line's: a reference run's proved values put beside it).
+            switch_to: Called with the seq ``[`` or ``]`` chose, then the app exits: the
+                caller replays it in a fresh process (the console script does, so no
+                module state or thread of agent code carries from one activation's verdict
+                to the next). None: the app replays it itself, in this interpreter.
         """
         if result is None and options is None:
             raise ValueError("ReplayApp needs a ReplayResult or ReplayOptions to replay")
@@ -118,6 +123,7 @@ class ReplayApp(App[int]):
         """The result of the activation the app was opened on (the command line's): its
         verdict is the exit code, whichever activation ``[`` / ``]`` show when ``q`` quits."""
         self.complete = complete
+        self.switch_to = switch_to
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -241,6 +247,13 @@ class ReplayApp(App[int]):
         current = self.result.header.seq if self.result.header.seq is not None else self.options.seq
         position = self.seqs.index(current) if current in self.seqs else -1
         target = self.seqs[(position + step) % len(self.seqs)]
+        if self.switch_to is not None:
+            # The caller opens ``target`` in a fresh process; this one ends with the code
+            # ``q`` would give now (the opened activation's), which the caller keeps.
+            self.switch_to(target)
+            self.exit_code = self.verdict_exit_code
+            self.exit(self.exit_code, return_code=self.exit_code)
+            return
         self.options = dataclasses.replace(self.options, seq=target)
         self.result = None
         self.crash = None
@@ -335,6 +348,7 @@ def run_tui(
     seqs: Sequence[int] = (),
     export_dir: Path | None = None,
     complete: Callable[[ReplayResult], ReplayResult] | None = None,
+    switch_to: Callable[[int], None] | None = None,
 ) -> int:
     """Replay ``options`` in the TUI; return the verdict's exit code once the operator quits.
 
@@ -344,12 +358,15 @@ def run_tui(
         export_dir: Where ``e`` writes the reports (``--export-dir``; default: the
             working directory).
         complete: What the command line does to each result before it is shown.
+        switch_to: See ``ReplayApp``.
 
     Returns:
         0 reproduced or what-if, 1 diverged, 2 usage error (or the engine crashed),
         3 irreproducible — as headless — or 130 if quit before the replay finished.
     """
-    app = ReplayApp(options=options, seqs=seqs, export_dir=export_dir, complete=complete)
+    app = ReplayApp(
+        options=options, seqs=seqs, export_dir=export_dir, complete=complete, switch_to=switch_to
+    )
     app.run()
     if app.exit_code is not None:
         return app.exit_code

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +18,7 @@ from beam_agents.cli.parsing import (
     replay_options,
     replay_usage,
 )
-from beam_agents.cli.process import cwd_importable, isolate
+from beam_agents.cli.process import PROCESS_LIFE, cwd_importable, isolate
 from beam_agents.cli.replay import bundle_replay_options, emit, start_last_resort
 from beam_agents.replay.options import ReplayOptions
 from beam_agents.replay.reporting.escape import escape
@@ -142,6 +142,10 @@ def open_tui(
         )
     if seqs is None:
         seqs = _replayable_seqs(options)
+    switch_fd = os.environ.pop(SWITCH_FD_ENV, None)
+    if len(seqs) > 1 and switch_fd is None and PROCESS_LIFE["isolate"]:
+        # The console script with [ and ] to switch: each activation in a fresh process.
+        return _one_process_per_activation(sys.argv[1:])
     cwd_importable()
     try:
         from replay_tui.app import run_tui
@@ -170,4 +174,72 @@ def open_tui(
             extra["seqs"] = seqs
         if export_dir is not None:
             extra["export_dir"] = Path(export_dir)
+        if switch_fd is not None:
+            extra["switch_to"] = _switch_writer(int(switch_fd))
         return int(run_tui(options, **extra, **extra_complete))
+
+
+SWITCH_FD_ENV = "BEAM_AGENTS_REPLAY_TUI_SWITCH_FD"
+"""Set by ``_one_process_per_activation`` for its child: the pipe the child writes the seq
+``[`` or ``]`` chose to before it exits."""
+
+
+def _one_process_per_activation(argv: list[str]) -> int:
+    """Run the TUI (``argv``: this command line) in a child process, and again with
+    ``--seq N`` each time ``[`` or ``]`` in it chose activation N; the first child's code
+    (the activation the command line opened, as ``q`` gives it: docs/tui.md).
+
+    Agent code keeps module state and threads: replayed in the same interpreter, an
+    activation's verdict could depend on the one shown before it (a module-global counter
+    primed by the first made the second read 'reproduced'). This process imports no agent
+    code; each child is the console script, isolated as ever, and owns the terminal while it
+    runs (a Ctrl+C reaches it; this process waits for it).
+    """
+    import signal
+    import subprocess
+
+    first: int | None = None  # the opened activation's code: q's, whatever [ ] showed since
+    while True:
+        read_end, write_end = os.pipe()
+        # A handler, not SIG_IGN: an ignored SIGINT would stay ignored in the child.
+        previous = signal.signal(signal.SIGINT, lambda *_: None)
+        try:
+            child = subprocess.run(
+                [sys.executable, "-m", "beam_agents.cli", *argv],
+                env={**os.environ, SWITCH_FD_ENV: str(write_end)},
+                pass_fds=(write_end,),
+                check=False,
+            )
+        finally:
+            signal.signal(signal.SIGINT, previous)
+            os.close(write_end)
+        with os.fdopen(read_end, "rb") as chosen:
+            text = chosen.read(32).decode("ascii", "replace")
+        code = child.returncode if child.returncode >= 0 else 128 - child.returncode
+        if first is None:
+            first = code
+        if not text.isdigit():
+            return first
+        argv = _with_seq(argv, int(text))
+
+
+def _with_seq(argv: list[str], seq: int) -> list[str]:
+    """``argv`` with its ``--seq`` (if any) replaced by ``--seq seq``."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--seq":
+            skip = True
+        elif not arg.startswith("--seq="):
+            out.append(arg)
+    return [*out, "--seq", str(seq)]
+
+
+def _switch_writer(fd: int) -> Callable[[int], None]:
+    def switch_to(seq: int) -> None:
+        os.write(fd, str(seq).encode("ascii"))
+        os.close(fd)
+
+    return switch_to
