@@ -182,9 +182,20 @@ def main() -> None:
         "--cases", default="abcdefgh", help="which cases to run, e.g. 'ac' (default: abcdefgh)"
     )
     parser.add_argument("--keep", metavar="DIR", help="write the inputs under DIR and keep them")
+    parser.add_argument(
+        "--compare",
+        metavar="SCRIPT",
+        help="another checkout's beam-agents-replay (e.g. main's): each case is run with it "
+        "too, right after this one's, and both are printed (--import-recorded dropped where "
+        "it has no such flag)",
+    )
+    parser.add_argument("--compare-timeout", type=float, default=300.0)
     args = parser.parse_args()
     script = str(Path(sys.executable).parent / "beam-agents-replay")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    # No empty entry: it would put the working directory (maybe this checkout) on the path
+    # of the --compare checkout's script.
+    paths = [str(HERE), *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     env[CALLS_ENV] = str(args.events)
     cases: list[tuple[str, list[str], int, str]] = []
     """(name, command: the console script's arguments, or a whole command line for (d), input
@@ -271,6 +282,9 @@ def main() -> None:
         base_rss, base_s, _, _ = _measure([sys.executable, "-c", "import beam_agents.cli"], env)
         print(f"baseline: python importing the replay CLI: {base_rss:.0f} MB peak RSS, {base_s:.2f} s")
         print(f"{'case':45} {'input MB':>9} {'peak MB':>8} {'x input':>8} {'s':>6} {'exit':>4} {'stdout MB':>9}  target")
+        consent = args.compare is not None and "--import-recorded" in subprocess.run(
+            [args.compare, "--help"], capture_output=True, text=True, env=env
+        ).stdout
         for name, argv, size, target in cases:
             if name[1] not in args.cases:
                 continue
@@ -281,6 +295,22 @@ def main() -> None:
                 f"{name:45} {size / MB:9.1f} {rss:8.0f} {rss * MB / max(size, 1):8.2f} "
                 f"{seconds:6.1f} {code:4d} {out / MB:9.1f}  {target}"
             )
+            if args.compare and not name.startswith("(d)"):
+                other = [args.compare, *(a for a in argv if a != "--import-recorded" or consent)]
+                try:
+                    rss_o, seconds_o, code_o, out_o = _measure(
+                        ["timeout", str(args.compare_timeout), *other], run_env
+                    )
+                except subprocess.CalledProcessError:
+                    print(f"{'  the other checkout':45} failed")
+                    continue
+                ended = " (killed at the timeout)" if code_o == 124 else ""
+                print(
+                    f"{'  the other checkout':45} {size / MB:9.1f} {rss_o:8.0f} "
+                    f"{rss_o * MB / max(size, 1):8.2f} {seconds_o:6.1f} {code_o:4d} "
+                    f"{out_o / MB:9.1f}  this one: {rss_o / rss:.1f}x less memory, "
+                    f"{seconds_o / max(seconds, 1e-9):.1f}x less time{ended}"
+                )
 
 
 if __name__ == "__main__":
