@@ -5,8 +5,9 @@ Modules, and what each gives the command line, the pipeline and the package's fa
     listing        ``ls``: a key's traced activations, and which a snapshot replays
                    (list_activations, render_listing, listing_lines, listing_json,
                    write_listing_json; LS_JSON_SCHEMA, AFTER_SNAPSHOT, INCOMPLETE)
-    bundle         incident bundles: make, load (every part checked), replay options
-                   (make_bundle, load_bundle, bundle_options, Bundle)
+    bundle         incident bundles: make, load (every part checked), replay options, consent
+                   for their recorded code (make_bundle, load_bundle, bundle_options, Bundle,
+                   check_consent, recorded_code, RecordedCodeNotImported)
     check          ``check``: every activation of many bundles replayed (check_bundles)
     check_rows     its rows and their typed causes (CheckRow, CheckReport, CheckCause,
                    result_row, refused_row)

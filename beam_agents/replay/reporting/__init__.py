@@ -2,7 +2,9 @@
 
 Modules, and what each gives the floors above:
 
-    escape     the one escaper of every human-facing surface (escape, escape_bytes)
+    escape     the one escaper of every human-facing surface (escape, escape_bytes), and
+               each renderer's exit through it (escape_lines, escape_strings, Raw,
+               md_code, md_fence; neutralize for the TUI's last net)
     labels     the one label set: verdict titles, keys, moments
                (VERDICT_TITLES, key_label, key_text, utc_time)
     text       the headless report (render_report, render_error; digest_note,
