@@ -115,7 +115,7 @@ async def test_q_after_switching_exits_with_the_opened_activations_code() -> Non
     from beam_agents.replay.incidents.bundle import bundle_options, load_bundle
 
     bundle = load_bundle(Incident().make(all_seqs=True))
-    app = ReplayApp(options=bundle_options(bundle, seq=2), seqs=bundle.seqs)
+    app = ReplayApp(options=bundle_options(bundle, seq=2, import_recorded=True), seqs=bundle.seqs)
     async with app.run_test(size=(160, 48)) as pilot:
         await wait_for(pilot, lambda: shown_seq(app) == 2)
         opened = app.result

@@ -31,6 +31,7 @@ from beam_agents.replay.inputs.sources import describe_source, read_source_mutab
 from beam_agents.replay.naming import REPLAYER, Input, Naming
 from beam_agents.replay.options import Source
 from beam_agents.replay.refusal import CannotReproduce, InputError
+from beam_agents.tool_cache import MAX_TOOL_CACHE_ENTRIES
 
 __all__ = ["COUNT_CAPS", "LoadedSnapshot", "load_snapshot_message", "load_snapshot_source"]
 
@@ -38,11 +39,12 @@ COUNT_CAPS: dict[str, int] = {
     "pending intents": 10_000,
     "resume records": 1_000,
     "replay-cache entries": 10_000,
-    "tool-cache entries": 10_000,
+    "tool-cache entries": 2 * MAX_TOOL_CACHE_ENTRIES,
 }
 """The most of each a snapshot may hold (checked on the wire, before parsing). A pipeline
 keeps 8 resume records, 64 cache entries by default and at most 10,000 tool-cache
-entries; a key with thousands of pending intents is a runaway agent, not an incident
+entries (twice that passes the wire count, so the tool cache's own check names the
+policy's bound); a key with thousands of pending intents is a runaway agent, not an incident
 to replay."""
 
 _FIELD = {"pending": 8, "resumed_from": 10, "llm_cache": 6, "tool_cache": 13}
