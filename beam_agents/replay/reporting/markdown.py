@@ -56,11 +56,11 @@ def _both_sides_rows(result: ReplayResult, index: int) -> list[str]:
     for path in paths:
         replayed = mine.get(path)
         shown = (
-            f"`{_md(replayed.text)}` {SIDE_MARKS[replayed.mark]}"
+            f"{_md(replayed.text)} {SIDE_MARKS[replayed.mark]}"
             if replayed is not None
             else "(none)"
         )
-        rows.append(f"| `{_md(path)}` | `{_md(theirs[path].text)}` ✓ | {shown} |")
+        rows.append(f"| {_md(path)} | {_md(theirs[path].text)} ✓ | {shown} |")
     return rows
 
 
