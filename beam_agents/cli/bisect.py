@@ -130,7 +130,10 @@ def _probe(
 ) -> Probe:
     with tempfile.TemporaryDirectory(prefix="beam-agents-bisect-") as checkout:
         _checkout(repo, commit, checkout)
-        argv = [sys.executable, "-P", "-m", "beam_agents.cli", "check", *bundles, "--json"]
+        # bisect exists to import the bundles' recorded code from each revision of the
+        # repository the operator names: running it is the consent --import-recorded asks for.
+        argv = [sys.executable, "-P", "-m", "beam_agents.cli", "check", "--import-recorded"]
+        argv += [*bundles, "--json"]
         argv += ["--jobs", str(jobs), "--time-limit", str(time_limit or 0)]
         done = subprocess.run(
             argv, cwd=checkout, stdin=subprocess.DEVNULL, capture_output=True, check=False
