@@ -152,6 +152,35 @@ class ErrorRecord:
         (``RESENDABLE_CODES``, and the record carries an envelope)."""
         return self.code in RESENDABLE_CODES and bool(self.raw)
 
+    def resend_envelope(self, *, event_time_ms: int) -> bytes:
+        """The envelope to re-publish for this record: ``raw`` with its ``event_time_ms``
+        replaced by ``event_time_ms`` (the re-send's time), every other field kept.
+
+        Re-published as it is, ``raw`` would run on its original clock: a HITL deadline
+        or an intent's expiry counted from it is already past, and a retry after it is due
+        at once. Stamp the time of the re-send instead (and give the message that same
+        timestamp, as for any envelope), so the activation runs now.
+
+        Raises:
+            ValueError: the record is not ``resendable`` (its code, or no ``raw``), its
+                ``raw`` is not an ``AgentEnvelope``, or ``event_time_ms`` is not an int.
+        """
+        from google.protobuf.message import DecodeError
+
+        from beam_agents._protos import AgentEnvelope
+
+        if isinstance(event_time_ms, bool) or not isinstance(event_time_ms, int):
+            raise ValueError(f"event_time_ms must be an int (ms since the epoch), got {event_time_ms!r}")
+        if not self.resendable:
+            why = "it carries no envelope" if not self.raw else "the envelope must change first"
+            raise ValueError(f"a {self.code} record is not resendable: {why}")
+        try:
+            envelope = AgentEnvelope.FromString(self.raw)
+        except DecodeError as exc:
+            raise ValueError(f"the record's raw bytes are not an AgentEnvelope ({exc})") from None
+        envelope.event_time_ms = event_time_ms
+        return envelope.SerializeToString(deterministic=True)
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (``raw`` and ``entity_key`` base64), for a dead-letter topic."""
         return {
@@ -164,6 +193,8 @@ class ErrorRecord:
             "error_type": self.error_type,
             "error": self.error,
             "attempts": [attempt.to_dict() for attempt in self.attempts],
+            # Derived (from_dict ignores it): for consumers that read the JSON without us.
+            "resendable": self.resendable,
         }
 
     def to_json_bytes(self) -> bytes:

@@ -93,3 +93,26 @@ def test_what_is_not_a_record_is_refused_by_name() -> None:
     ]:  # fmt: skip
         with pytest.raises(ValueError, match=says):
             ErrorRecord.from_json_bytes(data)
+
+
+def test_resend_envelope_stamps_a_new_event_time_and_keeps_everything_else() -> None:
+    import pytest
+
+    from beam_agents._protos import AgentEnvelope
+    from beam_agents.dead_letter import ACTIVATION_FAILED
+    from beam_agents.testing import event_envelope
+
+    original = event_envelope(b"k", "message", b"refund A-1", time_ms=1000, envelope_id="m-1")
+    record = ErrorRecord(ACTIVATION_FAILED, "bug", entity_key=b"k", envelope_id="m-1",
+                         raw=original.SerializeToString(), seq=3)  # fmt: skip
+    resent = AgentEnvelope.FromString(record.resend_envelope(event_time_ms=99_000))
+    assert resent.event_time_ms == 99_000
+    resent.event_time_ms = 1000
+    assert resent == original
+    with pytest.raises(ValueError, match="not resendable: the envelope must change first"):
+        ErrorRecord(KEY_MISMATCH, "keys differ", raw=record.raw).resend_envelope(event_time_ms=1)
+    with pytest.raises(ValueError, match="not resendable: it carries no envelope"):
+        ErrorRecord(ACTIVATION_FAILED, "timeout resume").resend_envelope(event_time_ms=1)
+    with pytest.raises(ValueError, match="must be an int"):
+        record.resend_envelope(event_time_ms=1.5)  # type: ignore[arg-type]
+    assert json.loads(record.to_json_bytes())["resendable"] is True

@@ -331,3 +331,24 @@ def test_every_envelope_ends_committed_waiting_or_dead_lettered(seed: int) -> No
     # Every activation took its own seq, one after another, failed or not.
     seqs = [a.seq for r in results for a in r.activations]
     assert seqs == list(range(1, len(seqs) + 1)) == list(range(1, key.seq + 1))
+
+
+def test_a_dead_letter_re_sent_with_resend_envelope_retries_after_the_re_sends_time() -> None:
+    # A transient dead letter re-sent two days later while the provider is still down:
+    # stamped with the re-send's time, its retries wait their backoff from then (re-sent
+    # as raw, they were all due at once: the clock was two days old).
+    key = new_key(Outage(T0, T0 + 10 * 24 * HOUR))
+    key.send(ask("a", 0))
+    key.fire_retry()
+    [record] = key.fire_retry().errors
+    now = T0 + 48 * HOUR
+    old_clock = key.send(record.raw)
+    assert old_clock.retries == (10_000,) and key.retry_timer_ms == T0 + 10_000  # in the past
+    fresh = new_key(Outage(T0, T0 + 10 * 24 * HOUR))
+    resent = fresh.send(record.resend_envelope(event_time_ms=now))
+    assert resent.activations[0].trace[0].start_ms == now
+    assert resent.retries == (10_000,) and fresh.retry_timer_ms == now + 10_000
+    assert [s.activations[0].trace[0].start_ms for s in fresh.advance_to(now + 60_000)] == [
+        now + 10_000,
+        now + 30_000,
+    ]
