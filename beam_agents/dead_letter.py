@@ -18,6 +18,7 @@ import base64
 import binascii
 import enum
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,6 +71,9 @@ RESENDABLE_CODES: frozenset[ErrorCode] = frozenset(
 """The codes whose envelope may succeed when re-published as it is, once the cause is
 fixed (agent code, the provider, a full inbox, an old binary). The others would be
 refused the same way again: the envelope itself must change."""
+
+LOG = logging.getLogger("beam_agents")
+"""The package's logger: a dead letter at WARNING, a retry at INFO (``beam_agents.key_step``)."""
 
 MAX_ERROR_TEXT = 2000
 """The most characters of an error's message a record keeps (per attempt: 500)."""
@@ -234,3 +238,16 @@ class ErrorRecord:
         if not isinstance(parsed, dict):
             raise ValueError(f"not a dead-letter record: JSON {type(parsed).__name__}")
         return cls.from_dict(parsed)
+
+
+def log_dead_letter(record: ErrorRecord) -> None:
+    """Log ``record`` at WARNING on the ``beam_agents`` logger, in one line: its code, key,
+    envelope id, seq and reason (never its bytes: they may carry what a customer sent)."""
+    LOG.warning(
+        "beam_agents: dead letter %s for key %s, envelope %r (seq %d): %s",
+        record.code.value,
+        record.entity_key.hex(),
+        record.envelope_id,
+        record.seq,
+        record.reason,
+    )

@@ -57,6 +57,7 @@ concurrent lanes alike; ``beam_agents.testing.PipelineKey`` drives it on a
 from __future__ import annotations
 
 import enum
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
@@ -97,6 +98,7 @@ from beam_agents.dead_letter import (
     Attempt,
     ErrorCode,
     ErrorRecord,
+    log_dead_letter,
 )
 from beam_agents.errors import StateError
 from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
@@ -125,6 +127,11 @@ class Emit(enum.StrEnum):
     """``(key, StateSnapshot bytes)``: the answer to an export request."""
     ERRORS = "errors"
     """``ErrorRecord``: a refused input."""
+
+
+_LOG = logging.getLogger("beam_agents")
+"""Where an operator hears of a retry (INFO) and of every dead letter (WARNING): the
+package's logger, configured as the application configures logging."""
 
 
 # The members the per-element path uses, as plain module names (an Enum's class attribute
@@ -782,6 +789,18 @@ class KeyStep:
             run.hold = hold
             run.retry_target = due
             run.retries.append(attempt.wait_ms)
+            _LOG.info(
+                "beam_agents: key %s: activation seq %d failed transiently (%s: %s); "
+                "attempt %d of %d, retrying at event time %d (in %d ms)",
+                key.hex(),
+                failure.seq,
+                failure.error_type,
+                attempt.error,
+                len(attempts),
+                self._retry.max_attempts,
+                due,
+                attempt.wait_ms,
+            )
             return
         envelope_id = trigger.envelope_id if isinstance(trigger, AgentEnvelope) else ""
         what = f"envelope {envelope_id!r}" if raw is not None else "the HITL timeout resume"
@@ -805,8 +824,7 @@ class KeyStep:
                 "still resumes it)"
             )
         run.emitted.append(
-            (
-                Emit.ERRORS,
+            _logged(
                 ErrorRecord(
                     code,
                     reason,
@@ -820,7 +838,7 @@ class KeyStep:
                         Attempt(a.seq, a.now_ms, a.error_type, a.error, a.transient, a.wait_ms)
                         for a in attempts
                     ),
-                ),
+                )
             )
         )
 
@@ -1216,7 +1234,13 @@ def _export(
 def _error(
     code: ErrorCode, reason: str, key: bytes, raw: bytes, envelope_id: str = ""
 ) -> tuple[Emit, ErrorRecord]:
-    return Emit.ERRORS, ErrorRecord(code, reason, entity_key=key, envelope_id=envelope_id, raw=raw)
+    return _logged(ErrorRecord(code, reason, entity_key=key, envelope_id=envelope_id, raw=raw))
+
+
+def _logged(record: ErrorRecord) -> tuple[Emit, ErrorRecord]:
+    """``record`` to emit on ``.errors``, logged at WARNING (``log_dead_letter``)."""
+    log_dead_letter(record)
+    return Emit.ERRORS, record
 
 
 def _refused(

@@ -352,3 +352,24 @@ def test_a_dead_letter_re_sent_with_resend_envelope_retries_after_the_re_sends_t
         now + 10_000,
         now + 30_000,
     ]
+
+
+def test_a_retry_is_logged_at_info_and_a_dead_letter_at_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import logging
+
+    caplog.set_level(logging.INFO, logger="beam_agents")
+    key = new_key(Outage(T0, T0 + 10 * HOUR), policy=RetryPolicy(max_attempts=2, jitter=0))
+    key.send(ask("a", 0))
+    [retry] = caplog.records
+    assert (retry.name, retry.levelno) == ("beam_agents", logging.INFO)
+    assert "activation seq 1 failed transiently" in retry.getMessage()
+    assert "attempt 1 of 2, retrying at event time 1734000010000 (in 10000 ms)" in retry.getMessage()
+    caplog.clear()
+    [record] = key.fire_retry().errors
+    [dead] = caplog.records
+    assert (dead.name, dead.levelno) == ("beam_agents", logging.WARNING)
+    message = dead.getMessage()
+    assert f"dead letter retries_exhausted for key {KEY.hex()}, envelope 'e-a' (seq 2)" in message
+    assert record.reason in message and "\n" not in message

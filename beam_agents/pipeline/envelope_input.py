@@ -20,7 +20,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from beam_agents._protos import AgentEnvelope
-from beam_agents.dead_letter import KEY_MISMATCH, MALFORMED_ENVELOPE, ErrorRecord
+from beam_agents.dead_letter import KEY_MISMATCH, MALFORMED_ENVELOPE, ErrorRecord, log_dead_letter
 from beam_agents.pipeline._beam import beam
 
 TAG_ERRORS = "errors"
@@ -96,6 +96,7 @@ class RouteEnvelopes(beam.DoFn):  # type: ignore[misc]
     def process(self, element: Any) -> Iterator[Any]:
         routed = route_envelope(element)
         if isinstance(routed, ErrorRecord):
+            log_dead_letter(routed)
             yield beam.pvalue.TaggedOutput(TAG_ERRORS, routed)
         else:
             yield routed

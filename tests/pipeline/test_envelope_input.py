@@ -49,3 +49,16 @@ def test_anything_else_is_refused_as_malformed_never_raised(
     assert named in refused.reason
     if raw is not None:
         assert refused.raw == raw
+
+
+def test_a_refused_element_is_logged_at_warning(caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from beam_agents.pipeline.envelope_input import RouteEnvelopes
+
+    caplog.set_level(logging.WARNING, logger="beam_agents")
+    [refused] = list(RouteEnvelopes().process(b"\xff\xff"))
+    [logged] = caplog.records
+    assert logged.name == "beam_agents" and logged.levelno == logging.WARNING
+    assert "dead letter malformed_envelope" in logged.getMessage()
+    assert refused.value.reason in logged.getMessage()
