@@ -34,7 +34,8 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
             "also says whether it replays from it: cached (every model response and recorded "
             "tool result is in the snapshot), evicted, expired, digest-only, minted-later, "
             "ambiguous (a recorded tool call with two results), not-committed (a failed "
-            "activation's billed response), continuation-gone, after-snapshot, "
+            "activation's billed response), call-failed (the traced model call itself failed), "
+            "continuation-gone, after-snapshot, "
             "incomplete-trace, or the key's pending-resume (a what-if). See "
             f"{doc_page('incidents.md')}."
         ),

@@ -29,6 +29,7 @@ import email.utils
 import json
 import math
 import random
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
@@ -43,6 +44,7 @@ from beam_agents.errors import (
     ProviderCallError,
     ProviderResponseError,
     ProviderTimeoutError,
+    ProviderUnavailableError,
 )
 from beam_agents.migrations import json_value_problem
 from beam_agents.provider import CallObserver
@@ -264,6 +266,44 @@ def read_capped(chunks: Iterator[bytes], provider: str, limit: int) -> bytes:
     return b"".join(parts)
 
 
+def parse_answer(raw: bytes, content_type: str | None, provider: str) -> dict[str, Any]:
+    """The JSON object of a 2xx body (``parse_json_body``), after refusing an HTML page.
+
+    A model API never answers with HTML: a 200 ``text/html`` page is a gateway's, a
+    proxy's or a captive portal's error page standing in front of the provider, so it
+    is ``ProviderUnavailableError`` (transient: retried, then held by the key's retry
+    policy), not an answer that could be fixed by changing the request.
+    """
+    if is_html(content_type, raw):
+        raise ProviderUnavailableError(
+            provider,
+            f"the provider answered with an HTML page, not JSON ({html_summary(raw)}): "
+            "a gateway or proxy in front of it failed, most likely",
+            status=200,
+        )
+    return parse_json_body(raw, provider)
+
+
+def is_html(content_type: str | None, raw: bytes | str) -> bool:
+    """Whether a body is an HTML page (by its ``content-type``, or an HTML start)."""
+    for media in (content_type or "").split(","):  # repeated headers arrive comma-joined
+        if media.split(";", 1)[0].strip().lower() in ("text/html", "application/xhtml+xml"):
+            return True
+    head = (raw[:64] if isinstance(raw, str) else raw[:64].decode("latin-1")).lstrip().lower()
+    return head.startswith(("<!doctype html", "<html"))
+
+
+def html_summary(raw: bytes | str) -> str:
+    """An HTML page in a few words: its ``<title>``, or its text's first characters."""
+    text = raw if isinstance(raw, str) else raw[:4096].decode("utf-8", "replace")
+    found = re.search(r"<title[^>]*>(.*?)</title>", text, re.IGNORECASE | re.DOTALL)
+    if found is None:
+        found = re.search(r"<h1[^>]*>(.*?)</h1>", text, re.IGNORECASE | re.DOTALL)
+    words = re.sub(r"<[^>]*>", " ", found.group(1) if found else text)
+    words = " ".join(words.split())[:120]
+    return f"its title reads {words!r}" if found else f"it reads {words!r}"
+
+
 def parse_json_body(raw: bytes, provider: str) -> dict[str, Any]:
     """The JSON object of a response body, or ``ProviderResponseError`` naming why it is none."""
     if not raw.strip():
@@ -377,7 +417,7 @@ class CallRunner:
                     if wait > limits.max_retry_wait_s
                     else f"the {max(0.0, left):.3g} s left of deadline_s={limits.deadline_s:g}"
                 )
-                note = f" (not retried here: {why} {wait:.3g} s, longer than {bound})"
+                note = f" (not retried here: {why} {seconds_text(wait)}, longer than {bound})"
             # Chained to the SDK's error (a mapped error of ours: to what it was raised from).
             chain = cause.__cause__ if isinstance(cause, ProviderCallError) else cause
             raise self._final(error, attempts, note, cause, asked) from chain
@@ -431,6 +471,18 @@ class CallRunner:
     def _observed_attempt(self, seconds: float, error: BaseException | None) -> None:
         if self.observer is not None:
             self.observer.attempt(self.provider, seconds, error)
+
+
+def seconds_text(seconds: float) -> str:
+    """A wait in words a person reads at a glance: ``2.5 s``, ``40 min``, ``3 h``, ``27 days``
+    (an HTTP-date ``Retry-After`` decades away read ``2.3e+09 s``)."""
+    if seconds < 1000:
+        return f"{seconds:.3g} s"
+    if seconds < 3 * 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 3 * 86400:
+        return f"{seconds / 3600:.0f} h"
+    return f"{seconds / 86400:,.0f} days"
 
 
 def _backoff_s(attempts: int) -> float:

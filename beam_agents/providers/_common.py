@@ -22,7 +22,13 @@ from beam_agents.errors import (
     ProviderUnavailableError,
 )
 from beam_agents.provider import CallObserver
-from beam_agents.providers._calls import CallLimits, CallRunner, budgeted_http_client
+from beam_agents.providers._calls import (
+    CallLimits,
+    CallRunner,
+    budgeted_http_client,
+    html_summary,
+    is_html,
+)
 
 
 class SdkClientOwner:
@@ -324,4 +330,22 @@ def _status_message(exc: Any) -> str:
         if isinstance(error, dict) and isinstance(error.get("message"), str):
             kind = error.get("type") or error.get("code")
             return f"{kind}: {error['message']}" if isinstance(kind, str) else error["message"]
+    response = getattr(exc, "response", None)
+    text = body if isinstance(body, str) else _response_text(response)
+    headers = getattr(response, "headers", None)
+    content_type = headers.get("content-type") if headers is not None else None
+    if text and is_html(content_type, text):
+        # A gateway's or proxy's error page: its title says more than the SDK's "Error code".
+        return f"an HTML page, not the provider's JSON error ({html_summary(text)})"
+    if text and text.strip() and not isinstance(body, dict):
+        return f"the body reads {' '.join(text.split())[:200]!r}"
     return str(getattr(exc, "message", exc))
+
+
+def _response_text(response: Any) -> str:
+    """A streamed error response's text when it was read (never reads it: it may be huge)."""
+    try:
+        content = getattr(response, "_content", None)
+        return content[:4096].decode("utf-8", "replace") if isinstance(content, bytes) else ""
+    except Exception:  # a half-read or odd response object: no text
+        return ""

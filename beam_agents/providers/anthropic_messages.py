@@ -20,7 +20,7 @@ from beam_agents.errors import ConfigError, ProviderRequestError, ProviderRespon
 from beam_agents.providers._calls import (
     DEFAULT_MAX_RESPONSE_BYTES,
     MAX_BACKOFF_S,
-    parse_json_body,
+    parse_answer,
     read_capped,
 )
 from beam_agents.providers._common import (
@@ -271,7 +271,8 @@ class AnthropicMessagesProvider(SdkClientOwner):
                 timeout=timeout_s,
             ) as answer:
                 raw = read_capped(answer.iter_bytes(), self.name, limit)
-            return self._response(parse_json_body(raw, self.name))
+                content_type = answer.headers.get("content-type")
+            return self._response(parse_answer(raw, content_type, self.name))
 
         return self._calls.call(attempt)
 

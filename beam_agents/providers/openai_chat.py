@@ -21,7 +21,7 @@ from beam_agents.errors import ConfigError, ProviderRequestError, ProviderRespon
 from beam_agents.providers._calls import (
     DEFAULT_MAX_RESPONSE_BYTES,
     MAX_BACKOFF_S,
-    parse_json_body,
+    parse_answer,
     read_capped,
 )
 from beam_agents.providers._common import (
@@ -229,7 +229,8 @@ class OpenAIChatProvider(SdkClientOwner):
                 model=model, messages=messages, extra_body=body, timeout=timeout_s
             ) as answer:
                 raw = read_capped(answer.iter_bytes(), self.name, limit)
-            return self._response(parse_json_body(raw, self.name))
+                content_type = answer.headers.get("content-type")
+            return self._response(parse_answer(raw, content_type, self.name))
 
         return self._calls.call(attempt)
 
@@ -237,8 +238,9 @@ class OpenAIChatProvider(SdkClientOwner):
         shape = self._shape
         completion_id = shape.get(data, "id", str, "id") or ""
         choices = shape.get(data, "choices", list, "choices", required=True)
+        named = f"the completion {completion_id!r}" if completion_id else "the completion (without an id)"
         if not choices:
-            raise ProviderResponseError(self.name, f"the completion {completion_id!r} has no choices")
+            raise ProviderResponseError(self.name, f"{named} has no choices")
         choice = choices[0]
         if not isinstance(choice, dict):
             raise shape.refuse("choices[0]", "an object", choice)
@@ -249,7 +251,7 @@ class OpenAIChatProvider(SdkClientOwner):
         if content is None and not tool_calls and refusal is None:
             raise ProviderResponseError(
                 self.name,
-                f"the completion {completion_id!r} answers nothing: choices[0].message has "
+                f"{named} answers nothing: choices[0].message has "
                 "neither content nor tool_calls (nor a refusal)",
             )
         response = LlmResponse(

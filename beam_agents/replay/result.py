@@ -425,6 +425,8 @@ class CacheMiss:
     traced_cache_key: str | None = None
     """The cache key the traced LLM_CALL at that index had, if any."""
     nearest: NearestEntry | None = None
+    traced_error_type: str = ""
+    """The error the traced LLM_CALL at that index failed with (``""``: it did not fail)."""
 
 
 @dataclass(frozen=True, kw_only=True)

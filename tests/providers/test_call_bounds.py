@@ -166,7 +166,6 @@ def test_a_200_that_is_not_the_vendors_answer_is_a_response_error(
     [
         ("empty", b""),
         ("white space", b"  \n"),
-        ("html", b"<html><body>502 Bad Gateway</body></html>"),
         ("truncated", b'{"id": "x", "choices": ['),
         ("NaN", b'{"id": NaN}'),
         ("deeper than the parser", b"[" * 100_000 + b"]" * 100_000),
@@ -182,6 +181,55 @@ def test_a_body_that_is_not_json_is_a_response_error_never_a_raw_one(
     with pytest.raises(ProviderResponseError) as caught:
         BY_NAME[vendor].build(server).complete(minimal_request("m"))
     assert caught.value.status is None and label
+
+
+@pytest.mark.parametrize("vendor", sorted(BY_NAME))
+@pytest.mark.parametrize("status", [200, 502])
+@pytest.mark.parametrize(
+    ("content_type", "raw"),
+    [
+        ("text/html; charset=utf-8", b"<html><head><title>502 Bad Gateway</title></head></html>"),
+        ("text/plain", b"<!DOCTYPE html>\n<html><h1>502 Bad Gateway</h1>nginx</html>"),
+    ],
+)
+def test_an_html_page_is_a_gateways_error_and_transient(
+    server: WireServer, vendor: str, status: int, content_type: str, raw: bytes
+) -> None:
+    """A proxy's HTML error page (on a 200 too) was dead-lettered as a permanent failure; on
+    a 5xx it read just "Error code: 502"."""
+    page = Reply(raw, status=status, headers={"Content-Type": content_type})
+    server.script(page, page)
+    with pytest.raises(ProviderUnavailableError) as caught:
+        BY_NAME[vendor].build(server, max_retries=1).complete(minimal_request("m"))
+    assert caught.value.transient and caught.value.status == status
+    assert len(server.received) == 2  # retried by the call, then left to the key's policy
+    assert "HTML page" in str(caught.value) and "'502 Bad Gateway'" in str(caught.value)
+    assert "Error code" not in str(caught.value)
+
+
+@pytest.mark.parametrize("vendor", sorted(BY_NAME))
+def test_an_error_body_that_is_plain_text_is_quoted(server: WireServer, vendor: str) -> None:
+    server.script(Reply(b"upstream connect error", status=503, headers={"Content-Type": "text/plain"}))
+    with pytest.raises(ProviderUnavailableError, match="the body reads 'upstream connect error'"):
+        BY_NAME[vendor].build(server, max_retries=0).complete(minimal_request("m"))
+
+
+@pytest.mark.parametrize("vendor", sorted(BY_NAME))
+def test_an_http_date_retry_after_reads_in_days(server: WireServer, vendor: str) -> None:
+    busy = Reply({"error": {"message": "slow down", "type": "rate_limit_error"}}, status=429,
+                 headers={"retry-after": "Wed, 21 Oct 2099 07:28:00 GMT"})  # fmt: skip
+    server.script(busy)
+    with pytest.raises(ProviderRateLimitError, match=r"asked to wait [\d,]+ days, longer") as caught:
+        BY_NAME[vendor].build(server, max_retries=3).complete(minimal_request("m"))
+    assert "e+" not in str(caught.value)
+
+
+def test_a_completion_without_an_id_is_named_so(server: WireServer) -> None:
+    empty = {"id": "", "object": "chat.completion",
+             "choices": [{"index": 0, "message": {"role": "assistant"}}]}  # fmt: skip
+    server.script(Reply(empty))
+    with pytest.raises(ProviderResponseError, match=r"the completion \(without an id\) answers"):
+        BY_NAME["openai"].build(server).complete(minimal_request("m"))
 
 
 @pytest.mark.parametrize("vendor", sorted(BY_NAME))

@@ -59,6 +59,9 @@ MINTED_LATER = "minted-later"
 """The cache holds the request's entry, but a later activation inserted it."""
 NOT_COMMITTED = "not-committed"
 """A failed activation's billed response: failures commit nothing, so it was never cached."""
+CALL_FAILED = "call-failed"
+"""The traced model call itself failed (a rate limit, an outage): it never had a response,
+whether or not a later activation (its retry) cached one under the same key."""
 CONTINUATION_GONE = "continuation-gone"
 AFTER_SNAPSHOT = "after-snapshot"
 INCOMPLETE = "incomplete-trace"
@@ -169,8 +172,9 @@ class _Summary:
         self.last_index = -1
         self.model_calls = 0
         self.staged = 0
-        self.calls: dict[int, tuple[str, bool]] | None = {} if detailed else None
-        """index -> (cache key, cache hit) of its LLM_CALLs (the snapshot's key only)."""
+        self.calls: dict[int, tuple[str, bool, bool]] | None = {} if detailed else None
+        """index -> (cache key, cache hit, the call failed) of its LLM_CALLs (the snapshot's
+        key only)."""
         self.recorded: dict[int, tuple[str, str]] | None = {} if detailed else None
         """index -> (tool, args sha256) of its recorded tool calls (the snapshot's key only)."""
 
@@ -239,7 +243,11 @@ def _scan(
             summary.model_calls += 1
             if summary.calls is not None:
                 call = LlmCall.of(event)
-                summary.calls[index] = (call.cache_key or "", bool(call.cache_hit))
+                summary.calls[index] = (
+                    call.cache_key or "",
+                    bool(call.cache_hit),
+                    bool(call.error_type),
+                )
         elif kind == TraceEvent.TOOL_CALL:
             if summary.recorded is not None:
                 tool = ToolCall.of(event)
@@ -296,7 +304,7 @@ def _replayability(
     # In trace order, as the re-run meets them: the first one it cannot serve decides.
     for index in sorted({*summary.calls, *summary.recorded}):
         if index in summary.calls:
-            cache_key, hit = summary.calls[index]
+            cache_key, hit, call_failed = summary.calls[index]
             status = (
                 state.cache.copy().lookup(cache_key, now_ms=now_ms, visible_through_seq=seq).status
             )
@@ -308,12 +316,15 @@ def _replayability(
                 .lookup(tool_cache_key(tool, args_sha256), now_ms=now_ms, visible_through_seq=seq)
                 .status
             )
-            hit = False  # the pipeline always runs a recorded tool, and records it
+            hit = call_failed = False  # the pipeline always runs a recorded tool, and records it
             what = f"recorded tool call {tool!r} at event {index}"
         if status is LookupStatus.HIT:
             continue
         word = _MISS_WORDS[status]
-        if status is LookupStatus.ABSENT and outcome == "failed" and not hit:
+        if call_failed and status in (LookupStatus.ABSENT, LookupStatus.MINTED_LATER):
+            # No response ever existed here: what a later activation cached is not it.
+            word = CALL_FAILED
+        elif status is LookupStatus.ABSENT and outcome == "failed" and not hit:
             word = NOT_COMMITTED
         return word, f"{what} is {word}"
     detail = f"{calls} of {calls} model responses cached"

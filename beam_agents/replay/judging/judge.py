@@ -104,14 +104,18 @@ def _cache_miss(
 ) -> CacheMiss:
     nearest = cache.nearest(failure.fingerprint)
     traced_key: str | None = None
+    traced_error = ""
     if traced is not None and traced.kind == TraceEvent.LLM_CALL:
-        traced_key = LlmCall.of(traced).cache_key
+        traced_call = LlmCall.of(traced)
+        traced_key = traced_call.cache_key
+        traced_error = traced_call.error_type or ""
     return CacheMiss(
         event_index=failure.event_index,
         cache_key=failure.cache_key,
         model=failure.model,
         status=failure.lookup_status.value,
         traced_cache_key=traced_key,
+        traced_error_type=traced_error,
         nearest=None
         if nearest is None
         else NearestEntry(
@@ -134,6 +138,20 @@ def _miss_reason(
         )
     if status is LookupStatus.EXPIRED:
         return f"{head}: the cached entry had expired at the activation clock"
+    traced_error = _traced_call_error(miss, traced)
+    if traced_error and status in (LookupStatus.ABSENT, LookupStatus.MINTED_LATER):
+        later = ""
+        if status is LookupStatus.MINTED_LATER:
+            entry = cache.get(miss.cache_key)
+            by = f"seq {entry.inserted_seq}" if entry is not None else "a later activation"
+            later = (
+                f"; the entry under this key was cached later, by {by} (a retry or a later "
+                "activation whose call succeeded), and is not a response this one received"
+            )
+        return (
+            f"{head}: the original call failed here too ({traced_error}), so no response was "
+            f"ever cached for this activation{later}; the activation replays up to this call"
+        )
     if status is LookupStatus.MINTED_LATER:
         entry = cache.get(miss.cache_key)
         minted = f" (seq {entry.inserted_seq})" if entry is not None else ""
@@ -156,13 +174,7 @@ def _miss_reason(
         call = LlmCall.of(traced[miss.event_index])
         billed = bool(call.billed)
         hit = bool(call.cache_hit)
-        error = call.error_type or ""
         failed = traced[-1].kind == TraceEvent.ACTIVATION_FAILED
-        if error:
-            return (
-                f"{head}: the original call failed here too ({error}), so no response was ever "
-                "cached; the activation replays up to this call"
-            )
         if billed and failed:
             return (
                 f"{head}: the original reached the provider here and then failed, so this "
@@ -181,6 +193,15 @@ def _miss_reason(
             "the activation"
         )
     return f"{head}: the snapshot's cache holds no response for this request"
+
+
+def _traced_call_error(miss: CacheMiss, traced: Sequence[TraceEvent] | None) -> str:
+    """The error type the traced call at the miss failed with (same request), or ``""``."""
+    if traced is None or miss.traced_cache_key != miss.cache_key:
+        return ""
+    if miss.event_index >= len(traced) or traced[miss.event_index].kind != TraceEvent.LLM_CALL:
+        return ""
+    return LlmCall.of(traced[miss.event_index]).error_type or ""
 
 
 def judge(

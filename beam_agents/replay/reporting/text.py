@@ -286,6 +286,15 @@ def _miss_request_lines(
     return lines
 
 
+def _traced_key_note(miss: CacheMiss) -> str:
+    """What the traced cache key says about the miss, in a few words."""
+    if miss.traced_cache_key != miss.cache_key:
+        return "  (differs: the request changed)" if miss.traced_cache_key else ""
+    if miss.traced_error_type:
+        return f"  (same key: the original call failed, {escape(miss.traced_error_type)}; it never had a response)"
+    return "  (same key: the response is gone)"
+
+
 def _miss_lines(
     miss: CacheMiss, result: ReplayResult | None = None, *, width: int | None = VALUE_WIDTH
 ) -> list[str]:
@@ -294,19 +303,20 @@ def _miss_lines(
         f"({escape(miss.status)})",
         f"    cache key:        {escape(miss.cache_key)}",
         f"    traced cache key: {escape(miss.traced_cache_key or '-')}"
-        + (
-            "  (same key: the response is gone)"
-            if miss.traced_cache_key == miss.cache_key
-            else ("  (differs: the request changed)" if miss.traced_cache_key else "")
-        ),
+        + _traced_key_note(miss),
     ]
     if miss.nearest is None:
         lines.append("    nearest entry:    none (the snapshot's cache is empty)")
     else:
         differs = ", ".join(miss.nearest.differences) or "nothing (the same request)"
+        own = (
+            "  (this request's own entry, cached later by another activation)"
+            if miss.nearest.cache_key == miss.cache_key
+            else ""
+        )
         lines.append(
             f"    nearest entry:    {escape(miss.nearest.cache_key)} model "
-            f"{escape(repr(miss.nearest.model))}"
+            f"{escape(repr(miss.nearest.model))}{own}"
         )
         lines.append(f"    differs in:       {escape(differs)}")
     if result is not None:
