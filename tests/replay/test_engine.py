@@ -630,3 +630,39 @@ def test_the_result_says_what_stopped_it_as_a_typed_cause(history: KeyHistory) -
     assert (missed.verdict, missed.stop) == (Verdict.IRREPRODUCIBLE, StopCause.CACHE_MISS)
     refused = replay(options(snapshot, b"", event=event))
     assert (refused.verdict, refused.stop) == (Verdict.USAGE_ERROR, StopCause.REFUSED)
+
+
+def test_a_failed_call_whose_retry_succeeded_says_the_original_call_failed() -> None:
+    # The rate limit fails the first attempt (seq 1); its retry (seq 2) asks the very same
+    # request and succeeds, so the snapshot's entry under that key was minted by seq 2.
+    # Seq 1 never had a response: replay must say so, not "the response is gone".
+    from beam_agents.errors import ProviderRateLimitError
+    from beam_agents.replay.incidents.listing import list_activations
+    from beam_agents.replay.reporting.text import render_report
+    from beam_agents.testing import ScriptedProvider
+
+    refusals = [True]
+
+    def limited(request: object) -> str:
+        if refusals and refusals.pop():
+            raise ProviderRateLimitError(ra.PROVIDER_NAME, "slow down", status=429)
+        return "on its way"
+
+    history = KeyHistory(ra.AGENT, ra.TOOLS, ScriptedProvider(limited, name=ra.PROVIDER_NAME))
+    event = ask("same question")
+    assert isinstance(history.send(event), ActivationFailure)
+    assert isinstance(history._ran(history.pipeline_key.fire_retry(), "retry"), ActivationCommit)
+    result = replay(options(history.export(), history.trace_bytes(), event=event, seq=1))
+    assert result.verdict is Verdict.IRREPRODUCIBLE
+    assert result.cache_miss is not None and result.cache_miss.status == "minted_later"
+    assert result.cache_miss.traced_error_type == "beam_agents.errors.ProviderRateLimitError"
+    assert "the original call failed here too (beam_agents.errors.ProviderRateLimitError)" in (
+        result.reason
+    )
+    assert "cached later, by seq 2" in result.reason and "is gone" not in result.reason
+    text = render_report(result)
+    assert "(same key: the original call failed" in text and "the response is gone" not in text
+    assert "this request's own entry, cached later by another activation" in text
+    # ls says the same of seq 1 as of a failed call with nothing cached after it.
+    rows = list_activations([history.trace_bytes()], snapshot=history.export()).rows
+    assert [(r.seq, r.replay) for r in rows] == [(1, "call-failed"), (2, "cached")]
