@@ -75,6 +75,9 @@ refused the same way again: the envelope itself must change."""
 LOG = logging.getLogger("beam_agents")
 """The package's logger: a dead letter at WARNING, a retry at INFO (``beam_agents.key_step``)."""
 
+REQUIRED_FIELDS = ("code", "reason", "entity_key_b64", "envelope_id", "raw_b64")
+"""The fields ``ErrorRecord.from_dict`` cannot do without (the others default)."""
+
 MAX_ERROR_TEXT = 2000
 """The most characters of an error's message a record keeps (per attempt: 500)."""
 MAX_ATTEMPT_TEXT = 500
@@ -225,8 +228,16 @@ class ErrorRecord:
                 error=str(data.get("error", "")),
                 attempts=tuple(Attempt.from_dict(a) for a in data.get("attempts", ())),
             )
-        except (KeyError, TypeError, ValueError, binascii.Error) as exc:
-            raise ValueError(f"not a dead-letter record ({type(exc).__name__}: {exc})") from None
+        except KeyError as exc:
+            missing = exc.args[0] if exc.args else "?"
+            raise ValueError(
+                f"not a dead-letter record: the field {missing!r} is missing (a record has "
+                f"{', '.join(REQUIRED_FIELDS)})"
+            ) from None
+        except binascii.Error as exc:
+            raise ValueError(f"not a dead-letter record: a *_b64 field is not base64 ({exc})") from None
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"not a dead-letter record: {exc}") from None
 
     @classmethod
     def from_json_bytes(cls, data: bytes | str) -> ErrorRecord:
@@ -236,7 +247,9 @@ class ErrorRecord:
         except ValueError as exc:
             raise ValueError(f"not a dead-letter record: not JSON ({exc})") from None
         if not isinstance(parsed, dict):
-            raise ValueError(f"not a dead-letter record: JSON {type(parsed).__name__}")
+            raise ValueError(
+                f"not a dead-letter record: a JSON {type(parsed).__name__}, not an object"
+            )
         return cls.from_dict(parsed)
 
 

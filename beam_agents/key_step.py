@@ -1104,7 +1104,11 @@ def _held_name(hold: KeyHold) -> str:
 def _message(error: BaseException, limit: int) -> str:
     """The error's message for a record, at most ``limit`` characters (never raises)."""
     try:
-        text = str(error)
+        if isinstance(error, SystemExit):
+            # str(SystemExit(3)) is just "3": say what it was.
+            text = f"agent code raised SystemExit with exit status {error.code!r} (the worker did not exit)"
+        else:
+            text = str(error) or f"{type(error).__name__} without a message"
     except Exception:  # agent code's own __str__ can raise too
         text = f"<{type(error).__name__} whose str() raised>"
     return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -116,3 +116,15 @@ def test_resend_envelope_stamps_a_new_event_time_and_keeps_everything_else() -> 
     with pytest.raises(ValueError, match="must be an int"):
         record.resend_envelope(event_time_ms=1.5)  # type: ignore[arg-type]
     assert json.loads(record.to_json_bytes())["resendable"] is True
+
+
+def test_a_dict_that_is_no_record_is_refused_naming_what_is_wrong() -> None:
+    import pytest
+
+    with pytest.raises(ValueError, match=r"^not a dead-letter record: the field 'reason' is missing"):
+        ErrorRecord.from_dict({"code": "no_body"})  # it read "(KeyError: 'reason')"
+    with pytest.raises(ValueError, match=r"a \*_b64 field is not base64"):
+        ErrorRecord.from_dict({"code": "no_body", "reason": "x", "entity_key_b64": "!!",
+                               "envelope_id": "", "raw_b64": ""})  # fmt: skip
+    with pytest.raises(ValueError, match="a JSON list, not an object"):
+        ErrorRecord.from_json_bytes(b"[1]")

@@ -170,6 +170,12 @@ def test_a_base_exception_from_agent_code_fails_that_activation_only(how: str) -
     assert failure.trace[-1].kind == TraceEvent.ACTIVATION_FAILED
     [record] = crashed.errors
     assert record.code == "activation_failed" and record.seq == 1  # no retry: permanent
+    # Its message says what happened (str(SystemExit(3)) is "3", str(KeyboardInterrupt()) "").
+    assert record.error == record.attempts[0].error == {
+        "exit": "agent code raised SystemExit with exit status 3 (the worker did not exit)",
+        "interrupt": "KeyboardInterrupt without a message",
+        "gen": "GeneratorExit without a message",
+    }[how]
     assert key.cells.memory == b""
     assert key.send(ask("next", 1)).outputs == (b"2:next:answered at 1734000000001",)
 
