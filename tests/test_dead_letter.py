@@ -85,7 +85,7 @@ def test_what_is_not_a_record_is_refused_by_name() -> None:
     for data, says in [
         (b"not json", "not JSON"),
         (b"[1]", "JSON list"),
-        (b'{"code": "no_body"}', "KeyError"),
+        (b'{"code": "no_body"}', "the field 'reason' is missing"),
         (b'{"code": "nope", "reason": "", "entity_key_b64": "", "envelope_id": "", "raw_b64": ""}',
          "nope"),
         (b'{"code": "no_body", "reason": "", "entity_key_b64": "!!", "envelope_id": "", "raw_b64": ""}',
