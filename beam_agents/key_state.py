@@ -424,3 +424,26 @@ def _state_of(
         ],
     )
     return state
+
+
+def waiting_text(snapshot: StateSnapshot) -> str:
+    """What the key waited on when ``snapshot`` was exported, in a few words (``""``: nothing).
+
+    A retry hold and the inbox are not committed state (replay ignores them), but they are
+    why a key is quiet during an outage.
+    """
+    if not snapshot.HasField("waiting"):
+        return ""
+    waiting = snapshot.waiting
+    parts: list[str] = []
+    if waiting.hold == "retry":
+        what = "its HITL timeout resume" if waiting.timeout else f"envelope {waiting.envelope_id!r}"
+        failed = len(waiting.attempts)
+        last = f", the last {waiting.attempts[-1].error_type}" if waiting.attempts else ""
+        parts.append(
+            f"a retry of {what} ({failed} failed attempt{'s' if failed != 1 else ''}{last}; "
+            f"next at event time {waiting.due_ms})"
+        )
+    if waiting.inbox:
+        parts.append(f"{waiting.inbox} envelope{'s' if waiting.inbox != 1 else ''} in its inbox")
+    return ", ".join(parts)

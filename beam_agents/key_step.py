@@ -70,6 +70,7 @@ from beam_agents._protos import (
     FailedAttempt,
     InFlight,
     KeyHold,
+    KeyWaiting,
     RetryPending,
 )
 from beam_agents.activation import (
@@ -500,10 +501,17 @@ class KeyStep:
             # load the key's blobs (that is when an operator needs the snapshot most), and
             # it only copies the cells. Nor does it wait behind a hold: it observes the
             # committed state, which a pending retry has not changed.
+            waiting = _waiting_of(held, store)
             return StepResult(
                 emitted=(
                     _export(
-                        key, raw, envelope, store.read_cells(), store.read_seq(), self._agent_build
+                        key,
+                        raw,
+                        envelope,
+                        store.read_cells(),
+                        store.read_seq(),
+                        self._agent_build,
+                        waiting,
                     ),
                 )
             )
@@ -933,7 +941,12 @@ class KeyStep:
             )
             return False
         if envelope.WhichOneof("body") == "export_request":
-            run.emitted.append(_export(key, raw, envelope, run.cells, run.seq, self._agent_build))
+            # As on arrival: the key held nothing, its inbox the start events kept so far.
+            run.emitted.append(
+                _export(
+                    key, raw, envelope, run.cells, run.seq, self._agent_build, _waiting(None, waiting)
+                )
+            )
             return False
         run.state = load_key_state(run.cells)
         decision = classify_trigger(run.state, envelope)
@@ -973,7 +986,15 @@ class KeyStep:
                 continue
             if envelope.WhichOneof("body") == "export_request":
                 run.emitted.append(
-                    _export(key, item, envelope, run.cells, run.seq, self._agent_build)
+                    _export(
+                        key,
+                        item,
+                        envelope,
+                        run.cells,
+                        run.seq,
+                        self._agent_build,
+                        _waiting(run.hold, waiting),
+                    )
                 )
                 continue
             if trigger_name(envelope) is Trigger.NONE:
@@ -1207,6 +1228,31 @@ def _unreadable_hold(
     return StepResult(emitted=tuple(emitted))
 
 
+def _waiting_of(held: bytes, store: KeyStore) -> KeyWaiting | None:
+    """What a key with the ``hold`` cell ``held`` waits on (an unreadable hold: the inbox only)."""
+    try:
+        hold = load_hold(held)[0] if held else None
+    except StateError:
+        hold = None
+    # Only a suspended key or one holding a trigger has an inbox: no read for the others.
+    return _waiting(hold, len(store.read_inbox())) if held or store.read_cells().continuation else None
+
+
+def _waiting(hold: KeyHold | None, inbox: int) -> KeyWaiting | None:
+    """The snapshot's ``waiting``: the retry ``hold`` holds, and ``inbox`` envelopes (None: nothing)."""
+    if hold is not None and hold.HasField("retry"):
+        envelope_id = "" if hold.timeout else AgentEnvelope.FromString(hold.envelope).envelope_id
+        return KeyWaiting(
+            hold="retry",
+            envelope_id=envelope_id,
+            timeout=hold.timeout,
+            due_ms=hold.retry.due_ms,
+            attempts=hold.retry.attempts,
+            inbox=inbox,
+        )
+    return KeyWaiting(inbox=inbox) if inbox else None
+
+
 def _export(
     key: bytes,
     raw: bytes,
@@ -1214,6 +1260,7 @@ def _export(
     cells: StateCells,
     seq: int,
     build: AgentBuild | None,
+    waiting: KeyWaiting | None = None,
 ) -> tuple[Emit, Any]:
     try:
         snapshot = make_snapshot(
@@ -1224,6 +1271,8 @@ def _export(
             request_id=envelope.export_request.request_id,
             agent_build=build,
         )
+        if waiting is not None:
+            snapshot.waiting.CopyFrom(waiting)
     except StateError as exc:
         return _error(
             STATE_UNREADABLE,

@@ -379,3 +379,27 @@ def test_a_retry_is_logged_at_info_and_a_dead_letter_at_warning(
     message = dead.getMessage()
     assert f"dead letter retries_exhausted for key {KEY.hex()}, envelope 'e-a' (seq 2)" in message
     assert record.reason in message and "\n" not in message
+
+
+def test_an_export_says_what_the_key_waits_on_beside_its_committed_state() -> None:
+    key = new_key(Outage(T0, T0 + 15_000))
+    [quiet] = key.send(export_request_envelope(KEY, "before", time_ms=T0)).snapshots
+    assert not StateSnapshot.FromString(quiet).HasField("waiting")  # nothing: no field
+    key.send(ask("a", 0))
+    key.send(ask("b", 20_000))
+    [snapshot] = key.send(export_request_envelope(KEY, "mid", time_ms=T0 + 3)).snapshots
+    waiting = StateSnapshot.FromString(snapshot).waiting
+    assert (waiting.hold, waiting.envelope_id, waiting.due_ms, waiting.inbox) == (
+        "retry", "e-a", T0 + 10_000, 1,
+    )  # fmt: skip
+    assert [(a.seq, a.transient, a.wait_ms) for a in waiting.attempts] == [(1, True, 10_000)]
+    # The committed state is as it was (but the failed attempt's seq): the hold is beside it.
+    exported = StateSnapshot.FromString(snapshot)
+    assert exported.seq == 1
+    exported.ClearField("waiting")
+    exported.request_id, exported.snapshot_at_ms, exported.seq = "before", T0, 0
+    assert exported.SerializeToString(deterministic=True) == quiet
+    key.fire_retry()
+    key.fire_retry()
+    [after] = key.send(export_request_envelope(KEY, "after", time_ms=T0 + 60_000)).snapshots
+    assert not StateSnapshot.FromString(after).HasField("waiting")

@@ -76,6 +76,7 @@ def test_field_numbers_are_the_designs() -> None:
         "resumed_from_schema_version": 12,
         "tool_cache": 13,
         "agent_build": 14,
+        "waiting": 15,
     }
     assert numbers(AgentEnvelope) == {
         "entity_key": 1,

@@ -28,7 +28,7 @@ from beam_agents.agent_build import agent_build, build_differences
 from beam_agents.blobs import unwrap_blob
 from beam_agents.capture import ValueCapture
 from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
-from beam_agents.key_state import KeyState
+from beam_agents.key_state import KeyState, waiting_text
 from beam_agents.provider import UnservableProvider
 from beam_agents.replay.inputs.agent_code import (
     ImportFailed,
@@ -132,6 +132,7 @@ class HeaderSoFar:
             snapshot_seq=snapshot.seq,
             snapshot_at_ms=snapshot.snapshot_at_ms,
             snapshot_request_id=snapshot.request_id,
+            snapshot_waiting=waiting_text(snapshot),
             state_schema_version=snapshot.state_schema_version,
             migrations_applied=tuple(state.migrations_applied),
         )

@@ -163,6 +163,8 @@ class ReplayHeader:
     snapshot_seq: int | None = None
     snapshot_at_ms: int | None = None
     snapshot_request_id: str = ""
+    snapshot_waiting: str = ""
+    """What the key waited on at export (a retry hold, its inbox): ``key_state.waiting_text``."""
     state_schema_version: int | None = None
     migrations_applied: tuple[str, ...] = ()
     """Blob migrations applied in memory while loading, e.g. ``llm_cache v1→v2``."""

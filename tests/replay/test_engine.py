@@ -666,3 +666,28 @@ def test_a_failed_call_whose_retry_succeeded_says_the_original_call_failed() -> 
     # ls says the same of seq 1 as of a failed call with nothing cached after it.
     rows = list_activations([history.trace_bytes()], snapshot=history.export()).rows
     assert [(r.seq, r.replay) for r in rows] == [(1, "call-failed"), (2, "cached")]
+
+
+def test_a_snapshot_exported_while_the_key_waits_says_so_in_the_header_and_ls() -> None:
+    from beam_agents.errors import ProviderRateLimitError
+    from beam_agents.replay.incidents.listing import list_activations, render_listing
+    from beam_agents.replay.reporting.text import render_report
+    from beam_agents.testing import ScriptedProvider
+
+    def limited(request: object) -> str:
+        raise ProviderRateLimitError(ra.PROVIDER_NAME, "slow down", status=429)
+
+    history = KeyHistory(ra.AGENT, ra.TOOLS, ScriptedProvider(limited, name=ra.PROVIDER_NAME))
+    event = ask("where is A1?")
+    history.send(event)
+    history.pipeline_key.send(ask("and A2?", at=T0 + 1))  # waits behind the hold
+    snapshot = history.export()
+    said = (
+        f"a retry of envelope {event.envelope_id!r} (1 failed attempt, the last "
+        "beam_agents.errors.ProviderRateLimitError; next at event time"
+    )
+    result = replay(options(snapshot, history.trace_bytes(), event=event, seq=1))
+    assert f"  waiting at export: {said}" in render_report(result)
+    assert "1 envelope in its inbox" in render_report(result)
+    listing = render_listing(list_activations([history.trace_bytes()], snapshot=snapshot))
+    assert f"snapshot at seq 1; waiting: {said}" in listing.splitlines()[0]

@@ -110,6 +110,7 @@ class StateSnapshot(_message.Message):
     RESUMED_FROM_SCHEMA_VERSION_FIELD_NUMBER: _builtins.int
     TOOL_CACHE_FIELD_NUMBER: _builtins.int
     AGENT_BUILD_FIELD_NUMBER: _builtins.int
+    WAITING_FIELD_NUMBER: _builtins.int
     state_schema_version: _builtins.int
     entity_key: _builtins.bytes
     seq: _builtins.int
@@ -144,6 +145,12 @@ class StateSnapshot(_message.Message):
         with the agent it is given. In no trace: a trace's bytes do not depend on the build.
         """
 
+    @_builtins.property
+    def waiting(self) -> Global___KeyWaiting:
+        """What the key waits on at export, beside its committed state (absent: nothing). Not
+        state an activation reads: replay ignores it; it tells an operator why a key is quiet.
+        """
+
     def __init__(
         self,
         *,
@@ -161,10 +168,11 @@ class StateSnapshot(_message.Message):
         resumed_from_schema_version: _builtins.int = ...,
         tool_cache: _builtins.bytes = ...,
         agent_build: Global___AgentBuild | None = ...,
+        waiting: Global___KeyWaiting | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["agent_build", b"agent_build", "continuation", b"continuation"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["agent_build", b"agent_build", "continuation", b"continuation", "waiting", b"waiting"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_build", b"agent_build", "continuation", b"continuation", "entity_key", b"entity_key", "llm_cache", b"llm_cache", "memory", b"memory", "pending", b"pending", "pending_schema_version", b"pending_schema_version", "request_id", b"request_id", "resumed_from", b"resumed_from", "resumed_from_schema_version", b"resumed_from_schema_version", "seq", b"seq", "snapshot_at_ms", b"snapshot_at_ms", "state_schema_version", b"state_schema_version", "tool_cache", b"tool_cache"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_build", b"agent_build", "continuation", b"continuation", "entity_key", b"entity_key", "llm_cache", b"llm_cache", "memory", b"memory", "pending", b"pending", "pending_schema_version", b"pending_schema_version", "request_id", b"request_id", "resumed_from", b"resumed_from", "resumed_from_schema_version", b"resumed_from_schema_version", "seq", b"seq", "snapshot_at_ms", b"snapshot_at_ms", "state_schema_version", b"state_schema_version", "tool_cache", b"tool_cache", "waiting", b"waiting"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -201,6 +209,53 @@ class AgentBuild(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___AgentBuild: _TypeAlias = AgentBuild  # noqa: Y015
+
+@_typing.final
+class KeyWaiting(_message.Message):
+    """What a key waits on when it is exported: a trigger it holds for a retry, and the
+    envelopes waiting in its inbox (behind that hold, or behind its suspension).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HOLD_FIELD_NUMBER: _builtins.int
+    ENVELOPE_ID_FIELD_NUMBER: _builtins.int
+    TIMEOUT_FIELD_NUMBER: _builtins.int
+    DUE_MS_FIELD_NUMBER: _builtins.int
+    ATTEMPTS_FIELD_NUMBER: _builtins.int
+    INBOX_FIELD_NUMBER: _builtins.int
+    hold: _builtins.str
+    """Why the key holds a trigger: "retry" (its activation failed transiently); empty when
+    it holds none (only its inbox waits, behind its suspension).
+    """
+    envelope_id: _builtins.str
+    """The held envelope's id (empty for a HITL timeout resume: then `timeout` is true)."""
+    timeout: _builtins.bool
+    due_ms: _builtins.int
+    """When the next attempt runs (event time; the retry timer)."""
+    inbox: _builtins.int
+    """How many envelopes wait in the key's inbox."""
+    @_builtins.property
+    def attempts(self) -> _containers.RepeatedCompositeFieldContainer[Global___FailedAttempt]:
+        """The failed attempts so far, oldest first."""
+
+    def __init__(
+        self,
+        *,
+        hold: _builtins.str = ...,
+        envelope_id: _builtins.str = ...,
+        timeout: _builtins.bool = ...,
+        due_ms: _builtins.int = ...,
+        attempts: _abc.Iterable[Global___FailedAttempt] | None = ...,
+        inbox: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "due_ms", b"due_ms", "envelope_id", b"envelope_id", "hold", b"hold", "inbox", b"inbox", "timeout", b"timeout"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___KeyWaiting: _TypeAlias = KeyWaiting  # noqa: Y015
 
 @_typing.final
 class KeyHold(_message.Message):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TextIO, overload
 
 from beam_agents._protos import StateSnapshot, TraceEvent
-from beam_agents.key_state import KeyState
+from beam_agents.key_state import KeyState, waiting_text
 from beam_agents.llm_cache import LookupStatus
 from beam_agents.replay.inputs.traces import trace_events
 from beam_agents.replay.naming import LIST_ACTIVATIONS, Input, Naming
@@ -149,6 +149,8 @@ class Listing:
     snapshot_seq: int | None = None
     key_counts: tuple[tuple[bytes, int], ...] = ()
     """Each key listed, in order, with how many rows it has (its run in ``rows``)."""
+    snapshot_waiting: str = ""
+    """What the snapshot's key waited on when exported (``waiting_text``; empty: nothing)."""
 
     @property
     def keys(self) -> list[bytes]:
@@ -450,6 +452,7 @@ def list_activations(
         snapshot_key=loaded[0].entity_key if loaded is not None else None,
         snapshot_seq=loaded[0].seq if loaded is not None else None,
         key_counts=tuple(counts),
+        snapshot_waiting=waiting_text(loaded[0]) if loaded is not None else "",
     )
 
 
@@ -549,6 +552,8 @@ def _listing_lines(listing: Listing, *, now_ms: int | None) -> Iterator[str]:
         heading = f"key {key_label(key)}: {traced} traced activation(s)"
         if with_replay and key == listing.snapshot_key:
             heading += f"; snapshot at seq {listing.snapshot_seq}"
+            if listing.snapshot_waiting:
+                heading += f"; waiting: {escape(listing.snapshot_waiting)}"
         yield heading
         header = (
             f"  {'seq':>5}  {'at (UTC)':<19}  {'ago':<12}  {'kind':<6}  {'trigger':<11}  "

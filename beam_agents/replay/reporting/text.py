@@ -458,6 +458,8 @@ def render_report(result: ReplayResult, *, full_values: bool = False) -> str:
             f"{_unknown(h.snapshot_request_id)}  schema v{h.state_schema_version}  "
             f"migrations: {escape(migrations)}"
         )
+        if h.snapshot_waiting:
+            lines.append(f"  waiting at export: {escape(h.snapshot_waiting)}")
     if result.events:
         traced, replayed, differing = pair_counts(result.events)
         if result.events_reached_only:
