@@ -101,7 +101,10 @@ class RetryPolicy:
         wait = self.wait_ms(failures, entity_key=entity_key, seq=seq)
         if found.retry_after_s is not None:
             # The provider said how long it needs: no sooner (within max_backoff_ms).
-            wait = max(wait, min(self.max_backoff_ms, int(found.retry_after_s * 1000)))
+            # min() on floats first: a Retry-After of 1e308 s is inf ms, which int() refuses.
+            asked_ms = found.retry_after_s * 1000.0
+            if asked_ms == asked_ms:  # not NaN (a hand-built error's retry_after_s may be)
+                wait = max(wait, int(min(float(self.max_backoff_ms), asked_ms)))
         return now_ms + wait
 
     def describe(self) -> str:

@@ -124,3 +124,11 @@ def test_a_retry_after_from_the_provider_is_a_floor_up_to_the_longest_backoff() 
     assert policy.next_attempt_ms(greedy, failures=1, now_ms=0, entity_key=KEY, seq=1) == 60_000
     brief = ProviderRateLimitError("p", "slow down", status=429, retry_after_s=1)
     assert policy.next_attempt_ms(brief, failures=1, now_ms=0, entity_key=KEY, seq=1) == 10_000
+
+
+def test_a_retry_after_too_large_for_an_int_is_the_longest_backoff() -> None:
+    """Retry-After: 1e308 is inf ms: int() raised OverflowError out of the key's step."""
+    policy = RetryPolicy(initial_backoff_ms=10_000, max_backoff_ms=60_000, jitter=0)
+    for seconds in (1e308, float("inf")):
+        huge = ProviderRateLimitError("p", "slow down", status=429, retry_after_s=seconds)
+        assert policy.next_attempt_ms(huge, failures=1, now_ms=0, entity_key=KEY, seq=1) == 60_000

@@ -31,6 +31,7 @@ import math
 import random
 import re
 import time
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -81,7 +82,15 @@ class CallLimits:
 class _Budget:
     """What is left of the running attempt: time (monotonic) and bytes."""
 
-    __slots__ = ("attempt_ends", "call_ends", "exceeded", "expired", "max_bytes", "received")
+    __slots__ = (
+        "attempt_ends",
+        "call_ends",
+        "decoded",
+        "exceeded",
+        "expired",
+        "max_bytes",
+        "received",
+    )
 
     def __init__(self, *, attempt_ends: float, call_ends: float, max_bytes: int) -> None:
         self.attempt_ends = attempt_ends
@@ -89,7 +98,8 @@ class _Budget:
         self.max_bytes = max_bytes
         self.received = 0
         self.exceeded = False
-        """More than ``max_bytes`` arrived."""
+        """More than ``max_bytes`` arrived (or, with ``decoded``, decoded)."""
+        self.decoded = False
         self.expired = ""
         """Which bound ran out first: ``"attempt"``, ``"call"``, or ``""`` (none)."""
 
@@ -239,7 +249,108 @@ def budgeted_http_client(timeout_s: float, limits: Any) -> httpx2.Client:
         backend = getattr(pool, "_network_backend", None)
         if backend is not None and not isinstance(backend, _BudgetedBackend):
             pool._network_backend = _BudgetedBackend(backend)  # type: ignore[union-attr]
+    # Decoding too is bounded: error bodies are read by the SDK itself, whole, and a
+    # 260 KB gzip body decodes to 256 MB (the network backend counts only what arrives).
+    client._transport = _DecodingCap(client._transport)
+    # Only what _DecodingCap decodes (httpx would offer br and zstd when they are installed).
+    client.headers["Accept-Encoding"] = "gzip, deflate"
+    client._mounts = {
+        pattern: None if transport is None else _DecodingCap(transport)
+        for pattern, transport in client._mounts.items()
+    }
     return client
+
+
+class _DecodingCap(httpx2.BaseTransport):
+    """A transport that decodes ``Content-Encoding`` itself, refusing past the attempt's
+    ``max_response_bytes`` of decoded bytes (gzip and deflate, layered too; any other
+    encoding is refused: the request did not offer it)."""
+
+    def __init__(self, inner: httpx2.BaseTransport) -> None:
+        self._inner = inner
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = self._inner.handle_request(request)
+        listed = response.headers.get("content-encoding", "")
+        encodings = [e.strip().lower() for e in listed.split(",") if e.strip()]
+        encodings = [e for e in encodings if e != "identity"]
+        if not encodings:
+            return response
+        budget = _BUDGET.get()
+        limit = budget.max_bytes if budget is not None else DEFAULT_MAX_RESPONSE_BYTES
+        headers = [
+            (name, value)
+            for name, value in response.headers.raw
+            if name.lower() not in (b"content-encoding", b"content-length")
+        ]
+        stream = _CappedDecoding(response.stream, encodings, limit, budget)  # type: ignore[arg-type]
+        return httpx2.Response(
+            response.status_code, headers=headers, stream=stream, extensions=response.extensions
+        )
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class _CappedDecoding(httpx2.SyncByteStream):
+    def __init__(
+        self, raw: httpx2.SyncByteStream, encodings: list[str], limit: int, budget: _Budget | None
+    ) -> None:
+        self._raw, self._encodings, self._limit, self._budget = raw, encodings, limit, budget
+
+    def __iter__(self) -> Iterator[bytes]:
+        # The last encoding listed was applied last: it is undone first.
+        layers = [_Layer(encoding) for encoding in reversed(self._encodings)]
+        total = 0
+        for chunk in self._raw:
+            data = chunk
+            for layer in layers:
+                data = layer.decode(data, self._limit + 1)
+                if layer.over or len(data) > self._limit:
+                    self._refuse()
+            total += len(data)
+            if total > self._limit:
+                self._refuse()
+            if data:
+                yield data
+
+    def _refuse(self) -> None:
+        if self._budget is not None:
+            self._budget.exceeded = self._budget.decoded = True
+        raise httpx2.DecodingError(f"the response decodes to more than {self._limit} bytes")
+
+    def close(self) -> None:
+        self._raw.close()
+
+
+class _Layer:
+    """One ``Content-Encoding`` being undone, with its output bounded."""
+
+    def __init__(self, encoding: str) -> None:
+        if encoding in ("gzip", "x-gzip"):
+            self._wbits = 16 + zlib.MAX_WBITS
+        elif encoding == "deflate":
+            self._wbits = zlib.MAX_WBITS  # zlib-wrapped; raw deflate is tried on a failure
+        else:
+            raise httpx2.DecodingError(
+                f"the response uses Content-Encoding {encoding!r}, which was not offered"
+            )
+        self._inflate = zlib.decompressobj(self._wbits)
+        self._started = False
+        self.over = False
+
+    def decode(self, data: bytes, cap: int) -> bytes:
+        try:
+            out = self._inflate.decompress(data, cap)
+        except zlib.error as exc:
+            if self._wbits == zlib.MAX_WBITS and not self._started:
+                self._wbits = -zlib.MAX_WBITS
+                self._inflate = zlib.decompressobj(self._wbits)
+                return self.decode(data, cap)
+            raise httpx2.DecodingError(f"the response body does not decode ({exc})") from None
+        self._started = True
+        self.over = bool(self._inflate.unconsumed_tail)
+        return out
 
 
 def read_capped(chunks: Iterator[bytes], provider: str, limit: int) -> bytes:
@@ -282,6 +393,20 @@ def parse_answer(raw: bytes, content_type: str | None, provider: str) -> dict[st
             status=200,
         )
     return parse_json_body(raw, provider)
+
+
+def answer_of(build: Callable[[dict[str, Any]], T], data: dict[str, Any], provider: str) -> T:
+    """``build(data)``: the ``LlmResponse`` of a parsed body, with what protobuf cannot hold
+    refused as ``ProviderResponseError`` (a lone surrogate in a string, a token count
+    past 2**63: the ``UnicodeEncodeError`` and ``ValueError`` of the message's setters)."""
+    try:
+        return build(data)
+    except ProviderCallError:
+        raise
+    except (UnicodeError, ValueError, OverflowError) as exc:
+        raise ProviderResponseError(
+            provider, f"the response holds a value an answer cannot carry ({type(exc).__name__}: {exc})"
+        ) from None
 
 
 def is_html(content_type: str | None, raw: bytes | str) -> bool:
@@ -426,9 +551,10 @@ class CallRunner:
         """What an attempt's exception means, with what the budget saw taken into account."""
         provider = self.provider
         if budget.exceeded:
+            decoded = " once decoded" if budget.decoded else ""
             return ProviderResponseError(
                 provider,
-                f"the response is larger than max_response_bytes={budget.max_bytes}; "
+                f"the response is larger than max_response_bytes={budget.max_bytes}{decoded}; "
                 "refused unread",
             )
         if budget.expired == "attempt":
@@ -482,7 +608,9 @@ def seconds_text(seconds: float) -> str:
         return f"{seconds / 60:.0f} min"
     if seconds < 3 * 86400:
         return f"{seconds / 3600:.0f} h"
-    return f"{seconds / 86400:,.0f} days"
+    if seconds < 100 * 365 * 86400:
+        return f"{seconds / 86400:,.0f} days"
+    return "more than 100 years"
 
 
 def _backoff_s(attempts: int) -> float:
@@ -491,11 +619,57 @@ def _backoff_s(attempts: int) -> float:
     return base * (1 - 0.25 * random.random())  # a wall-clock wait: never traced
 
 
+SECRET_PIECE_CHARS = 12
+"""A run this long of an API key's characters is redacted too: a server may echo the key
+into a field whose value an error quotes cut short, leaving a prefix of it."""
+
+
 def scrub_text(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with every secret, and every run of ``SECRET_PIECE_CHARS`` or more of a
+    secret's characters, replaced by ``REDACTED``."""
     for secret in secrets:
         if secret in text:
             text = text.replace(secret, REDACTED)
+        if len(secret) > SECRET_PIECE_CHARS:
+            text = _scrub_pieces(text, secret)
     return text
+
+
+def _scrub_pieces(text: str, secret: str) -> str:
+    """``text`` with every run of ``SECRET_PIECE_CHARS`` or more characters of ``secret``
+    (as they stand in it) replaced by ``REDACTED``.
+
+    Found through anchors, in C: such a run holds one of the secret's pieces of half that
+    length that start at a multiple of it, so only those (a few) are searched for, and
+    each hit is grown to the whole run. Cheap on a multi-megabyte error body.
+    """
+    n, half = SECRET_PIECE_CHARS, SECRET_PIECE_CHARS // 2
+    runs: list[tuple[int, int]] = []
+    for offset in range(0, len(secret) - half + 1, half):
+        anchor = secret[offset : offset + half]
+        at = text.find(anchor)
+        while at >= 0:
+            start, end, lo, hi = at, at + half, offset, offset + half
+            while start > 0 and lo > 0 and text[start - 1] == secret[lo - 1]:
+                start, lo = start - 1, lo - 1
+            while end < len(text) and hi < len(secret) and text[end] == secret[hi]:
+                end, hi = end + 1, hi + 1
+            if end - start >= n:
+                runs.append((start, end))
+            at = text.find(anchor, at + 1)
+    if not runs:
+        return text
+    out: list[str] = []
+    kept = 0
+    for start, end in sorted(runs):
+        if end <= kept:
+            continue
+        out.append(text[kept:start] if start > kept else "")
+        if start >= kept:
+            out.append(REDACTED)
+        kept = max(kept, end)
+    out.append(text[kept:])
+    return "".join(out)
 
 
 def _scrub_value(value: Any, secrets: list[str]) -> Any:
@@ -506,6 +680,24 @@ def _scrub_value(value: Any, secrets: list[str]) -> Any:
     if isinstance(value, (list, tuple)):
         return type(value)(_scrub_value(v, secrets) for v in value)
     return value
+
+
+def _scrub_response_body(response: Any, secrets: list[str]) -> None:
+    """Scrub an error response's body as read (``response.text``, ``.content``), in place."""
+    content = getattr(response, "_content", None)
+    if not isinstance(content, bytes) or not content:
+        return
+    encoding = getattr(response, "encoding", None) or "utf-8"
+    try:
+        text = content.decode(encoding, "replace")
+    except LookupError:
+        text = content.decode("utf-8", "replace")
+    scrubbed = scrub_text(text, secrets)
+    if scrubbed != text:
+        with contextlib.suppress(AttributeError, TypeError):
+            response._content = scrubbed.encode("utf-8")
+            if hasattr(response, "_text"):
+                del response._text
 
 
 def scrub_chain(error: BaseException, secrets: list[str]) -> None:
@@ -523,7 +715,7 @@ def scrub_chain(error: BaseException, secrets: list[str]) -> None:
             continue
         seen.add(id(exc))
         exc.args = tuple(_scrub_value(a, secrets) for a in exc.args)
-        for name in ("message", "body", "detail", "__notes__"):
+        for name in ("message", "body", "detail", "request_id", "__notes__"):
             value = getattr(exc, name, None)
             if value is not None:
                 with contextlib.suppress(AttributeError, TypeError):
@@ -539,6 +731,7 @@ def scrub_chain(error: BaseException, secrets: list[str]) -> None:
                     if any(secret in value for secret in secrets):
                         headers[key] = scrub_text(value, secrets)
             if name == "response" and holder is not None:
+                _scrub_response_body(holder, secrets)
                 request = getattr(holder, "_request", None)
                 request_headers = getattr(request, "headers", None)
                 if request_headers is not None:

@@ -314,6 +314,8 @@ def map_sdk_error(exc: Exception, sdk: Any, provider: str) -> ProviderCallError:
     credentials = getattr(sdk, "CredentialsError", None)
     if credentials is not None and isinstance(exc, credentials):
         return ProviderRequestError(provider, f"no usable credentials: {exc}")
+    if isinstance(exc, httpx2.DecodingError):
+        return ProviderResponseError(provider, f"the response body could not be decoded: {exc}")
     # Reading the body happens after the SDK's send: its transport errors arrive unwrapped.
     if isinstance(exc, httpx2.TimeoutException):
         return ProviderTimeoutError(provider, f"the response timed out while it was read ({exc})")

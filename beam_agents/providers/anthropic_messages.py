@@ -20,6 +20,7 @@ from beam_agents.errors import ConfigError, ProviderRequestError, ProviderRespon
 from beam_agents.providers._calls import (
     DEFAULT_MAX_RESPONSE_BYTES,
     MAX_BACKOFF_S,
+    answer_of,
     parse_answer,
     read_capped,
 )
@@ -272,7 +273,7 @@ class AnthropicMessagesProvider(SdkClientOwner):
             ) as answer:
                 raw = read_capped(answer.iter_bytes(), self.name, limit)
                 content_type = answer.headers.get("content-type")
-            return self._response(parse_answer(raw, content_type, self.name))
+            return answer_of(self._response, parse_answer(raw, content_type, self.name), self.name)
 
         return self._calls.call(attempt)
 

@@ -12,6 +12,7 @@ the server managed to send, and by how many attempts reached it.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import traceback
@@ -256,6 +257,31 @@ def test_a_compressed_body_that_inflates_past_the_cap_is_refused(
 
 
 @pytest.mark.parametrize("vendor", sorted(BY_NAME))
+@pytest.mark.parametrize("status", [400, 500])
+@pytest.mark.parametrize("layers", [1, 2])
+def test_an_error_body_that_inflates_past_the_cap_is_refused_too(
+    server: WireServer, vendor: str, status: int, layers: int
+) -> None:
+    """The SDK reads an error body whole: a gzip bomb on a 400 decoded to 256 MB in memory
+    (and a provider hung on it); decoding is bounded on every status now."""
+    bomb = gzip.compress(b"\0" * (32 << 20))
+    if layers == 2:
+        bomb = gzip.compress(bomb)
+    encoding = ", ".join(["gzip"] * layers)
+    server.script(*[Reply(bomb, status=status, headers={"Content-Encoding": encoding})] * 3)
+    with pytest.raises(ProviderResponseError, match="max_response_bytes=1048576 once decoded"):
+        BY_NAME[vendor].build(server, max_response_bytes=1 << 20).complete(minimal_request("m"))
+
+
+@pytest.mark.parametrize("vendor", sorted(BY_NAME))
+def test_an_encoding_that_was_not_offered_is_refused(server: WireServer, vendor: str) -> None:
+    server.script(Reply(b"\x00\x01", headers={"Content-Encoding": "br"}))
+    with pytest.raises(ProviderResponseError, match="Content-Encoding 'br', which was not offered"):
+        BY_NAME[vendor].build(server, max_retries=0).complete(minimal_request("m"))
+    assert server.received[0].headers["accept-encoding"] == "gzip, deflate"  # what is decoded
+
+
+@pytest.mark.parametrize("vendor", sorted(BY_NAME))
 @pytest.mark.parametrize("field", ["stream", "stream_options"])
 def test_a_stream_request_is_refused_before_anything_is_sent(
     server: WireServer, vendor: str, field: str
@@ -399,6 +425,7 @@ def _all_text(exc: BaseException) -> str:
             continue
         seen.add(id(current))
         parts += [repr(current), repr(current.args), repr(getattr(current, "body", None))]
+        parts.append(repr(getattr(current, "request_id", None)))
         for name in ("request", "response"):
             try:
                 holder = getattr(current, name, None)
@@ -408,6 +435,8 @@ def _all_text(exc: BaseException) -> str:
                 parts.append(repr(dict(holder.headers)))
                 if name == "response":
                     parts.append(repr(dict(holder.request.headers)))
+                    with contextlib.suppress(Exception):  # a streamed body not read: no text
+                        parts.append(holder.text)
         pending += [e for e in (current.__cause__, current.__context__) if e is not None]
     return "\n".join(parts)
 
@@ -436,6 +465,58 @@ def test_the_api_key_is_scrubbed_from_a_body_that_is_not_json(
     with pytest.raises(ProviderResponseError) as caught:
         BY_NAME[vendor].build(server).complete(minimal_request("m"))
     assert SECRET not in _all_text(caught.value)
+
+
+@pytest.mark.parametrize("vendor", sorted(BY_NAME))
+def test_the_api_key_is_scrubbed_from_the_sdk_errors_response_and_request_id(
+    server: WireServer, vendor: str
+) -> None:
+    """The chained SDK error kept the key in its response's text and its request_id."""
+    for status in (400, 500):
+        echo = Reply(f"bad key: {SECRET}".encode(), status=status,
+                     headers={"Content-Type": "text/plain", "x-request-id": SECRET,
+                              "request-id": SECRET})  # fmt: skip
+        server.script(echo, echo, echo)
+        with pytest.raises(ProviderCallError) as caught:
+            BY_NAME[vendor].build(server, max_retries=0).complete(minimal_request("m"))
+        assert SECRET not in _all_text(caught.value), status
+        assert "bad key: [api key redacted]" in str(caught.value)
+
+
+LONG_SECRET = "sk-ant-api03-" + "Zq7XvB2nLm9KpT4wRy6Hc1Jd8Fg3Ns5Ue0Va" * 2
+
+
+@pytest.mark.parametrize("vendor", sorted(BY_NAME))
+def test_a_piece_of_the_api_key_cut_short_in_a_message_is_scrubbed_too(
+    server: WireServer, vendor: str
+) -> None:
+    """A refusal quotes a field's value cut to 40 characters: a prefix of the key leaked."""
+    wrong = _with(BY_NAME[vendor].answer, **{"choices" if vendor == "openai" else "type": LONG_SECRET})
+    server.script(Reply(wrong))
+    with pytest.raises(ProviderResponseError) as caught:
+        BY_NAME[vendor].build(server, api_key=LONG_SECRET).complete(minimal_request("m"))
+    text = _all_text(caught.value)
+    pieces = [LONG_SECRET[i : i + 12] for i in range(len(LONG_SECRET) - 11)]
+    assert not [piece for piece in pieces if piece in text], str(caught.value)
+    assert "[api key redacted]" in str(caught.value)
+
+
+@pytest.mark.parametrize("vendor", sorted(BY_NAME))
+@pytest.mark.parametrize("field", ["surrogate", "tokens"])
+def test_a_value_protobuf_cannot_hold_is_a_response_error(
+    server: WireServer, vendor: str, field: str
+) -> None:
+    """A lone surrogate or a 2**63 token count raised the base ProviderCallError."""
+    answer = BY_NAME[vendor].answer
+    if field == "tokens":
+        usage = "prompt_tokens" if vendor == "openai" else "input_tokens"
+        body = json.dumps(_with(answer, usage={**answer["usage"], usage: 2**63})).encode()
+    else:
+        body = json.dumps(_with(answer, id="X")).replace('"X"', '"\\ud800"').encode()
+    server.script(Reply(body))
+    with pytest.raises(ProviderResponseError, match="a value an answer cannot carry") as caught:
+        BY_NAME[vendor].build(server).complete(minimal_request("m"))
+    assert type(caught.value) is ProviderResponseError and not caught.value.transient
 
 
 @pytest.mark.parametrize("vendor", sorted(BY_NAME))
