@@ -54,8 +54,9 @@ RUNNERS = ("batch", "streaming", "fnapi", "fnapi_multi")
 CORE_RUNNERS = (*RUNNERS, "portable")
 """``RUNNERS`` and the PortableRunner: where the core scenarios (tests/pipeline/test_transform.py) run."""
 FINAL_WATERMARK_MS = 4_000_000_000_000
-"""Where the streaming script's watermark goes before infinity (INFRA.md: TestStream drops
-timers that would fire only at ``advance_watermark_to_infinity``)."""
+"""Where the streaming script's watermark goes before infinity, so every timer fires at its
+own time, between elements (on Beam 2.77 timers set then fire at infinity too, but all at
+once, at the very end)."""
 
 OUTPUT_NAMES = ("intents", "approvals", "outputs", "traces", "snapshots", "errors")
 
