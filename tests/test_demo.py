@@ -348,7 +348,12 @@ def test_a_bundle_replayed_with_another_agent_takes_its_recorded_agent_as_the_re
     cli = str(Path(sys.executable).parent / "beam-agents-replay")
     bundle = str(out / "bundles" / "refund-v1.bundle")
     v2 = ("--agent", "examples.support_desk.agent_v2:AGENT")
-    run = [cli, bundle, *v2]
+    refused = subprocess.run(
+        [cli, bundle, *v2], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False
+    )
+    # The bundle's recorded code (its registry, its agent as the reference) runs only with consent.
+    assert refused.returncode == 2 and "--import-recorded" in refused.stderr, refused.stderr
+    run = [cli, bundle, *v2, "--import-recorded"]
     done = subprocess.run(run, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 1, done.stderr
     assert (

@@ -147,6 +147,10 @@ def bundle_reference_spec(ns: argparse.Namespace, options: ReplayOptions) -> Ref
         args += ["--registry", ns.registry]
     if options.what_if:
         args.append("--what-if")
+    if getattr(ns, "import_recorded", False):
+        # The operator's consent to import the bundle's recorded code holds for the
+        # reference too: without it, the recorded agent as the reference is refused there.
+        args.append("--import-recorded")
     args += ["--time-limit", str(options.time_limit or 0)]
     if directory:
         source = f"--reference-path {directory}"
