@@ -39,7 +39,7 @@ from beam_agents._protos import (
     TraceEvent,
 )
 from beam_agents.agent import Agent, Done, Suspend, Timeout
-from beam_agents.blobs import unwrap_blob
+from beam_agents.blobs import encode_memory
 from beam_agents.capture import CaptureKind, ValueCapture
 from beam_agents.context import AgentContext, ProviderFailure, ToolMiss
 from beam_agents.context import error_type_name as _error_type
@@ -48,6 +48,7 @@ from beam_agents.event_log import EventLog
 from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
 from beam_agents.key_state import KeyState, StateCells, dump_key_state
 from beam_agents.llm_cache import DEFAULT_CACHE_POLICY, CachePolicy
+from beam_agents.memory_writes import MemoryWrites
 from beam_agents.migrations import CURRENT_VERSIONS
 from beam_agents.provider import Provider
 from beam_agents.tool_cache import DEFAULT_TOOL_CACHE_POLICY, ToolCachePolicy
@@ -189,6 +190,8 @@ class ActivationCommit:
     """Replay: recorded tool calls the tool cache could not serve but agent code caught."""
     served_tool_events: tuple[int, ...] = ()
     """Replay: indices of the TOOL_CALL events served from the tool cache."""
+    memory_writes: MemoryWrites = field(default_factory=MemoryWrites)
+    """What the activation wrote to memory (traced as ``beam_agents.memory_writes_sha256``)."""
 
     @property
     def suspended(self) -> bool:
@@ -350,6 +353,7 @@ def _copy_state(state: KeyState) -> KeyState:
         cont.CopyFrom(state.continuation)
     return KeyState(
         memory=memory,
+        memory_provenance=state.memory_provenance,  # frozen: each commit makes a new one
         cache=state.cache.copy(),
         continuation=cont,
         pending=[_copy_intent(i) for i in state.pending],
@@ -480,9 +484,13 @@ def _run(
         # code caught the error: committing without it would make the activation unreplayable.
         raise ctx.fatal_error
 
+    # What the activation wrote, and so who last wrote each key once it commits.
+    writes = ctx.memory_write_set(state.memory)
+    work.memory_provenance = state.memory_provenance.after(writes, ctx.seq)
     # Serialize everything before emitting the closing events, so a value that cannot
     # be stored fails the activation instead of committing half of it.
-    cells = dump_key_state(work, caches=encode_cache_cells)
+    memory = encode_memory(work.memory, work.memory_provenance)
+    cells = dump_key_state(work, caches=encode_cache_cells, memory_cell=memory.cell)
 
     for intent in released:
         ctx.record(TraceEvent.INTENT_RELEASED, intent.tool, {te.ATTR_INTENT_ID: intent.intent_id})
@@ -499,7 +507,6 @@ def _run(
         )
         if capture is not None:
             capture.add(index, CaptureKind.SUSPEND_STATE, continuation.adapter_snapshot)
-    memory_body = unwrap_blob("memory", cells.memory)[1]
     index = ctx.record(
         TraceEvent.ACTIVATION_END,
         outcome_name.value,
@@ -509,12 +516,14 @@ def _run(
             te.ATTR_INTENTS_COUNT: len(released),
             # Digests, never payloads: replay compares the re-run's outputs and memory with them.
             te.ATTR_OUTPUTS_SHA256: te.outputs_digest_text(outputs),
-            te.ATTR_MEMORY_SHA256: te.sha256_hex(memory_body),
+            te.ATTR_MEMORY_SHA256: te.sha256_hex(memory.memory_json),
+            te.ATTR_MEMORY_WRITES_SHA256: writes.digest(),
         },
     )
     if capture is not None:
         capture.add(index, CaptureKind.OUTPUTS, outputs)
-        capture.add(index, CaptureKind.MEMORY, memory_body)
+        capture.add(index, CaptureKind.MEMORY, memory.memory_json)
+        capture.add(index, CaptureKind.MEMORY_WRITES, writes)
     return ActivationCommit(
         seq=ctx.seq,
         kind=kind,
@@ -528,6 +537,7 @@ def _run(
         provider_failures=tuple(ctx.provider_failures),
         tool_misses=tuple(ctx.tool_misses),
         served_tool_events=tuple(ctx.served_tool_events),
+        memory_writes=writes,
     )
 
 

@@ -35,6 +35,7 @@ from beam_agents._protos import (
 from beam_agents._wire import read_varint, varint
 from beam_agents.errors import CorruptBlobError, MemoryValueError, StateError
 from beam_agents.llm_cache import ReplayCache
+from beam_agents.memory_writes import MAX_TOMBSTONES, MemoryProvenance
 from beam_agents.migrations import (
     CURRENT_VERSIONS,
     MessageT,
@@ -47,9 +48,13 @@ from beam_agents.tool_cache import ToolCache
 MAX_RESUME_RECORDS = 8
 """How many consumed continuations the resume history keeps (newest last)."""
 
+# A new key's memory (empty, nothing written yet, every write recorded from the start),
+# as a body at the current version: the v3 layout, {"memory", "provenance"}.
+_EMPTY_MEMORY_BODY = b'{"memory":{},"provenance":{"deleted":{},"since":0,"written":{}}}'
+
 # What an empty cell means, as a body at the current version of its kind.
 _EMPTY_BODIES: Mapping[str, bytes] = {
-    "memory": b"{}",
+    "memory": _EMPTY_MEMORY_BODY,
     "llm_cache": b"",
     "continuation": b"",
     "pending": b"",
@@ -90,7 +95,7 @@ _BODY_TAG = bytes([(3 << 3) | 2])  # VersionedBlob.body: field 3, length-delimit
 # The cells an empty value is dumped to (what dump_memory({}), dump_pending([]) and
 # dump_resume_history([]) return). Most keys have no pending intents and no resume
 # history, so these are recognized on load without parsing and written without encoding.
-_EMPTY_MEMORY_CELL = encode_blob("memory", b"{}")
+_EMPTY_MEMORY_CELL = encode_blob("memory", _EMPTY_MEMORY_BODY)
 _EMPTY_PENDING_CELL = encode_blob("pending", b"")
 _EMPTY_RESUME_HISTORY_CELL = encode_blob("resume_history", b"")
 
@@ -350,16 +355,94 @@ def decode_blob(kind: str, raw: bytes) -> tuple[bytes, list[str]]:
 # --- memory ------------------------------------------------------------------------------
 
 
+class LoadedMemory(NamedTuple):
+    """A ``memory`` cell, loaded: the memory, who wrote each key, and the migrations run."""
+
+    memory: dict[str, Any]
+    provenance: MemoryProvenance
+    steps: list[str]
+
+
+def load_memory_cell(raw: bytes) -> LoadedMemory:
+    """Working memory and its provenance from a ``memory`` cell (empty cell: a new key's).
+
+    A cell older than provenance (v1, v2) loads with ``UNKNOWN_PROVENANCE``.
+
+    Raises:
+        CorruptBlobError: The cell or its body is not a memory blob of its version.
+        BlobTooNewError: Stamped newer than this package.
+        MigrationGapError: No migration path to the current version.
+    """
+    if raw == _EMPTY_MEMORY_CELL or raw == b"":
+        return LoadedMemory({}, MemoryProvenance(), [])
+    body, steps = decode_blob("memory", raw)
+    memory, provenance = parse_memory_body(body)
+    return LoadedMemory(memory, provenance, steps)
+
+
 def load_memory(raw: bytes) -> tuple[dict[str, Any], list[str]]:
-    """Working memory from a ``memory`` cell (empty cell: ``{}``).
+    """Working memory from a ``memory`` cell (empty cell: ``{}``), without its provenance.
 
     Returns:
         ``(memory, applied migration steps)``.
     """
-    if raw == _EMPTY_MEMORY_CELL:
-        return {}, []
-    body, steps = decode_blob("memory", raw)
-    return parse_json_object("memory", body), steps
+    loaded = load_memory_cell(raw)
+    return loaded.memory, loaded.steps
+
+
+def _seq_map(kind: str, value: Any, what: str) -> dict[str, int]:
+    if not isinstance(value, dict) or not all(
+        isinstance(seq, int) and not isinstance(seq, bool) and seq >= 0 for seq in value.values()
+    ):
+        raise CorruptBlobError(kind, f"the provenance's {what!r} is not an object of seqs")
+    return value
+
+
+def parse_memory_body(body: bytes) -> tuple[dict[str, Any], MemoryProvenance]:
+    """The memory and its provenance from a ``memory`` body at the current version (v3).
+
+    v3 is canonical JSON of ``{"memory": {...}, "provenance": {"deleted": {key: seq},
+    "since": seq | null, "written": {key: seq}}}`` (``memory_writes.MemoryProvenance``).
+
+    Raises:
+        CorruptBlobError: It is not that, or its provenance contradicts its memory (an
+            entry in ``written`` for a key not in it, one in ``deleted`` for a key in it):
+            no writer produces either.
+    """
+    value = parse_json_object("memory", body)
+    if set(value) != {"memory", "provenance"}:
+        raise CorruptBlobError(
+            "memory", f"the v3 body has keys {sorted(value)}, not ['memory', 'provenance']"
+        )
+    memory, provenance = value["memory"], value["provenance"]
+    if not isinstance(memory, dict):
+        raise CorruptBlobError("memory", f"its memory is JSON {type(memory).__name__}, not an object")
+    if not isinstance(provenance, dict) or set(provenance) != {"deleted", "since", "written"}:
+        raise CorruptBlobError(
+            "memory", "its provenance is not an object of 'deleted', 'since' and 'written'"
+        )
+    written = _seq_map("memory", provenance["written"], "written")
+    deleted = _seq_map("memory", provenance["deleted"], "deleted")
+    since = provenance["since"]
+    if since is not None and (not isinstance(since, int) or isinstance(since, bool) or since < 0):
+        raise CorruptBlobError("memory", f"the provenance's 'since' is {since!r}, not a seq or null")
+    stray = next((key for key in written if key not in memory), None)
+    if stray is not None:
+        raise CorruptBlobError(
+            "memory", f"its provenance says who wrote key {stray[:40]!r}, which it does not hold"
+        )
+    stray = next((key for key in deleted if key in memory), None)
+    if stray is not None:
+        raise CorruptBlobError(
+            "memory", f"its provenance says key {stray[:40]!r} was deleted, but it holds it"
+        )
+    if len(deleted) > MAX_TOMBSTONES:
+        raise CorruptBlobError(
+            "memory",
+            f"its provenance remembers {len(deleted)} deleted keys, over the {MAX_TOMBSTONES} "
+            "any writer keeps",
+        )
+    return memory, MemoryProvenance(written=written, deleted=deleted, since=since)
 
 
 def _non_json_path(value: object, path: str) -> tuple[str, str] | None:
@@ -382,8 +465,18 @@ def _non_json_path(value: object, path: str) -> tuple[str, str] | None:
     return path, why
 
 
-def dump_memory(memory: Mapping[str, Any]) -> bytes:
-    """A ``memory`` cell holding ``memory`` as canonical JSON.
+class EncodedMemory(NamedTuple):
+    """A ``memory`` cell, and the canonical JSON of the memory it holds (what is digested)."""
+
+    cell: bytes
+    memory_json: bytes
+
+
+def encode_memory(memory: Mapping[str, Any], provenance: MemoryProvenance) -> EncodedMemory:
+    """A ``memory`` cell holding ``memory`` as canonical JSON, with ``provenance`` (v3).
+
+    ``provenance`` is kept to what it can say of ``memory``: writers of keys it holds,
+    deletions of keys it does not.
 
     Raises:
         MemoryValueError: ``memory`` holds a value that is not JSON (the error names
@@ -391,16 +484,36 @@ def dump_memory(memory: Mapping[str, Any]) -> bytes:
     """
     if not isinstance(memory, Mapping):
         raise MemoryValueError("", f"memory is a {type(memory).__name__}, not a JSON object")
-    if type(memory) is dict and not memory:
-        return _EMPTY_MEMORY_CELL
+    if type(memory) is dict and not memory and provenance == _NEW_KEY:
+        return EncodedMemory(_EMPTY_MEMORY_CELL, b"{}")
     found = _non_json_path(memory, "")
     if found is not None:
         raise MemoryValueError(*found)
     try:
-        body = canonical_json.dumps(dict(memory))
+        memory_json = canonical_json.dumps(dict(memory))
     except ValueError as exc:  # e.g. an int too long to print
         raise MemoryValueError("", str(exc)) from exc
-    return encode_blob("memory", body)
+    kept = provenance.to_json()
+    kept["written"] = {k: s for k, s in kept["written"].items() if k in memory}
+    kept["deleted"] = {k: s for k, s in kept["deleted"].items() if k not in memory}
+    # Canonical JSON of {"memory": ..., "provenance": ...} (keys in that order), built
+    # around the memory's own canonical JSON instead of encoding it twice.
+    body = b'{"memory":' + memory_json + b',"provenance":' + canonical_json.dumps(kept) + b"}"
+    return EncodedMemory(encode_blob("memory", body), memory_json)
+
+
+_NEW_KEY = MemoryProvenance()
+
+
+def dump_memory(memory: Mapping[str, Any], provenance: MemoryProvenance = _NEW_KEY) -> bytes:
+    """A ``memory`` cell holding ``memory`` (canonical JSON) and ``provenance`` (default:
+    nothing recorded yet, as for a new key; ``encode_memory``).
+
+    Raises:
+        MemoryValueError: ``memory`` holds a value that is not JSON (the error names
+            its path, e.g. ``['order']['items'][2]``).
+    """
+    return encode_memory(memory, provenance).cell
 
 
 # --- llm_cache ---------------------------------------------------------------------------

@@ -8,22 +8,26 @@ hands a ``ValueCapture`` to the context, which appends, at each place a digest
 is computed, the value it was computed from (no copy of anything not already
 built; the pipeline passes no capture and pays one ``is None`` test per event).
 
-It also records which top-level memory keys agent code read and wrote: replay
-starts from a snapshot's memory, which is a *post*-image, so a memory write
-that depends on a key the activation itself writes cannot be compared with the
-traced memory digest (docs/replay.md §4).
+It also records how agent code used working memory, in order: replay starts
+from a snapshot's memory, which is a *post*-image, so a key the re-run reads
+before writing it holds what the snapshot holds, which is what the original read
+only if no activation from the target's seq on wrote that key (the memory blob's
+provenance says which did, docs/replay.md §4). For each key, the first read that
+came before the re-run's own first write of it is kept, with the position in the
+trace it came before; so is the first read of the memory as a whole (iterating
+it, ``len``, ``to_dict``, ``repr``), with the keys written before it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from beam_agents.memory import JsonMemory
 
-__all__ = ["CaptureKind", "CapturedValue", "ValueCapture"]
+__all__ = ["CaptureKind", "CapturedValue", "MemoryScan", "ValueCapture"]
 
 
 class CaptureKind(StrEnum):
@@ -47,6 +51,8 @@ class CaptureKind(StrEnum):
     """The outputs of ``Done`` (``ACTIVATION_END``'s ``outputs.sha256``)."""
     MEMORY = "memory"
     """The committed memory's canonical JSON (``memory_sha256``)."""
+    MEMORY_WRITES = "memory_writes"
+    """The activation's ``MemoryWrites`` (``memory_writes_sha256``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,29 +74,65 @@ class ValueCapture:
     """Top-level memory keys agent code read (``*`` when it iterated the whole memory)."""
     memory_writes: set[str] = field(default_factory=set)
     """Top-level memory keys agent code assigned or deleted."""
+    memory_reads_before_write: dict[str, int] = field(default_factory=dict)
+    """Each key agent code read before it wrote that key itself (or without writing it),
+    with the position of the trace event that came next (the first such read)."""
+    memory_scan: MemoryScan | None = None
+    """The first read of the memory as a whole (its set of keys), if agent code made one."""
 
     def add(self, event_index: int, what: CaptureKind, value: Any) -> None:
         self.values.append(CapturedValue(event_index, what, value))
 
-    def memory(self, initial: dict[str, Any]) -> JsonMemory:
-        """The working memory agent code gets: a ``JsonMemory`` that notes reads and writes."""
-        return _TrackedMemory(initial, self)
+    def memory(self, initial: dict[str, Any], *, position: Callable[[], int]) -> JsonMemory:
+        """The working memory agent code gets: a ``JsonMemory`` that notes reads and writes.
+
+        Args:
+            initial: The memory the activation starts from.
+            position: How many trace events the activation has recorded so far.
+        """
+        return _TrackedMemory(initial, self, position)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryScan:
+    """Agent code read the memory as a whole: iterated it, took its ``len``, its ``repr``,
+    or the underlying dict (``to_dict``)."""
+
+    event_index: int
+    """The position of the trace event that came next."""
+    written_before: frozenset[str]
+    """The keys agent code had written (set or deleted) before it."""
 
 
 class _TrackedMemory(JsonMemory):
     """A ``JsonMemory`` noting the top-level keys read and written into a ``ValueCapture``."""
 
-    def __init__(self, initial: dict[str, Any], capture: ValueCapture) -> None:
+    def __init__(
+        self, initial: dict[str, Any], capture: ValueCapture, position: Callable[[], int]
+    ) -> None:
         super().__init__(initial)
         self._capture = capture
+        self._position = position
+
+    def _read(self, key: str) -> None:
+        capture = self._capture
+        capture.memory_reads.add(key)
+        if key not in capture.memory_writes and key not in capture.memory_reads_before_write:
+            capture.memory_reads_before_write[key] = self._position()
+
+    def _scan(self) -> None:
+        capture = self._capture
+        capture.memory_reads.add("*")
+        if capture.memory_scan is None:
+            capture.memory_scan = MemoryScan(self._position(), frozenset(capture.memory_writes))
 
     def __getitem__(self, key: str) -> Any:
-        self._capture.memory_reads.add(key)
+        self._read(key)
         return super().__getitem__(key)
 
     def __contains__(self, key: object) -> bool:
         if isinstance(key, str):
-            self._capture.memory_reads.add(key)
+            self._read(key)
         return super().__contains__(key)
 
     def __setitem__(self, key: str, value: Any) -> None:
@@ -102,9 +144,17 @@ class _TrackedMemory(JsonMemory):
         self._capture.memory_writes.add(key)
 
     def __iter__(self) -> Iterator[str]:
-        self._capture.memory_reads.add("*")
+        self._scan()
         return super().__iter__()
 
+    def __len__(self) -> int:
+        self._scan()
+        return super().__len__()
+
     def to_dict(self) -> dict[str, Any]:
-        self._capture.memory_reads.add("*")
+        self._scan()
         return super().to_dict()
+
+    def __repr__(self) -> str:
+        self._scan()
+        return super().__repr__()

@@ -31,6 +31,7 @@ from beam_agents.event_log import EventLog
 from beam_agents.hitl import HitlPolicy
 from beam_agents.llm_cache import CachePolicy, LookupStatus, ReplayCache, response_digest
 from beam_agents.memory import JsonMemory
+from beam_agents.memory_writes import MemoryWrites
 from beam_agents.provider import Provider
 from beam_agents.tool_cache import (
     DEFAULT_TOOL_CACHE_POLICY,
@@ -121,7 +122,12 @@ class AgentContext:
         """This activation's SEQ."""
         self.now_ms = now_ms
         """The activation clock: the trigger's event time. Use it instead of the wall clock."""
-        self.memory = JsonMemory(memory) if capture is None else capture.memory(memory)
+        self._memory = (
+            JsonMemory(memory)
+            if capture is None
+            else capture.memory(memory, position=lambda: len(self._events))
+        )
+        self.memory: JsonMemory = self._memory
         """Working memory that survives activations (JSON values only)."""
         self._capture = capture
         # Seeding a Random costs more than many activations' agent code: it is seeded on
@@ -150,6 +156,14 @@ class AgentContext:
         """Replay: indices of the TOOL_CALL events whose result the tool cache served."""
         self.fatal_error: RecordedResultError | None = None
         """A recorded result the tool cache cannot keep: fails the activation even if caught."""
+
+    def memory_write_set(self, before: dict[str, Any]) -> MemoryWrites:
+        """What agent code wrote to memory, against ``before`` (the memory it started from).
+
+        Read from the memory this context was built with, whatever agent code later
+        assigned to ``ctx.memory``: that one is what the activation commits.
+        """
+        return self._memory.write_set(before)
 
     @property
     def random(self) -> _random.Random:

@@ -33,15 +33,15 @@ from beam_agents.blobs import (
     blob_version,
     dump_continuation,
     dump_llm_cache,
-    dump_memory,
     dump_pending,
     dump_resume_history,
     dump_tool_cache,
+    encode_memory,
     load_continuation,
     load_continuation_at,
     load_llm_cache,
     load_llm_cache_at,
-    load_memory,
+    load_memory_cell,
     load_pending,
     load_pending_at,
     load_resume_history,
@@ -54,6 +54,7 @@ from beam_agents.blobs import (
 )
 from beam_agents.errors import BlobTooNewError, CorruptBlobError
 from beam_agents.llm_cache import ReplayCache
+from beam_agents.memory_writes import MemoryProvenance
 from beam_agents.migrations import CURRENT_VERSIONS, STATE_SCHEMA_VERSION, parse_proto
 from beam_agents.tool_cache import ToolCache
 
@@ -64,6 +65,8 @@ class KeyState:
 
     memory: dict[str, Any] = field(default_factory=dict)
     """Working memory: a JSON object."""
+    memory_provenance: MemoryProvenance = field(default_factory=MemoryProvenance)
+    """Which seq last wrote each memory key (kept in the memory blob; a new key's: none yet)."""
     cache: ReplayCache = field(default_factory=ReplayCache.empty)
     """The replay cache."""
     continuation: Continuation | None = None
@@ -104,7 +107,7 @@ def load_key_state(cells: StateCells) -> KeyState:
         BlobTooNewError: A cell is newer than this package.
         MigrationGapError: A cell has no migration path to the current version.
     """
-    memory, memory_steps = load_memory(cells.memory)
+    memory, provenance, memory_steps = load_memory_cell(cells.memory)
     cache, cache_steps = load_llm_cache(cells.llm_cache)
     continuation, continuation_steps = load_continuation(cells.continuation)
     pending, pending_steps = load_pending(cells.pending)
@@ -112,6 +115,7 @@ def load_key_state(cells: StateCells) -> KeyState:
     tools, tool_steps = load_tool_cache(cells.tool_cache)
     return KeyState(
         memory=memory,
+        memory_provenance=provenance,
         cache=cache,
         continuation=continuation,
         pending=pending,
@@ -128,19 +132,25 @@ def load_key_state(cells: StateCells) -> KeyState:
     )
 
 
-def dump_key_state(state: KeyState, *, caches: bool = True) -> StateCells:
+def dump_key_state(
+    state: KeyState, *, caches: bool = True, memory_cell: bytes | None = None
+) -> StateCells:
     """The cells holding ``state``: every blob at its current version, deterministic bytes.
 
     Args:
         state: The state to dump.
         caches: False leaves the ``llm_cache`` and ``tool_cache`` cells empty instead
             of encoding the caches (for replay, which reads only the other cells).
+        memory_cell: ``encode_memory(state.memory, state.memory_provenance).cell`` when
+            the caller has it already (``run_activation`` digests the memory's JSON).
 
     Raises:
         MemoryValueError: ``state.memory`` holds a value that is not JSON.
     """
+    if memory_cell is None:
+        memory_cell = encode_memory(state.memory, state.memory_provenance).cell
     return StateCells(
-        memory=dump_memory(state.memory),
+        memory=memory_cell,
         llm_cache=dump_llm_cache(state.cache) if caches else b"",
         continuation=dump_continuation(state.continuation),
         pending=dump_pending(state.pending),
@@ -371,7 +381,7 @@ def _state_of(
             "snapshot", f"{size} bytes with no state_schema_version: not a StateSnapshot"
         )
 
-    memory, memory_steps = load_memory(snapshot.memory)
+    memory, provenance, memory_steps = load_memory_cell(snapshot.memory)
     if caches is None:
         cache, cache_steps = load_llm_cache(snapshot.llm_cache)
     elif "llm_cache" in caches:
@@ -409,6 +419,7 @@ def _state_of(
         tools, tool_steps = ToolCache(), []
     state = KeyState(
         memory=memory,
+        memory_provenance=provenance,
         cache=cache,
         continuation=continuation,
         pending=pending,

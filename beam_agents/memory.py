@@ -1,17 +1,23 @@
 """``JsonMemory``: an agent's working memory (``ctx.memory``), JSON values only.
 
 Its own module so that ``context`` (which hands it to agent code) and ``capture``
-(whose subclass notes the keys read and written for replay) both import it,
+(whose subclass notes the order of reads and writes for replay) both import it,
 neither importing the other.
+
+It notes which top-level keys agent code assigned or deleted, and which values it
+was handed (those alone can change in place), so that ``run_activation`` can tell
+the activation's write set (``memory_writes.MemoryWrites``) without comparing the
+whole memory before and after.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any
 
 from beam_agents import canonical_json
 from beam_agents.errors import MemoryValueError
+from beam_agents.memory_writes import MemoryWrites, memory_writes
 
 __all__ = ["JsonMemory"]
 
@@ -25,9 +31,14 @@ class JsonMemory(MutableMapping[str, Any]):
 
     def __init__(self, initial: dict[str, Any]) -> None:
         self._data = initial
+        self._assigned: set[str] = set()
+        self._handed: set[str] = set()
+        self._exposed = False
 
     def __getitem__(self, key: str) -> Any:
-        return self._data[key]
+        value = self._data[key]
+        self._handed.add(key)
+        return value
 
     def __setitem__(self, key: str, value: Any) -> None:
         if not isinstance(key, str):
@@ -36,9 +47,11 @@ class JsonMemory(MutableMapping[str, Any]):
         if why is not None:
             raise MemoryValueError(f"[{key!r}]", why)
         self._data[key] = value
+        self._assigned.add(key)
 
     def __delitem__(self, key: str) -> None:
         del self._data[key]
+        self._assigned.add(key)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._data)
@@ -47,7 +60,19 @@ class JsonMemory(MutableMapping[str, Any]):
         return len(self._data)
 
     def to_dict(self) -> dict[str, Any]:
+        """The underlying dict itself: whatever agent code does to it is committed."""
+        self._exposed = True
         return self._data
+
+    def write_set(self, before: Mapping[str, Any]) -> MemoryWrites:
+        """What agent code wrote so far, against ``before``, the memory it started from."""
+        return memory_writes(
+            before,
+            self._data,
+            assigned=self._assigned,
+            read=self._handed,
+            exposed=self._exposed,
+        )
 
     def __repr__(self) -> str:
         return f"JsonMemory({self._data!r})"

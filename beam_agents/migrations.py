@@ -12,6 +12,10 @@ Layouts, by kind (``body`` of the ``VersionedBlob``):
 
 - ``memory`` v1: JSON text of an object, any formatting (old writers used
   ``json.dumps`` defaults). v2: canonical JSON (``beam_agents.canonical_json``).
+  v3: canonical JSON of ``{"memory": <the v2 object>, "provenance": {"deleted":
+  {key: seq}, "since": seq | null, "written": {key: seq}}}``: which seq last wrote
+  each key (``beam_agents.memory_writes.MemoryProvenance``); from v2, ``since`` is
+  null (unknown: nothing recorded who wrote what).
 - ``llm_cache`` v1: ``LlmCacheBody`` whose entries lack ``fingerprint``,
   ``inserted_seq``, ``ttl_ms`` and ``last_used_tick``. v2: all of them set.
 - ``continuation`` v1: ``Continuation`` with ``schema_version = 1``.
@@ -217,7 +221,7 @@ class MigrationRegistry:
 
 REGISTRY = MigrationRegistry(
     {
-        "memory": 2,
+        "memory": 3,
         "llm_cache": 2,
         "continuation": 1,
         "pending": 1,
@@ -252,6 +256,19 @@ def _memory_v1_to_v2(body: bytes) -> bytes:
         return canonical_json.dumps(value)
     except (ValueError, RecursionError) as exc:
         raise CorruptBlobError("memory", f"the v1 body cannot be canonicalized ({exc})") from exc
+
+
+@migration("memory", 2)
+def _memory_v2_to_v3(body: bytes) -> bytes:
+    """v3 keeps, beside the memory, the seq that last wrote each key; a v2 blob recorded
+    none, so its provenance is unknown (``since`` null) until an activation commits it."""
+    value = parse_json_object("memory", body)
+    try:
+        return canonical_json.dumps(
+            {"memory": value, "provenance": {"deleted": {}, "since": None, "written": {}}}
+        )
+    except (ValueError, RecursionError) as exc:
+        raise CorruptBlobError("memory", f"the v2 body cannot be canonicalized ({exc})") from exc
 
 
 # Every v1 writer applied this TTL; written out here so a later change of the

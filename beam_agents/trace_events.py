@@ -64,8 +64,14 @@ ATTR_OUTPUTS_SHA256 = "beam_agents.outputs.sha256"
 """sha256 hex of each output's bytes, in order, joined by commas ("" for no output)."""
 ATTR_MEMORY_SHA256 = "beam_agents.memory_sha256"
 """sha256 hex of the committed memory's canonical JSON (the memory blob's body)."""
+ATTR_MEMORY_WRITES_SHA256 = "beam_agents.memory_writes_sha256"
+"""sha256 hex of the activation's memory write set: the canonical JSON of
+``{"deleted": [keys], "set": {key: value}}`` (``memory_writes.MemoryWrites``)."""
 END_DIGEST_ATTRIBUTES = (ATTR_OUTPUTS_SHA256, ATTR_MEMORY_SHA256)
-"""The ACTIVATION_END attributes that make outputs and memory comparable in replay."""
+"""The ACTIVATION_END attributes that make outputs and memory comparable in replay (every
+trace since they were added carries both; ``ATTR_MEMORY_WRITES_SHA256`` came later)."""
+END_JUDGED_ATTRIBUTES = (*END_DIGEST_ATTRIBUTES, ATTR_MEMORY_WRITES_SHA256)
+"""Every ACTIVATION_END digest replay judges on its own rather than byte for byte."""
 
 
 _TRACE_DOMAIN = b"beam-agents/trace\x00"

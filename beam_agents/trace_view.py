@@ -379,6 +379,7 @@ class ActivationEnd(_View):
         ("intents_count", te.ATTR_INTENTS_COUNT, int),
         ("outputs_sha256", te.ATTR_OUTPUTS_SHA256, tuple),
         ("memory_sha256", te.ATTR_MEMORY_SHA256, str),
+        ("memory_writes_sha256", te.ATTR_MEMORY_WRITES_SHA256, str),
     )
 
     outcome: str | None = None
@@ -389,6 +390,8 @@ class ActivationEnd(_View):
     """Each output's sha256 hex, in order; None when the trace predates the digests."""
     memory_sha256: str | None = None
     """sha256 hex of the committed memory; None when the trace predates the digests."""
+    memory_writes_sha256: str | None = None
+    """sha256 hex of the activation's memory write set; None when the trace predates it."""
 
     @property
     def digests_traced(self) -> bool:

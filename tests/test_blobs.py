@@ -34,10 +34,12 @@ from beam_agents.blobs import (
     dump_pending,
     dump_resume_history,
     encode_blob,
+    encode_memory,
     load_continuation,
     load_hold,
     load_llm_cache,
     load_memory,
+    load_memory_cell,
     load_pending,
     load_resume_history,
     load_tool_cache,
@@ -52,6 +54,7 @@ from beam_agents.errors import (
     StateError,
 )
 from beam_agents.llm_cache import CachePolicy, LookupStatus, ReplayCache
+from beam_agents.memory_writes import MemoryProvenance
 from beam_agents.migrations import CURRENT_VERSIONS
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "fixtures" / "blobs"
@@ -112,7 +115,7 @@ def test_encode_is_deterministic_and_decode_inverts_it() -> None:
 @pytest.mark.parametrize(
     ("kind", "empty"),
     [
-        ("memory", b"{}"),
+        ("memory", b'{"memory":{},"provenance":{"deleted":{},"since":0,"written":{}}}'),
         ("llm_cache", b""),
         ("continuation", b""),
         ("pending", b""),
@@ -155,8 +158,59 @@ def test_a_blob_without_a_version_is_a_gap() -> None:
 def test_memory_round_trips_as_canonical_json() -> None:
     raw = dump_memory(MEMORY)
 
-    assert VersionedBlob.FromString(raw).body == canonical_json.dumps(MEMORY)
+    assert VersionedBlob.FromString(raw).body == canonical_json.dumps(
+        {"memory": MEMORY, "provenance": {"deleted": {}, "since": 0, "written": {}}}
+    )
     assert load_memory(raw) == (MEMORY, [])
+    assert encode_memory(MEMORY, MemoryProvenance()).memory_json == canonical_json.dumps(MEMORY)
+
+
+def test_memory_provenance_round_trips_with_the_memory() -> None:
+    provenance = MemoryProvenance(
+        written={"note": 4, "orders": 2}, deleted={"draft": 3, "old": 1}, since=1
+    )
+
+    loaded = load_memory_cell(dump_memory(MEMORY, provenance))
+
+    assert (loaded.memory, loaded.provenance, loaded.steps) == (MEMORY, provenance, [])
+
+
+def test_memory_provenance_is_kept_to_what_it_can_say_of_the_memory() -> None:
+    """A writer of a key the memory no longer holds, or a deletion of one it holds, is
+    never written: the loader would refuse it as corrupt."""
+    provenance = MemoryProvenance(written={"gone": 4, "note": 2}, deleted={"orders": 3})
+
+    loaded = load_memory_cell(dump_memory(MEMORY, provenance))
+
+    assert loaded.provenance == MemoryProvenance(written={"note": 2})
+
+
+@pytest.mark.parametrize(
+    ("provenance", "why"),
+    [
+        ({"deleted": {}, "since": 0}, "provenance is not an object"),
+        ({"deleted": {}, "since": 0, "written": {"note": "4"}}, "'written' is not an object of seqs"),
+        ({"deleted": {}, "since": 0, "written": {"note": True}}, "'written' is not an object of seqs"),
+        ({"deleted": {"x": -1}, "since": 0, "written": {}}, "'deleted' is not an object of seqs"),
+        ({"deleted": {}, "since": "0", "written": {}}, "'since' is '0'"),
+        ({"deleted": {}, "since": 0, "written": {"nobody": 2}}, "key 'nobody', which it does not"),
+        ({"deleted": {"note": 2}, "since": 0, "written": {}}, "key 'note' was deleted, but it"),
+    ],
+)
+def test_a_memory_blob_whose_provenance_no_writer_wrote_is_corrupt(
+    provenance: dict[str, Any], why: str
+) -> None:
+    body = canonical_json.dumps({"memory": MEMORY, "provenance": provenance})
+
+    with pytest.raises(CorruptBlobError, match=why) as raised:
+        load_memory_cell(encode_blob("memory", body))
+
+    assert raised.value.kind == "memory"
+
+
+def test_a_v3_memory_body_of_another_shape_is_corrupt() -> None:
+    with pytest.raises(CorruptBlobError, match="not \\['memory', 'provenance'\\]"):
+        load_memory_cell(encode_blob("memory", canonical_json.dumps(MEMORY)))
 
 
 def test_memory_bytes_do_not_depend_on_insertion_order() -> None:
@@ -176,7 +230,7 @@ def test_an_empty_memory_cell_is_an_empty_object() -> None:
 def test_a_v1_memory_cell_is_migrated_on_load() -> None:
     memory, steps = load_memory((GOLDEN_DIR / "memory-v1.bin").read_bytes())
 
-    assert steps == ["memory v1→v2"]
+    assert steps == ["memory v1→v2", "memory v2→v3"]
     assert memory["customer"]["name"] == "Zoë Ångström"
     assert memory["last_order"]["items"][0]["price"] == 19.99
 
@@ -422,7 +476,9 @@ def test_random_bodies_at_every_version_load_or_are_corrupt(
 
 
 def test_empty_values_are_written_as_the_general_path_writes_them() -> None:
-    assert dump_memory({}) == dump_memory(MappingProxyType({})) == encode_blob("memory", b"{}")
+    assert dump_memory({}) == dump_memory(MappingProxyType({})) == encode_blob(
+        "memory", b'{"memory":{},"provenance":{"deleted":{},"since":0,"written":{}}}'
+    )
     assert dump_pending([]) == dump_pending(iter([])) == dump_pending(())
     assert dump_pending([]) == encode_blob("pending", PendingIntents().SerializeToString())
     assert dump_resume_history([]) == dump_resume_history(())

@@ -73,6 +73,7 @@ from beam_agents.key_state import (
     make_snapshot,
 )
 from beam_agents.llm_cache import DEFAULT_CACHE_POLICY, CachePolicy
+from beam_agents.memory_writes import MAX_TOMBSTONES, MemoryProvenance
 from beam_agents.provider import Provider, UnservableProvider
 from beam_agents.testing import (
     ScriptedProvider,
@@ -82,8 +83,14 @@ from beam_agents.testing import (
 )
 from beam_agents.trace_events import serialize_trace_event
 
-GOLDEN_VERSION = 2
-"""Bumped, with new digests, only when a trace or blob layout changes on purpose."""
+GOLDEN_VERSION = 3
+"""Bumped, with new digests, only when a trace or blob layout changes on purpose.
+
+v3: ``ACTIVATION_END`` carries ``beam_agents.memory_writes_sha256`` (the activation's write
+set), and the memory cell is blob v3 (the memory with its per-key provenance). Undoing
+exactly those two (the attribute left out, the cell written at v2 and read without its
+v2→v3 step) gave every v2 digest back, byte for byte; then the write set was folded in as a
+record of its own and ``memory_writes_and_provenance`` added, and the v3 digests recorded."""
 
 KEY = "golden-ключ-42".encode()
 T0 = 1_734_000_000_000
@@ -244,6 +251,9 @@ def run_program(ctx: Any, program: list[Step], *, seen: list[Any]) -> Any:
             del ctx.memory[step[1]]
         elif op == "append":  # in-place mutation of a stored container: no __setitem__
             ctx.memory[step[1]].append(step[2])
+        elif op == "append_new":  # a new list, then grown in place after the assignment
+            ctx.memory[step[1]] = []
+            ctx.memory[step[1]].append(step[2])
         elif op == "nested_set":  # the same, one level down
             ctx.memory[step[1]][step[2]] = step[3]
         elif op == "read":
@@ -305,6 +315,7 @@ def state_fingerprint(state: KeyState) -> bytes:
     parts += [i.SerializeToString(deterministic=True) for i in state.pending]
     parts += [r.SerializeToString(deterministic=True) for r in state.resume_history]
     parts += [s.encode() for s in state.migrations_applied]
+    parts.append(canonical_json.dumps(state.memory_provenance.to_json()))
     return b"\x00".join(hashlib.sha256(p).digest() for p in parts)
 
 
@@ -335,6 +346,7 @@ def result_record(result: ActivationResult) -> list[tuple[str, bytes]]:
     redumped = dump_key_state(result.state)
     rec += [(f"state.{name}", getattr(redumped, name)) for name in CELL_FIELDS]
     rec += [("outputs", out) for out in result.outputs]
+    rec.append(("memory_writes", result.memory_writes.body()))
     rec += [("released", i.SerializeToString(deterministic=True)) for i in result.released_intents]
     rec += [("approval", i.SerializeToString(deterministic=True)) for i in result.approval_requests]
     rec += [
@@ -817,6 +829,40 @@ def scenario_old_version_cells() -> Chain:
     return chain
 
 
+def scenario_memory_writes_and_provenance() -> Chain:
+    """Write sets and who last wrote each key: deletions past the tombstone cap (``since``
+    moves past the oldest forgotten one), a key set again after its deletion, a failure
+    whose writes never happened, and a v2 memory cell whose unknown provenance its first
+    commit starts recording."""
+    chain = Chain()
+    many = MAX_TOMBSTONES + 4
+    commit(
+        chain.run(event([*(["set", f"k{i:03d}", i] for i in range(many)), ["done"]], T0), now=T0)
+    )
+    deletions = [["del", f"k{i:03d}"] for i in range(many)]
+    commit(chain.run(event([*deletions[:8], ["done"]], T0 + 1), now=T0 + 1))
+    commit(
+        chain.run(event([*deletions[8:], ["set", "k000", "back"], ["done"]], T0 + 2), now=T0 + 2)
+    )
+    failure(
+        chain.run(event([["set", "k001", "never"], ["del", "k000"], ["raise"]], T0 + 3), now=T0 + 3)
+    )
+    commit(
+        chain.run(event([["read", "k000"], ["append_new", "log", 1], ["done"]], T0 + 4), now=T0 + 4)
+    )
+    state = chain.state()
+    assert state.memory_provenance.since is not None and state.memory_provenance.since > 1
+    assert state.memory_provenance.written["k000"] == 3
+    old = Chain(cells=StateCells(memory=(GOLDEN_BLOBS / "memory-v2.bin").read_bytes()), seq=4)
+    assert old.state().memory_provenance.since is None
+    commit(old.run(event([["read", "notes"], ["done"]], T0 + 10), now=T0 + 10))
+    commit(old.run(event([["set", "attempts", 4], ["done"]], T0 + 11), now=T0 + 11))
+    assert old.state().memory_provenance == MemoryProvenance(written={"attempts": 6}, since=5)
+    chain.results += old.results
+    chain.records += old.records
+    return chain
+
+
 def scenario_fresh_key_trivial() -> Chain:
     """The benchmark's shape: one model call per activation, cached after the first."""
     chain = Chain()
@@ -843,22 +889,24 @@ SCENARIOS: dict[str, Callable[[], Chain]] = {
     "replay_provider": scenario_replay_provider,
     "old_version_cells": scenario_old_version_cells,
     "fresh_key_trivial": scenario_fresh_key_trivial,
+    "memory_writes_and_provenance": scenario_memory_writes_and_provenance,
 }
 
 EXPECTED: dict[str, str] = {
-    "chained_through_result_state": "8ca48a935bd8f31cf5b89297b27d89c9fdb71e5c81dd380a100ddc555ac08158",
-    "digest_only": "7721eaa4cc11085df8eb9a80b81727218e3c91ae6e312e43f8098a1ec0782175",
-    "failures": "4d94bb7e390f05ee6a7d66467b7059930608e479543b3c0c070e31ea9f5ddf4e",
-    "fresh_key_trivial": "6871b2b40fbb73cee0f6a930268e7564327f363d138ee49f6d9475c76e239305",
-    "hitl_round_trip": "5bfdf6170eef9c7358ea4551edcd353432c2d7c9d91a62767dcaefe9bf1b7012",
-    "lru_eviction": "d9625ca32ef2d2f241c8086918e4a734c6f119c44640c031a3a6331da17b98db",
-    "memory_unicode_and_in_place_mutation": "be6896eadb7538ebc19cffa7096243b2ac85e084b20f65a09120d383714eea66",
-    "model_and_tool_calls": "3d29e3e4348a3c2960d419e0c84416069312b6e19ecc0736abc4b832791e40e6",
-    "multi_step_resume_and_history": "999d8e0592ff063777ab3c5735d0abd9027af4bfefae57538ac87818ab5acde9",
-    "old_version_cells": "c4850c7293310b9277f521fa6a44084b5e2f91e4343766ce141f18c562afaf29",
-    "rejection_and_timeout": "40c32b4f0a6d992ea0d349f12278eb8dd9e74677bd697c0668cf8f5c600462fa",
-    "replay_provider": "76279058ef5dc12da9a06ac3f07098b7672e78e10c61010c0b1c46118cbe8ca6",
-    "ttl_expiry": "78ac9d75e94921cf7297eeec19c84f8e8e3e99e0173d40c833807c62187a8476",
+    "chained_through_result_state": "70ac338d618e720ba6c7a802d19423b550449d3bdc39a3c48535976524d897fa",
+    "digest_only": "aa443ca27fdf1693b92a385acd8a397c5b78304adbf49115ca09f7db5c0e37ae",
+    "failures": "342f3c7abb388d44a28828cb8ee810220aea3102eaaab2a95ad30db996570379",
+    "fresh_key_trivial": "91de4ba7d5d964f8039eca221f7f0ff602979ad66070e16b31cbabde40b9d6f8",
+    "hitl_round_trip": "7197f3349ecd466d574b55fb159c784f66c5835ae16bdebfe10d33138aedbf28",
+    "lru_eviction": "d8ee0ea7ecf0860598d136334e02ad88ca666438a6ab4f3c7fb48f6d0784ce93",
+    "memory_unicode_and_in_place_mutation": "ed52f118920d418b2eeae132419ea58ddaa8fd417fb20ffc7605ddb48fc01a91",
+    "memory_writes_and_provenance": "1f026ecfc8372b1172b7e3e4c4aeda4734b75c27bb182b4cf0ece3319a51ceaf",
+    "model_and_tool_calls": "29fe176fc383237830362207ffc1f8d43adc9c57cb4241f51d109f2efd8ae214",
+    "multi_step_resume_and_history": "b925140e6f0f26b0bb48dfe05efad93f6b03ae22950d61a7835888c203283e62",
+    "old_version_cells": "026febfd38237246cf1a39338a024a6d569fb23b919450ab9e5592facf338fd4",
+    "rejection_and_timeout": "a547736cc88b41f084cebf5099042bb237dcb117acdba8867527c2dae54a2459",
+    "replay_provider": "bd965b891ee89e31407f09584eb526922b712b9a6f6306f70d1c143d9dc641a1",
+    "ttl_expiry": "87860f4beefb3d8639404d59c0760449f9a0e5acd38f6fb4f2128d3ecab30cc6",
 }
 """Scenario -> sha256 of everything it produced, with the core as of GOLDEN_VERSION."""
 

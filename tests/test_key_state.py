@@ -36,7 +36,7 @@ from beam_agents.key_state import (
     make_snapshot,
 )
 from beam_agents.llm_cache import CachePolicy, LookupStatus, ReplayCache
-from beam_agents.migrations import STATE_SCHEMA_VERSION
+from beam_agents.migrations import CURRENT_VERSIONS, STATE_SCHEMA_VERSION
 from beam_agents.tool_cache import ToolCache, ToolCachePolicy, arg_digests, encode_result
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "fixtures" / "blobs"
@@ -157,8 +157,8 @@ def test_old_cells_are_migrated_on_load_and_written_current_on_dump() -> None:
     state = load_key_state(cells)
     dumped = dump_key_state(state)
 
-    assert state.migrations_applied == ["memory v1→v2", "llm_cache v1→v2"]
-    assert VersionedBlob.FromString(dumped.memory).schema_version == 2
+    assert state.migrations_applied == ["memory v1→v2", "memory v2→v3", "llm_cache v1→v2"]
+    assert VersionedBlob.FromString(dumped.memory).schema_version == CURRENT_VERSIONS["memory"]
     assert VersionedBlob.FromString(dumped.llm_cache).schema_version == 2
     assert load_key_state(dumped).migrations_applied == []
 
@@ -247,7 +247,7 @@ def test_old_version_cells_are_exported_unchanged_and_migrated_on_load() -> None
 
     assert snapshot.memory == golden("memory-v1")
     assert snapshot.llm_cache == golden("llm_cache-v1")
-    assert state.migrations_applied == ["memory v1→v2", "llm_cache v1→v2"]
+    assert state.migrations_applied == ["memory v1→v2", "memory v2→v3", "llm_cache v1→v2"]
     assert state.memory["customer"]["name"] == "Zoë Ångström"
     assert len(state.cache) == 3 and all(e.ttl_ms > 0 for e in state.cache.to_body().entries)
     assert state.continuation is not None and state.continuation.suspended_seq == 7

@@ -24,10 +24,17 @@ from beam_agents._protos import (
     ToolCacheBody,
     VersionedBlob,
 )
-from beam_agents.blobs import dump_tool_cache, load_llm_cache, load_tool_cache
+from beam_agents.blobs import (
+    dump_memory,
+    dump_tool_cache,
+    load_llm_cache,
+    load_memory_cell,
+    load_tool_cache,
+)
 from beam_agents.cache_key import FINGERPRINT_UNAVAILABLE, cache_key_and_fingerprint
 from beam_agents.errors import BlobTooNewError, CorruptBlobError, MigrationGapError, StateError
 from beam_agents.llm_cache import LookupStatus
+from beam_agents.memory_writes import MemoryProvenance
 from beam_agents.migrations import (
     CURRENT_VERSIONS,
     REGISTRY,
@@ -90,7 +97,7 @@ ESSAY_KEY, ESSAY_FP = cache_key_and_fingerprint(
 
 def test_current_versions_and_state_schema_version() -> None:
     assert dict(CURRENT_VERSIONS) == {
-        "memory": 2,
+        "memory": 3,
         "llm_cache": 2,
         "continuation": 1,
         "pending": 1,
@@ -115,19 +122,42 @@ def test_memory_v1_golden_migrates_to_canonical_json_of_the_same_object() -> Non
 
     body, steps = migrate("memory", 1, blob.body)
 
-    assert steps == ["memory v1→v2"]
-    assert body == canonical_json.dumps(EXPECTED_MEMORY)
-    assert canonical_json.loads(body) == EXPECTED_MEMORY
+    assert steps == ["memory v1→v2", "memory v2→v3"]
+    assert body == canonical_json.dumps({"memory": EXPECTED_MEMORY, "provenance": UNKNOWN})
     assert "Zoë Ångström".encode() in body
 
 
-def test_memory_v2_golden_is_current_and_unchanged() -> None:
+UNKNOWN = {"deleted": {}, "since": None, "written": {}}
+"""The provenance of a memory migrated from before v3: nothing recorded who wrote what."""
+
+
+def test_memory_v2_golden_gains_an_unknown_provenance_and_keeps_its_memory() -> None:
     blob = golden("memory", 2)
+    assert blob.body == canonical_json.dumps(EXPECTED_MEMORY)
 
     body, steps = migrate("memory", 2, blob.body)
 
+    assert steps == ["memory v2→v3"]
+    assert body == canonical_json.dumps({"memory": EXPECTED_MEMORY, "provenance": UNKNOWN})
+    memory, provenance, load_steps = load_memory_cell(blob.SerializeToString())
+    assert memory == EXPECTED_MEMORY and load_steps == ["memory v2→v3"]
+    assert provenance == MemoryProvenance(since=None)
+
+
+def test_memory_v3_golden_is_current_and_keeps_who_wrote_each_key() -> None:
+    blob = golden("memory", 3)
+
+    body, steps = migrate("memory", 3, blob.body)
+
     assert steps == []
-    assert body == blob.body == canonical_json.dumps(EXPECTED_MEMORY)
+    assert body == blob.body
+    memory, provenance, _ = load_memory_cell(blob.SerializeToString())
+    assert memory == EXPECTED_MEMORY
+    assert provenance == MemoryProvenance(
+        written={"attempts": 7, "last_order": 5, "notes": 9}, deleted={"draft": 8}, since=4
+    )
+    # Dumped again as it was loaded, the cell is byte for byte the golden (canonical JSON).
+    assert dump_memory(memory, provenance) == blob.SerializeToString(deterministic=True)
 
 
 def test_llm_cache_v1_golden_gains_the_v2_fields() -> None:
@@ -274,7 +304,7 @@ def test_version_zero_or_below_is_a_gap_never_guessed(version: int) -> None:
     with pytest.raises(MigrationGapError) as raised:
         migrate("memory", version, b"{}")
 
-    assert raised.value.found == version and raised.value.current == 2
+    assert raised.value.found == version and raised.value.current == CURRENT_VERSIONS["memory"]
 
 
 def test_a_removed_step_is_a_gap_naming_the_missing_step(monkeypatch: pytest.MonkeyPatch) -> None:
