@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from beam_agents import canonical_json
 from beam_agents._protos import AgentEnvelope, StateSnapshot, TraceEvent
 from beam_agents._version import __version__
 from beam_agents.activation import ActivationCommit, ActivationResult, ReplayHooks, run_activation
@@ -51,7 +52,7 @@ from beam_agents.replay.isolation.time_limit import (
 from beam_agents.replay.judging.compare import compare_events
 from beam_agents.replay.judging.end_check import EndCheck, check_end
 from beam_agents.replay.judging.judge import Judgement, judge
-from beam_agents.replay.judging.state_view import intent_ledger, state_view
+from beam_agents.replay.judging.state_view import intent_ledger, served_recordings, state_view
 from beam_agents.replay.judging.values import collect_values, freeze_errors
 from beam_agents.replay.naming import Input, Naming
 from beam_agents.replay.options import ReplayOptions, Source
@@ -461,14 +462,17 @@ def judge_rerun(
 ) -> tuple[Judgement, EndCheck]:
     """The outputs and memory against the traced ACTIVATION_END, and the verdict."""
     result = rerun.result
-    committed = result.state.memory if isinstance(result, ActivationCommit) else None
-    cells = result.cells if isinstance(result, ActivationCommit) else None
+    commit = result if isinstance(result, ActivationCommit) else None
+    committed = commit.state.memory if commit is not None else None
     end = check_end(
         plan.traced,
-        outputs=result.outputs if isinstance(result, ActivationCommit) else (),
-        memory_body=unwrap_blob("memory", cells.memory)[1] if cells is not None else None,
+        outputs=commit.outputs if commit is not None else (),
+        memory_body=canonical_json.dumps(committed) if committed is not None else None,
+        writes=commit.memory_writes if commit is not None else None,
         before=plan.state.memory,
         after=committed if committed is not None else {},
+        provenance=plan.state.memory_provenance,
+        seq=plan.seq,
         snapshot_seq=inputs.snapshot.seq,
         capture=rerun.capture,
     )
@@ -528,6 +532,14 @@ def assemble(
         memory=end.memory,
         end_digests_traced=end.traced,
         memory_not_judged=end.not_comparable,
+        memory_writes=end.writes,
+        unseen_reads=end.unseen,
+        served_recordings=served_recordings(
+            plan.state.tool_cache,
+            now_ms=plan.now_ms,
+            replayed=trace,
+            served_tool_events=served_tool_events,
+        ),
         values=values,
         values_error=values_error,
         replayed_memory=replayed.memory,

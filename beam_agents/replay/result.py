@@ -349,7 +349,11 @@ class StopCause(enum.StrEnum):
     CACHE_MISS = "cache-miss"
     """A model call the snapshot's cache cannot serve."""
     TOOL_MISS = "tool-miss"
-    """A recorded tool call the snapshot's tool cache cannot serve."""
+    """A recorded tool call the snapshot's tool cache cannot serve (also one it holds another
+    seq's answer to: the answer this activation got was never committed)."""
+    MEMORY_UNSEEN = "memory-unseen"
+    """The re-run read a memory key whose value the snapshot does not hold as the original
+    saw it (a later seq rewrote it, or the activation itself): not judged."""
     BLOCKED = "blocked"
     """The guard refused something the re-run tried (network, a process, a signal,
     native code, a file write)."""
@@ -441,13 +445,101 @@ class ToolCacheMiss:
     args_sha256: str
     """The re-run's canonical-args digest."""
     status: str
-    """``absent``, ``expired``, ``digest_only``, ``minted_later`` or ``ambiguous``."""
+    """``absent``, ``expired``, ``digest_only``, ``minted_later``, ``ambiguous``, or
+    ``other_seq``: the tool cache served an answer another seq got, not the traced one."""
     traced_args_sha256: str | None = None
     """The args digest the traced TOOL_CALL at that index had, if any."""
     nearest_args_sha256: str | None = None
     """The args digest of the recorded call of this tool closest to the re-run's."""
     differences: tuple[str, ...] = ()
     """How the nearest recorded call's arguments differ, e.g. ``("argument 'order_id' differs",)``."""
+    held_seq: int | None = None
+    """``other_seq``: the seq whose answer the entry holds (its ``inserted_seq``)."""
+    held_result_sha256: str | None = None
+    """``other_seq``: the result digest of that answer."""
+    traced_result_sha256: str | None = None
+    """``other_seq``: the result digest the traced call got (None: it raised)."""
+
+
+class UnseenWhy(enum.StrEnum):
+    """Why the snapshot's value of a memory key is not the one the replayed activation saw."""
+
+    OWN_WRITE = "own_write"
+    """The activation itself wrote (or deleted) it: the snapshot holds its write, not what it read."""
+    REWRITTEN = "rewritten"
+    """A later activation (``UnseenRead.seq``) wrote it."""
+    DELETED = "deleted"
+    """A later activation (``UnseenRead.seq``) deleted it."""
+    UNKNOWN = "unknown"
+    """The snapshot cannot tell: its memory blob predates per-key provenance, or forgot the
+    deletions that old (``MemoryProvenance.since``)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class UnseenRead:
+    """A read of memory whose value the re-run did not get as the original did (decided by
+    the engine, ``judging.memory_reads``)."""
+
+    key: str | None
+    """The top-level key read; None for a read of the memory as a whole (iterating it,
+    ``len``, ``to_dict``), whose keys are in ``keys``."""
+    event_index: int
+    """The trace event the read came before (reads happen between events)."""
+    why: UnseenWhy
+    seq: int | None = None
+    """The seq that wrote or deleted the key (OWN_WRITE: the replayed seq itself)."""
+    keys: tuple[str, ...] = ()
+    """For a read of the whole memory: the keys behind it that were not as the original saw."""
+    text: str = ""
+    """One clause saying it, e.g. ``read 'notes', which seq 9 rewrote`` (renderers escape it)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class WriteSet:
+    """What an activation wrote to memory: the top-level keys it set, with their values, and
+    the keys it deleted (``memory_writes.MemoryWrites``, as JSON data)."""
+
+    set: Mapping[str, Any]
+    deleted: tuple[str, ...]
+    sha256: str
+    """sha256 hex of its canonical JSON, what ``beam_agents.memory_writes_sha256`` holds."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryWritesDigest:
+    """The re-run's memory write set against the traced digest (decided by the engine)."""
+
+    replayed: WriteSet
+    traced_sha256: str | None
+    """The traced ``beam_agents.memory_writes_sha256``; None for an older trace or a what-if."""
+    mark: Mark
+    production: WriteSet | None = None
+    """The traced activation's own write set, rebuilt from the snapshot's provenance (the
+    keys its seq last wrote) when its sha256 is the traced one; None when the snapshot no
+    longer holds it whole (a later seq rewrote one of its keys) or nothing was traced."""
+    differences: tuple[str, ...] = ()
+    """When it differs: one line per key, what production and the re-run wrote (``dropped:``,
+    ``added:``, ``changed:``, or what the snapshot cannot tell), then DeepDiff of the first
+    changed value."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServedRecording:
+    """A recorded tool result the re-run was served, and how old it is at its clock."""
+
+    event_index: int
+    """The replayed TOOL_CALL it answered."""
+    tool: str
+    args_sha256: str
+    result_sha256: str
+    minted_seq: int
+    """The first seq from which every recording of this call returned this result."""
+    recorded_seq: int
+    """The seq of its latest recording."""
+    recorded_at_ms: int
+    """When it was last recorded (the activation clock of ``recorded_seq``)."""
+    age_ms: int
+    """How long before the re-run's clock that was."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -658,6 +750,15 @@ class ReplayResult:
     memory_not_judged: str = ""
     """Why a memory that differs from the traced digest is not a divergence (replay started
     from a post-image, docs/replay.md §4); empty when it matches, diverges, or was not traced."""
+    memory_writes: MemoryWritesDigest | None = None
+    """What the re-run wrote to memory, against the traced write set; None when it committed
+    nothing."""
+    unseen_reads: tuple[UnseenRead, ...] = ()
+    """Reads of memory whose values the snapshot does not hold as the original saw them, in
+    the order they happened (the first read of each key before the re-run wrote it)."""
+    served_recordings: tuple[ServedRecording, ...] = ()
+    """Each recorded tool result the re-run was served, with its age (for a what-if, what the
+    pipeline would fetch anew)."""
     replayed_memory: Any = None
     """The re-run's committed memory (a JSON object), None when it committed nothing."""
     state: StateView | None = None

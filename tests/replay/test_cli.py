@@ -213,14 +213,15 @@ def test_the_report_has_the_seeds_shape(inputs: Inputs, capsys: pytest.CaptureFi
     assert re.fullmatch(
         rf"  outputs\[0\]: \d+ bytes, sha256={HEX64} \(matches the traced digest\)", lines[6]
     )
-    # The agent does turns += 1: from the snapshot's post-image its memory cannot match.
+    # The snapshot was taken right after the activation: its memory is the committed one.
     assert re.fullmatch(
-        rf"  memory blob: \d+ bytes, sha256={HEX64} "
-        rf"\(not judged: the re-run read memory 'turns', which it also writes, so from the "
-        rf"snapshot's post-image it read this activation's own write; traced sha256={HEX64}\)",
-        lines[7],
+        rf"  memory blob: \d+ bytes, sha256={HEX64} \(matches the traced digest\)", lines[7]
     )
-    assert "; memory not judged: the re-run read memory 'turns'" in lines[8]
+    assert re.fullmatch(
+        rf"  memory writes: 2 key\(s\) set, 0 deleted, sha256={HEX64} \(matches the traced digest\)",
+        lines[8],
+    )
+    assert lines[9].endswith("; its memory writes match the traced digest (2 key(s) set, 0 deleted)")
     assert "  registry: replay_agents:TOOLS" in lines
     assert any(line.startswith("  hitl policy: default (intent_ttl_ms=") for line in lines)
     assert run(["--headless", *inputs.flags()], capsys)[1] == out

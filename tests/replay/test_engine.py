@@ -4,6 +4,7 @@ and per reason (the end-to-end tests repeat the main ones through a real pipelin
 from __future__ import annotations
 
 import hashlib
+import json
 import select
 import socket
 from collections.abc import Iterator
@@ -14,11 +15,12 @@ from replay_harness import KEY, T0, KeyHistory, options
 
 from beam_agents._protos import AgentEnvelope, StateSnapshot, ToolResult, TraceEvent, VersionedBlob
 from beam_agents.activation import ActivationCommit, ActivationFailure
+from beam_agents.blobs import load_memory
 from beam_agents.llm_cache import CachePolicy
 from beam_agents.provider import UnservableProvider
 from beam_agents.replay import engine
 from beam_agents.replay.engine import replay
-from beam_agents.replay.result import EntryStatus, ReplayResult, Verdict
+from beam_agents.replay.result import EntryStatus, Mark, ReplayResult, Verdict
 from beam_agents.testing import (
     approval_envelope,
     event_envelope,
@@ -72,12 +74,14 @@ def test_a_completed_start_reproduces_with_no_provider_call(history: KeyHistory)
     assert (h.provider, h.envelope_id, h.snapshot_seq) == (ra.PROVIDER_NAME, event.envelope_id, 1)
     assert h.hitl_source == "default" and "intent_ttl_ms=86400000" in h.hitl_policy
     assert [o.sha256 for o in result.outputs] == [sha(o) for o in original.outputs]
-    # The re-run starts from the snapshot's post-image and writes again: its memory blob
-    # is reported (digest), never compared with a traced baseline there is none of.
+    # The re-run starts from the snapshot's post-image and writes again: its memory is the
+    # committed one (digest of its canonical JSON, not of the cell), and so are its writes.
     assert result.memory is not None and result.memory.sha256 == sha(result.memory.payload)
     assert result.memory.sha256 != sha(original.cells.memory)
+    assert result.memory.mark is Mark.VERIFIED
+    assert result.memory_writes is not None and result.memory_writes.mark is Mark.VERIFIED
     assert len(result.events) == 4 and not any(p.differs for p in result.events)
-    assert result.state is not None and result.state.memory["turns"] == 1
+    assert result.state is not None and result.state.memory["asked.0001"] == "where is A1?"
     assert [e.hit_in_activation for e in result.state.cache_entries] == [True]
     assert [e.status for e in result.state.cache_entries] == [EntryStatus.SERVABLE]
     # The original was billed, the re-run was served: the engine names both flags as
@@ -117,13 +121,15 @@ def test_old_blob_versions_are_migrated_in_memory_and_reported(history: KeyHisto
     event = ask()
     history.send(event)
     snapshot = StateSnapshot.FromString(history.export())
-    body = VersionedBlob.FromString(snapshot.memory).body
+    memory, _ = load_memory(snapshot.memory)
     snapshot.memory = VersionedBlob(
-        kind="memory", schema_version=1, body=b"{ " + body[1:]
+        kind="memory", schema_version=1, body=json.dumps(memory, indent=1).encode()
     ).SerializeToString()
     result = replay(options(snapshot.SerializeToString(), history.trace_bytes(), event=event))
-    assert result.verdict is Verdict.REPRODUCED
-    assert result.header.migrations_applied == ("memory v1→v2",)
+    # A v1 blob records no provenance; the snapshot is the activation's own (seq 1) and its
+    # writes are the traced ones, so what it read is still told key by key.
+    assert result.verdict is Verdict.REPRODUCED, result.reason
+    assert result.header.migrations_applied == ("memory v1→v2", "memory v2→v3")
     assert result.state is not None and result.state.blob_versions["memory"] == 1
 
 

@@ -299,7 +299,7 @@ REPLAY = Path(__file__).resolve().parents[2] / "beam_agents" / "replay"
 
 CLI_RENDERERS = {
     ("incidents/check_render.py", "render_check"): "the check table's '(--json lists all)'",
-    ("reporting/redact.py", "_divergence"): "the report's 'run without --redact'",
+    ("reporting/redact.py", "_withheld"): "the report's 'run without --redact'",
     ("reporting/text.py", "value_text"): "the report's '--full-values prints all'",
     ("reporting/text.py", "render_report"): "the report's '--hitl PATH' header line",
     ("isolation/watchdog.py", "_fire"): "the console script's watchdog (only the CLI starts one)",

@@ -38,7 +38,12 @@ from beam_agents.replay.inputs.sources import STDIN, CappedReader, describe_sour
 from beam_agents.replay.naming import REPLAYER, Input, Naming
 from beam_agents.replay.options import Source
 from beam_agents.replay.refusal import InputError
-from beam_agents.trace_events import END_DIGEST_ATTRIBUTES, kind_name, serialize_trace_event
+from beam_agents.trace_events import (
+    ATTR_MEMORY_WRITES_SHA256,
+    END_DIGEST_ATTRIBUTES,
+    kind_name,
+    serialize_trace_event,
+)
 from beam_agents.trace_stream import read_trace_frames, trace_stream_files
 from beam_agents.trace_view import IntentStaged, LlmCall, attribute_kind
 
@@ -462,10 +467,17 @@ def _check_end_digests(end: TraceEvent, where: str) -> None:
     Every writer that traces them traces both, as strings (a trace from before them
     has neither: outputs and memory are then unverifiable, as documented). One
     without the other, or one of another type, is corruption, and judging it would
-    silently skip that check: a changed output would replay as "reproduced".
+    silently skip that check: a changed output would replay as "reproduced". The
+    memory write-set digest came later: a trace may lack it (it then predates it),
+    but one that has it has both others, and all three as text.
     """
     kinds = {name: attribute_kind(end, name) for name in END_DIGEST_ATTRIBUTES}
     present = [name for name, kind in kinds.items() if kind is not None]
+    writes = attribute_kind(end, ATTR_MEMORY_WRITES_SHA256)
+    if writes is not None:
+        # The write-set digest came later: a trace that has it has the other two as well.
+        kinds[ATTR_MEMORY_WRITES_SHA256] = writes
+        present.append(ATTR_MEMORY_WRITES_SHA256)
     if not present:
         return
     wrong = [name for name in present if kinds[name] != "string_value"]

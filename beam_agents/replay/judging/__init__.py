@@ -3,13 +3,16 @@
 Modules, and what each gives the floors above:
 
     compare      the closed normalization and the event-by-event comparison (compare_events)
-    end_check    outputs and memory against the traced ACTIVATION_END (check_end, EndCheck)
-    judge        the verdict, from the events, the misses, the blocked attempts and the end
-                 check, in that order (judge, Judgement)
+    memory_reads which of the re-run's memory reads got what the original got, by the
+                 snapshot's per-key provenance (unseen_reads, resolved)
+    end_check    outputs, memory and memory writes against the traced ACTIVATION_END
+                 (check_end, EndCheck)
+    judge        the verdict, from the events, the misses, the blocked attempts, the end
+                 check and the unseen reads, in that order (judge, Judgement)
     values       the plaintext behind every digest, marked (collect_values, freeze_errors,
                  value_text)
     reference    a reference run's values proved production's by the trace's digests
                  (prove_reference, ReferenceUnreadable)
-    state_view   the reported-not-judged parts: the snapshot's state, the intents ledger
-                 (state_view, intent_ledger)
+    state_view   the reported-not-judged parts: the snapshot's state, the intents ledger,
+                 the recorded results served (state_view, intent_ledger, served_recordings)
 """

@@ -8,11 +8,12 @@ it would let a real difference pass as "reproduced", so it is a frozen module
 constant pinned by a test.
 
 The digests of outputs and memory on ``ACTIVATION_END``
-(``beam_agents.outputs.sha256``, ``beam_agents.memory_sha256``) are not part of
-this byte comparison: replay starts from a snapshot's post-image, so whether
-they can be compared at all depends on the pre-state and on what the re-run
-read; ``beam_agents.replay.judging.end_check`` judges them and the engine adds its
-finding. A trace written before they existed has neither (``untraced_end``).
+(``beam_agents.outputs.sha256``, ``beam_agents.memory_sha256``,
+``beam_agents.memory_writes_sha256``) are not part of this byte comparison: replay
+starts from a snapshot's post-image, so whether they can be compared at all
+depends on the pre-state and on what the re-run read;
+``beam_agents.replay.judging.end_check`` judges them and the engine adds its
+finding. A trace written before they existed has none (``untraced_end``).
 
 Finding the first difference is a byte comparison of the two events'
 deterministic serializations (after normalization), which also catches fields
@@ -43,6 +44,7 @@ from beam_agents.trace_events import (
     ATTR_BILLED,
     ATTR_CACHE_HIT,
     END_DIGEST_ATTRIBUTES,
+    END_JUDGED_ATTRIBUTES,
     kind_name,
     serialize_trace_event,
 )
@@ -121,14 +123,15 @@ def untraced_end(event: TraceEvent | None) -> bool:
 
 
 def without_end_digests(event: TraceEvent) -> TraceEvent:
-    """``event`` without the output and memory digests (a copy), or itself if it has none."""
+    """``event`` without the output, memory and memory-writes digests (a copy), or itself if
+    it has none."""
     if event.kind != TraceEvent.ACTIVATION_END or not any(
-        name in event.attributes for name in END_DIGEST_ATTRIBUTES
+        name in event.attributes for name in END_JUDGED_ATTRIBUTES
     ):
         return event
     copy = TraceEvent()
     copy.CopyFrom(event)
-    for name in END_DIGEST_ATTRIBUTES:
+    for name in END_JUDGED_ATTRIBUTES:
         if name in copy.attributes:
             del copy.attributes[name]
     return copy

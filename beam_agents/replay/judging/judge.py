@@ -47,16 +47,19 @@ from beam_agents.replay.reconstruct.plan import Plan
 from beam_agents.replay.result import (
     CacheMiss,
     Divergence,
+    Mark,
     NearestEntry,
     StopCause,
     ToolCacheMiss,
+    UnseenRead,
+    UnseenWhy,
     Verdict,
 )
 from beam_agents.tool_cache import ToolCache, tool_cache_key
-from beam_agents.trace_events import ATTR_OUTPUTS_SHA256, kind_name
-from beam_agents.trace_view import LlmCall, TraceView, decode
+from beam_agents.trace_events import ATTR_MEMORY_WRITES_SHA256, ATTR_OUTPUTS_SHA256, kind_name
+from beam_agents.trace_view import LlmCall, ToolCall, TraceView, decode
 
-__all__ = ["Judgement", "judge"]
+__all__ = ["OTHER_SEQ", "Judgement", "judge"]
 
 
 @dataclass(frozen=True)
@@ -238,7 +241,7 @@ def judge(
         tools=tool_cache if tool_cache is not None else ToolCache(),
         naming=naming,
     )
-    judgement = judgement if end is None else _with_end_check(judgement, end)
+    judgement = judgement if end is None else _with_end_check(judgement, end, plan.seq)
     return _with_exit_attempts(judgement, [a for a in attempts if a.at_exit], naming)
 
 
@@ -260,9 +263,14 @@ def _with_exit_attempts(
     )
 
 
-def _with_end_check(judgement: Judgement, end: EndCheck) -> Judgement:
-    """The last rule: a run whose every event matches diverges at its ACTIVATION_END when
-    its outputs or memory differ from the traced digests and can be judged (``end_check``).
+def _with_end_check(judgement: Judgement, end: EndCheck, seq: int) -> Judgement:
+    """The last rules: the end check's divergence, then what the unseen reads leave of it."""
+    return _with_unseen_reads(_end_divergence(judgement, end), end, seq)
+
+
+def _end_divergence(judgement: Judgement, end: EndCheck) -> Judgement:
+    """A run whose every event matches diverges at its ACTIVATION_END when its outputs or
+    memory writes differ from the traced digests and can be judged (``end_check``).
 
     Only a run the events call reproduced can diverge here: an earlier divergence or a
     cache miss stays the first thing that went wrong.
@@ -274,12 +282,18 @@ def _with_end_check(judgement: Judgement, end: EndCheck) -> Judgement:
         last = pairs[-1]
         assert last.traced is not None
         fields = [f.path for f in end.fields]
-        what = " and ".join("outputs" if ATTR_OUTPUTS_SHA256 in f else "memory" for f in fields)
+        what = " and ".join(
+            "outputs"
+            if ATTR_OUTPUTS_SHA256 in f
+            else ("memory writes" if ATTR_MEMORY_WRITES_SHA256 in f else "memory")
+            for f in fields
+        )
         return Judgement(
             verdict=Verdict.DIVERGED,
             reason=(
                 f"event {last.index} (ACTIVATION_END {last.traced.name!r}) differs: every earlier "
                 f"event matches, but the re-run's {what} differ from the traced digest"
+                + _write_summary(end)
             ),
             comparison=EventComparison(
                 pairs=pairs.marked(last.index, fields), first_difference=last.index
@@ -292,10 +306,95 @@ def _with_end_check(judgement: Judgement, end: EndCheck) -> Judgement:
                 detail="\n".join(end.detail),
             ),
         )
-    if end.not_comparable:
+    writes = end.writes
+    if writes is not None and writes.mark is Mark.VERIFIED:
+        return replace(
+            judgement,
+            reason=(
+                f"{judgement.reason}; its memory writes match the traced digest "
+                f"({len(writes.replayed.set)} key(s) set, {len(writes.replayed.deleted)} deleted)"
+            ),
+        )
+    if end.not_comparable and not end.unseen:
         return replace(
             judgement,
             reason=f"{judgement.reason}; memory not judged: {end.not_comparable} (docs/replay.md §4)",
+        )
+    return judgement
+
+
+def _write_summary(end: EndCheck) -> str:
+    """`` (dropped 'notes', added 'extra')`` for a write-set divergence: the keys it names."""
+    return f" ({', '.join(end.write_keys)})" if end.write_keys else ""
+
+
+def _remedy(read: UnseenRead, seq: int) -> str:
+    if read.why in (UnseenWhy.REWRITTEN, UnseenWhy.DELETED) and read.seq is not None:
+        return (
+            f"a snapshot exported before seq {read.seq} ran holds what seq {seq} read "
+            "(docs/replay.md §4)"
+        )
+    if read.why is UnseenWhy.OWN_WRITE:
+        return (
+            "every snapshot that can replay it holds its own write: keep what an activation "
+            "reads apart from what it writes, e.g. a log keyed by seq (docs/agent-api.md, "
+            "Working memory)"
+        )
+    return "docs/replay.md §4"
+
+
+def _with_unseen_reads(judgement: Judgement, end: EndCheck, seq: int) -> Judgement:
+    """No ``reproduced`` (and no divergence after it) past a read the snapshot could not
+    serve as the original saw it: what came of it is not judged (irreproducible).
+
+    A divergence *before* the first such read stands: nothing the re-run did up to there
+    depended on it. A cache or tool miss after it stays the verdict, its reason saying
+    what came before it.
+    """
+    unseen = end.unseen
+    if not unseen or judgement.verdict in (Verdict.WHAT_IF, Verdict.USAGE_ERROR):
+        return judgement
+    first = unseen[0]
+    at = first.event_index
+    more = f" (and {len(unseen) - 1} more such read(s))" if len(unseen) > 1 else ""
+    what = f"the re-run {first.text}{more}"
+    divergence = judgement.first_divergence
+    if judgement.verdict is Verdict.DIVERGED:
+        if divergence is None or divergence.index < at:
+            return judgement
+        return replace(
+            judgement,
+            verdict=Verdict.IRREPRODUCIBLE,
+            reason=(
+                f"not judged: {what}, before event {at}: it did not see what the original saw "
+                f"there, and from there on {_divergence_reason(divergence)}, which that read "
+                f"can explain; {_remedy(first, seq)}"
+            ),
+            stop=StopCause.MEMORY_UNSEEN,
+        )
+    if judgement.verdict is Verdict.REPRODUCED:
+        return replace(
+            judgement,
+            verdict=Verdict.IRREPRODUCIBLE,
+            reason=(
+                f"not judged: {what}, before event {at}: it did not see what the original saw, "
+                "so that every traced event (and every memory write) matches says nothing "
+                f"about this activation; {_remedy(first, seq)}"
+            ),
+            stop=StopCause.MEMORY_UNSEEN,
+        )
+    stopped_at = (
+        judgement.cache_miss.event_index
+        if judgement.cache_miss is not None
+        else (judgement.tool_miss.event_index if judgement.tool_miss is not None else None)
+    )
+    if stopped_at is not None and stopped_at >= at:
+        return replace(
+            judgement,
+            reason=(
+                f"{judgement.reason}; before it, {what}, so it may not have asked what the "
+                "original asked"
+            ),
         )
     return judgement
 
@@ -364,9 +463,9 @@ def _judge_events(
                 ),
                 comparison=comparison,
             )
-        return _diverged(comparison, first)
+        return _diverged_or_other_answer(plan, comparison, first, result, tools)
     if first is not None and first < stop:
-        return _diverged(comparison, first)
+        return _diverged_or_other_answer(plan, comparison, first, result, tools)
     if attempt_index is not None and attempt_index == stop and first_attempt is not None:
         return Judgement(
             verdict=Verdict.IRREPRODUCIBLE,
@@ -416,6 +515,97 @@ def _judge_events(
         cache_miss=miss,
         stop=StopCause.CACHE_MISS,
     )
+
+
+def _diverged_or_other_answer(
+    plan: Plan,
+    comparison: EventComparison,
+    index: int,
+    result: ActivationResult,
+    tools: ToolCache,
+) -> Judgement:
+    """``diverged`` at ``index``, unless the difference is a recorded tool's answer that the
+    tool cache holds from another seq: then the answer this activation got is simply not in
+    the snapshot (its activation failed, so it was never committed), and the re-run was
+    served another one — irreproducible, not a change of the agent."""
+    other = _other_seq_answer(plan, comparison, index, result, tools)
+    if other is None:
+        return _diverged(comparison, index)
+    miss, reason = other
+    return Judgement(
+        verdict=Verdict.IRREPRODUCIBLE,
+        reason=reason,
+        comparison=comparison,
+        tool_miss=miss,
+        stop=StopCause.TOOL_MISS,
+    )
+
+
+def _other_seq_answer(
+    plan: Plan,
+    comparison: EventComparison,
+    index: int,
+    result: ActivationResult,
+    tools: ToolCache,
+) -> tuple[ToolCacheMiss, str] | None:
+    """The served recorded call at ``index`` got another seq's answer than the traced one."""
+    if index not in result.served_tool_events or plan.traced is None:
+        return None
+    pair = comparison.pairs[index]
+    traced, replayed = pair.traced, pair.replayed
+    if (
+        traced is None
+        or replayed is None
+        or traced.kind != TraceEvent.TOOL_CALL
+        or replayed.kind != TraceEvent.TOOL_CALL
+        or traced.name != replayed.name
+    ):
+        return None
+    was, got = ToolCall.of(traced), ToolCall.of(replayed)
+    if was.args_sha256 is None or was.args_sha256 != got.args_sha256:
+        return None
+    entry = tools.get(tool_cache_key(replayed.name, was.args_sha256))
+    if entry is None or entry.inserted_seq == plan.seq:
+        return None  # the entry is this activation's own answer: a real difference
+    held = entry.result_sha256.hex()
+    if was.error_type is None and (was.result_sha256 is None or was.result_sha256 == held):
+        return None  # the traced answer is the one held: the difference is elsewhere
+    failed = plan.traced[-1].kind == TraceEvent.ACTIVATION_FAILED
+    since = f"seq {entry.inserted_seq}'s" + (
+        f" (recorded again through seq {entry.recorded_seq})"
+        if entry.recorded_seq != entry.inserted_seq
+        else ""
+    )
+    if was.error_type is not None:
+        got_what = (
+            f"the original call raised {was.error_type}, so it got no answer to record"
+        )
+    elif failed:
+        got_what = "the answer this activation got was never committed (it failed)"
+    else:
+        got_what = "the answer this activation got is not in the snapshot's tool cache"
+    reason = (
+        f"recorded tool {replayed.name!r} at event {index} (args sha256 {was.args_sha256}): "
+        f"{got_what}; the cache holds {since}, result sha256 {held} where the traced call got "
+        f"{was.result_sha256 or was.error_type}, so replay cannot serve what this activation "
+        "got (the service answered differently then)"
+    )
+    miss = ToolCacheMiss(
+        event_index=index,
+        tool=replayed.name,
+        args_sha256=was.args_sha256,
+        status=OTHER_SEQ,
+        traced_args_sha256=was.args_sha256,
+        nearest_args_sha256=was.args_sha256,
+        held_seq=entry.inserted_seq,
+        held_result_sha256=held,
+        traced_result_sha256=was.result_sha256,
+    )
+    return miss, reason
+
+
+OTHER_SEQ = "other_seq"
+"""``ToolCacheMiss.status`` of a recorded call whose entry holds another seq's answer."""
 
 
 def _view(event: TraceEvent | None) -> TraceView | None:

@@ -25,10 +25,11 @@ from beam_agents.replay.result import (
     IntentRow,
     Mark,
     PendingIntentView,
+    ServedRecording,
     StateView,
     ToolCacheEntryView,
 )
-from beam_agents.tool_cache import ToolCache, tool_entry_status
+from beam_agents.tool_cache import ToolCache, tool_cache_key, tool_entry_status
 from beam_agents.trace_view import (
     ActivationEnd,
     IntentReleased,
@@ -43,6 +44,7 @@ __all__ = [
     "blob_digest",
     "end_digests",
     "intent_ledger",
+    "served_recordings",
     "state_view",
     "tool_cache_view",
 ]
@@ -61,19 +63,22 @@ def blob_digest(data: bytes, traced_sha256: str | None = None) -> BlobDigest:
 
 
 class EndDigests:
-    """The traced ACTIVATION_END's output and memory digests (``traced`` False: none traced)."""
+    """The traced ACTIVATION_END's output, memory and memory-writes digests (``traced``
+    False: none traced; ``writes`` None: a trace from before the write-set digest)."""
 
-    __slots__ = ("memory", "outputs", "traced")
+    __slots__ = ("memory", "outputs", "traced", "writes")
 
     def __init__(self, end: TraceEvent | None) -> None:
         view = ActivationEnd.of(end) if end is not None else None
         self.traced = view is not None and view.digests_traced
         self.outputs: list[str] | None = None
         self.memory: str | None = None
+        self.writes: str | None = None
         if view is not None and view.outputs_sha256 is not None:
             self.outputs = list(view.outputs_sha256)
         if view is not None:
             self.memory = view.memory_sha256
+            self.writes = view.memory_writes_sha256
 
     def output(self, index: int) -> str | None:
         """The traced digest of output ``index``, None if not traced (or not that many)."""
@@ -178,6 +183,41 @@ def tool_cache_view(
             )
         )
     return tuple(views)
+
+
+def served_recordings(
+    cache: ToolCache,
+    *,
+    now_ms: int,
+    replayed: Sequence[TraceEvent],
+    served_tool_events: Sequence[int],
+) -> tuple[ServedRecording, ...]:
+    """Each recorded result the re-run was served (its TOOL_CALLs at ``served_tool_events``),
+    with the seqs that recorded it and how long before ``now_ms`` it was last recorded."""
+    found: list[ServedRecording] = []
+    for index in served_tool_events:
+        if index >= len(replayed):
+            continue
+        event = replayed[index]
+        call = ToolCall.of(event)
+        if call.args_sha256 is None:
+            continue
+        entry = cache.get(tool_cache_key(event.name, call.args_sha256))
+        if entry is None:  # pragma: no cover - a served call was served from an entry
+            continue
+        found.append(
+            ServedRecording(
+                event_index=index,
+                tool=event.name,
+                args_sha256=call.args_sha256,
+                result_sha256=entry.result_sha256.hex(),
+                minted_seq=entry.inserted_seq,
+                recorded_seq=entry.recorded_seq,
+                recorded_at_ms=entry.inserted_ms,
+                age_ms=now_ms - entry.inserted_ms,
+            )
+        )
+    return tuple(found)
 
 
 def state_view(

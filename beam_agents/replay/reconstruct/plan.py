@@ -352,6 +352,7 @@ def _pre_state(
             )
     pre = KeyState(
         memory=state.memory,
+        memory_provenance=state.memory_provenance,
         cache=state.cache,
         continuation=continuation,
         pending=pending,

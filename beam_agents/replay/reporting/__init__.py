@@ -6,7 +6,7 @@ Modules, and what each gives the floors above:
                each renderer's exit through it (escape_lines, escape_strings, Raw,
                md_code, md_fence; neutralize for the TUI's last net)
     labels     the one label set: verdict titles, keys, moments
-               (VERDICT_TITLES, key_label, key_text, utc_time)
+               (VERDICT_TITLES, duration, key_label, key_text, not_judged, utc_time)
     text       the headless report (render_report, render_error; digest_note,
                miss_request_values, request_components_differing for the TUI's panes;
                both_sides_text, reference_line, SIDE_MARKS: a reference run's values

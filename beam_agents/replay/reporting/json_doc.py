@@ -20,17 +20,20 @@ from typing import Any, TextIO
 from beam_agents.agent_build import describe_build
 from beam_agents.replay.reporting.escape import Raw, escape_strings
 from beam_agents.replay.reporting.json_lines import write_document
+from beam_agents.replay.reporting.labels import not_judged
 from beam_agents.replay.result import (
     BlobDigest,
     CacheMiss,
     ContinuationView,
     Divergence,
     EventPair,
+    MemoryWritesDigest,
     ReferenceRun,
     ReplayHeader,
     ReplayResult,
     StateView,
     Value,
+    WriteSet,
 )
 from beam_agents.trace_data import event_to_dict
 
@@ -231,8 +234,24 @@ def _fields(result: ReplayResult) -> dict[str, Any]:
             "traced_args_sha256": result.tool_miss.traced_args_sha256,
             "nearest_args_sha256": result.tool_miss.nearest_args_sha256,
             "differences": list(result.tool_miss.differences),
+            "held_seq": result.tool_miss.held_seq,
+            "held_result_sha256": result.tool_miss.held_result_sha256,
+            "traced_result_sha256": result.tool_miss.traced_result_sha256,
         },
         "served_tool_events": list(result.served_tool_events),
+        "served_recordings": [
+            {
+                "event_index": r.event_index,
+                "tool": r.tool,
+                "args_sha256": r.args_sha256,
+                "result_sha256": r.result_sha256,
+                "minted_seq": r.minted_seq,
+                "recorded_seq": r.recorded_seq,
+                "recorded_at_ms": r.recorded_at_ms,
+                "age_ms": r.age_ms,
+            }
+            for r in result.served_recordings
+        ],
         "events": [],
         "events_reached_only": result.events_reached_only,
         "intents": [
@@ -250,6 +269,19 @@ def _fields(result: ReplayResult) -> dict[str, Any]:
         ],
         "outputs": [_blob(o) for o in result.outputs],
         "memory": _blob(result.memory),
+        "memory_writes": _memory_writes(result.memory_writes),
+        "memory_reads_unseen": [
+            {
+                "key": read.key,
+                "keys": list(read.keys),
+                "event_index": read.event_index,
+                "why": read.why.value,
+                "seq": read.seq,
+                "text": read.text,
+            }
+            for read in result.unseen_reads
+        ],
+        "not_judged": not_judged(result) or None,
         "end_digests_traced": result.end_digests_traced,
         "values_error": result.values_error or None,
         "values": [],
@@ -281,6 +313,24 @@ def _reference(r: ReferenceRun | None) -> dict[str, Any] | None:
         "reason": r.reason,
         "first_divergence_index": r.first_divergence,
         "values": Raw(reference_values(r)),  # each escaped but its value (value_document)
+    }
+
+
+def _write_set(writes: WriteSet | None) -> dict[str, Any] | None:
+    if writes is None:
+        return None
+    return {"set": Raw(dict(writes.set)), "deleted": list(writes.deleted), "sha256": writes.sha256}
+
+
+def _memory_writes(writes: MemoryWritesDigest | None) -> dict[str, Any] | None:
+    if writes is None:
+        return None
+    return {
+        "replayed": _write_set(writes.replayed),
+        "traced_sha256": writes.traced_sha256,
+        "mark": writes.mark.value,
+        "production": _write_set(writes.production),
+        "differences": list(writes.differences),
     }
 
 

@@ -23,12 +23,14 @@ from beam_agents.replay.result import (
     BlobDigest,
     ContinuationView,
     Divergence,
+    MemoryWritesDigest,
     PendingIntentView,
     ReferenceRun,
     ReplayResult,
     StateView,
     Value,
     ValueList,
+    WriteSet,
     event_values,
 )
 
@@ -109,7 +111,31 @@ def _state(s: StateView | None) -> StateView | None:
 def _divergence(d: Divergence | None) -> Divergence | None:
     if d is None or not d.detail:
         return d
-    return replace(d, detail=f"{REDACTED}: the detail quotes values; run without --redact")
+    return replace(d, detail=_withheld("the detail"))
+
+
+def _withheld(what: str) -> str:
+    """What stands for a text that quotes values (the headless report prints it as is)."""
+    return f"{REDACTED}: {what} quotes values; run without --redact"
+
+
+def _write_set(w: WriteSet | None) -> WriteSet | None:
+    return None if w is None else replace(w, set={k: _digest_of(v) for k, v in w.set.items()})
+
+
+def _memory_writes(m: MemoryWritesDigest | None) -> MemoryWritesDigest | None:
+    if m is None:
+        return None
+    replayed = _write_set(m.replayed)
+    assert replayed is not None
+    return replace(
+        m,
+        replayed=replayed,
+        production=_write_set(m.production),
+        differences=(_withheld("the list of differences"),)
+        if m.differences
+        else (),
+    )
 
 
 def _reference(r: ReferenceRun | None) -> ReferenceRun | None:
@@ -133,4 +159,5 @@ def redact(result: ReplayResult) -> ReplayResult:
         state=_state(result.state),
         first_divergence=_divergence(result.first_divergence),
         reference=_reference(result.reference),
+        memory_writes=_memory_writes(result.memory_writes),
     )

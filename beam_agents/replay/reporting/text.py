@@ -11,9 +11,11 @@ snapshot can drive the terminal or start a line of its own (a second verdict).
 
 from __future__ import annotations
 
+from beam_agents import canonical_json
 from beam_agents._protos import TraceEvent
 from beam_agents.agent_build import describe_build
 from beam_agents.replay.reporting.escape import escape, escape_lines
+from beam_agents.replay.reporting.labels import duration, not_judged
 from beam_agents.replay.result import (
     BlobDigest,
     CacheMiss,
@@ -21,9 +23,11 @@ from beam_agents.replay.result import (
     EventPairs,
     IntentRow,
     Mark,
+    MemoryWritesDigest,
     ReferenceRun,
     ReplayHeader,
     ReplayResult,
+    ServedRecording,
     ToolCacheMiss,
     Value,
     Verdict,
@@ -39,14 +43,17 @@ __all__ = [
     "build_skew_line",
     "digest_note",
     "mark_text",
+    "memory_writes_line",
     "miss_request_values",
     "older_trace",
+    "recording_age",
     "reference_line",
     "render_error",
     "render_report",
     "request_components_differing",
     "value_lines",
     "value_text",
+    "verdict_line",
 ]
 
 NOT_DIFFED = "(no traced counterpart — reported, not diffed)"
@@ -331,6 +338,17 @@ def _tool_miss_lines(miss: ToolCacheMiss) -> list[str]:
         f"    args sha256:        {miss.args_sha256}",
         f"    traced args sha256: {miss.traced_args_sha256 or '-'}",
     ]
+    if miss.held_seq is not None:
+        # The entry is for these very arguments, but holds another seq's answer.
+        lines.append(
+            f"    the cache holds:    seq {miss.held_seq}'s answer, result sha256 "
+            f"{miss.held_result_sha256}"
+        )
+        lines.append(
+            f"    the traced call:    got result sha256 {miss.traced_result_sha256 or '- (it raised)'}"
+            " — never committed, so replay cannot serve it"
+        )
+        return lines
     if miss.nearest_args_sha256 is None:
         lines.append(
             f"    nearest recorded:   none (no recorded call of {escape(repr(miss.tool))})"
@@ -342,12 +360,27 @@ def _tool_miss_lines(miss: ToolCacheMiss) -> list[str]:
     return lines
 
 
+def recording_age(recording: ServedRecording) -> str:
+    """``minted at seq 2, last recorded at seq 4 (at_ms …, 2 h 05 min before this clock)``."""
+    last = (
+        f", last recorded at seq {recording.recorded_seq}"
+        if recording.recorded_seq != recording.minted_seq
+        else ""
+    )
+    return (
+        f"minted at seq {recording.minted_seq}{last} (at_ms {recording.recorded_at_ms}, "
+        f"{duration(recording.age_ms)} before this activation's clock)"
+    )
+
+
 def _served_tool_lines(result: ReplayResult, *, width: int | None = VALUE_WIDTH) -> list[str]:
-    """Each recorded tool call the tool cache served (a cache hit: never run), with its values.
+    """Each recorded tool call the tool cache served (a cache hit: never run), with its values
+    and how old the recording is.
 
     The served result is marked like every value: ``[verified]`` when its sha256 is the
     traced ``result_sha256``, i.e. provably what the tool returned in production.
     """
+    ages = {r.event_index: r for r in result.served_recordings}
     lines: list[str] = []
     for index in result.served_tool_events:
         if index >= len(result.events):
@@ -362,6 +395,8 @@ def _served_tool_lines(result: ReplayResult, *, width: int | None = VALUE_WIDTH)
             f"    event {index} TOOL_CALL {escape(repr(event.name))}  cache hit  "
             f"args sha256={args}  result sha256={value}"
         )
+        if index in ages:
+            lines.append(f"      recorded: {recording_age(ages[index])}")
         lines.extend(
             line
             for line in value_lines(result, index, width=width)
@@ -384,6 +419,37 @@ def _provider_calls_note(result: ReplayResult) -> str:
     )
 
 
+def verdict_line(result: ReplayResult) -> str:
+    """The verdict, and what it did not judge when that is what decided it (the seed's verdict
+    line; never a plain ``reproduced`` for a replay that read what the original did not)."""
+    unjudged = not_judged(result)
+    return result.verdict.value + (f" ({escape(unjudged)})" if unjudged else "")
+
+
+def memory_writes_line(writes: MemoryWritesDigest) -> str:
+    """``2 key(s) set, 1 deleted, sha256=… (matches the traced digest)``."""
+    replayed = writes.replayed
+    counts = f"{len(replayed.set)} key(s) set, {len(replayed.deleted)} deleted"
+    if writes.mark is Mark.VERIFIED:
+        note = "(matches the traced digest)"
+    elif writes.mark is Mark.DIFFERS:
+        note = f"(differs: traced sha256={writes.traced_sha256})"
+    else:
+        note = "(not traced: the trace predates memory write digests — reported, not diffed)"
+    return f"{counts}, sha256={replayed.sha256} {note}"
+
+
+def _memory_writes_lines(writes: MemoryWritesDigest, *, width: int | None) -> list[str]:
+    """What the re-run wrote, key by key (and how it differs, when it does)."""
+    lines: list[str] = []
+    for key, value in writes.replayed.set.items():
+        text = canonical_json.dumps(value).decode("utf-8")
+        cut = text if width is None or len(text) <= width else text[:width] + "…"
+        lines.append(f"    set {escape(repr(key))} = {escape(cut)}")
+    lines.extend(f"    deleted {escape(repr(key))}" for key in writes.replayed.deleted)
+    return lines
+
+
 def render_report(result: ReplayResult, *, full_values: bool = False) -> str:
     """The headless report (stdout) for any verdict but a usage error.
 
@@ -399,7 +465,7 @@ def render_report(result: ReplayResult, *, full_values: bool = False) -> str:
         f"  key:    {h.entity_key.hex() if h.entity_key is not None else '-'}"
         f"  seq: {_unknown(h.seq)}  now_ms: {_unknown(h.now_ms)}",
         f"  kind:   {_unknown(h.kind)}",
-        result.verdict.value,
+        verdict_line(result),
         f"  provider calls: {result.provider_calls}{_provider_calls_note(result)}",
     ]
     for i, output in enumerate(result.outputs):
@@ -411,6 +477,8 @@ def render_report(result: ReplayResult, *, full_values: bool = False) -> str:
         lines.append(
             "  memory blob: none — the re-run failed or stopped before the end, and commits nothing"
         )
+    if result.memory_writes is not None:
+        lines.append(f"  memory writes: {memory_writes_line(result.memory_writes)}")
     if h.build_skew:
         lines.append(build_skew_line(h))
     if result.reference is not None:
@@ -429,12 +497,34 @@ def render_report(result: ReplayResult, *, full_values: bool = False) -> str:
         lines.extend(_miss_lines(result.cache_miss, result, width=width))
     if result.tool_miss is not None:
         lines.extend(_tool_miss_lines(result.tool_miss))
+    if result.unseen_reads:
+        lines.append(
+            "  memory reads not judged (the snapshot does not hold what the original read):"
+        )
+        lines.extend(
+            f"    before event {read.event_index}: {escape(read.text)}"
+            for read in result.unseen_reads
+        )
+    if result.memory_writes is not None and (
+        result.memory_writes.replayed.set or result.memory_writes.replayed.deleted
+    ):
+        lines.append("  memory written by the re-run:")
+        lines.extend(_memory_writes_lines(result.memory_writes, width=width))
     served = _served_tool_lines(result, width=width)
     if served:
-        lines.append(
-            f"  recorded tools: {len(result.served_tool_events)} call(s) served from the tool "
-            "cache (never run):"
-        )
+        if result.verdict is Verdict.WHAT_IF or (
+            result.events and all(p.traced is None for p in result.events)
+        ):
+            lines.append(
+                f"  recorded tools: {len(result.served_tool_events)} call(s) served from the tool "
+                "cache (never run); a what-if: the pipeline would call these services anew, "
+                "and this is how old their recorded answers are:"
+            )
+        else:
+            lines.append(
+                f"  recorded tools: {len(result.served_tool_events)} call(s) served from the tool "
+                "cache (never run):"
+            )
         lines.extend(served)
     for attempt in result.network_attempts:
         lines.append(f"  network blocked: {escape(attempt)}")

@@ -11,7 +11,10 @@ verdict each when replay imports them instead:
 
 ``NOTES`` writes memory blindly (it reads no key it writes), so its committed
 memory can be compared with the traced digest; ``NOTES_OTHER_MEMORY`` is the
-same agent writing another value: diverged at ACTIVATION_END.
+same agent writing another value: diverged at ACTIVATION_END. ``AGENT`` writes
+memory blindly too (a key per seq, and ``last``), so it replays from any later
+snapshot; ``COUNTER`` is ``AGENT`` counting its turns (``turns += 1``): a read of
+a key every activation rewrites, which replay can never judge (irreproducible).
 
 ``AGENT`` does one thing per event type:
 
@@ -102,9 +105,13 @@ class SupportAgent(Agent):
                 ("user", f"{text} (order {order['status']})"),
             )
         )
-        ctx.memory["turns"] = int(ctx.memory.get("turns", 0)) + 1
-        ctx.memory["last"] = text
+        self._remember(ctx, text)
         return str(reply.text)
+
+    def _remember(self, ctx: AgentContext, text: str) -> None:
+        # Blind writes: a key per seq, read by nobody, and the last question asked.
+        ctx.memory[f"asked.{ctx.seq:04d}"] = text
+        ctx.memory["last"] = text
 
     def start(self, ctx: AgentContext, event: Event) -> Outcome:
         text = event.payload.decode()
@@ -141,6 +148,14 @@ class SupportAgent(Agent):
         summary = ctx.complete(chat_request(MODEL, ("user", f"summarize {how} for {state}")))
         ctx.memory["resumed"] = step_index
         return Done(output=f"{ctx.seq}:{summary.text}".encode())
+
+
+class CounterAgent(SupportAgent):
+    """``SupportAgent`` that also counts its turns: it reads the key it then rewrites."""
+
+    def _remember(self, ctx: AgentContext, text: str) -> None:
+        ctx.memory["turns"] = int(ctx.memory.get("turns", 0)) + 1
+        ctx.memory["last"] = text
 
 
 class NewPromptAgent(SupportAgent):
@@ -225,8 +240,7 @@ class VandalAgent(SupportAgent):
                 ("user", f"{text} (order {order['status']})"),
             )
         )
-        ctx.memory["turns"] = int(ctx.memory.get("turns", 0)) + 1
-        ctx.memory["last"] = text
+        self._remember(ctx, text)
         answer = str(reply.text)
         order.clear()
         order["status"] = "vandalized"
@@ -250,6 +264,7 @@ class VandalAgent(SupportAgent):
 
 
 AGENT = SupportAgent()
+COUNTER = CounterAgent()
 AGENT_VANDAL = VandalAgent()
 NOTES_EDITS_RESULT = ResultEditingNotesAgent()
 AGENT_OTHER_OUTPUT = OtherOutputAgent()
