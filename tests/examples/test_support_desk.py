@@ -29,6 +29,7 @@ from beam_agents.testing import PipelineKey, ScriptedProvider, event_envelope
 from beam_agents.trace_events import attributes_dict
 from examples.support_desk import agent as v1
 from examples.support_desk import agent_v2 as v2
+from examples.support_desk.conversation import turn_key
 from examples.support_desk.model import PROVIDER_NAME, make_provider, respond
 from examples.support_desk.orders import T0_MS
 from examples.support_desk.prompts import triage_request
@@ -172,7 +173,10 @@ def test_a_mistyped_order_id_fails_after_a_billed_triage_call(desk: Desk) -> Non
 
 
 def test_memory_keeps_a_seq_stamped_turn_log_across_messages(desk: Desk) -> None:
-    turns = desk.states[b"customer-alice"].memory["turns"]
+    memory = desk.states[b"customer-alice"].memory
+    # One key per turn, each written once by its own activation (replay judges per key).
+    assert sorted(memory) == [turn_key(FIRST_SEQ + i) for i in range(3)]
+    turns = [memory[key] for key in sorted(memory)]
     assert [t["seq"] for t in turns] == [FIRST_SEQ, FIRST_SEQ + 1, FIRST_SEQ + 2]
     # The third message names no order: the agent took the last one from memory.
     assert turns[-1]["order_id"] == "A-1002"
