@@ -1,7 +1,10 @@
-"""Property: every traced activation of a real pipeline replays, unmodified, as reproduced.
+"""Property: every traced activation of a real pipeline replays, unmodified, as reproduced;
+and no memory-only mutant of it ever does.
 
 Hypothesis writes random agent programs (``program_agents``: model calls,
-read-only tools, memory log writes and reads below ``ctx.seq``, intents with and
+read-only tools, a recorded tool whose service answer drifts, memory log writes and
+reads of earlier activations' keys, shared keys read-then-written, peeked at, deleted,
+reads of the whole memory, intents with and
 without approval, suspends on new and on earlier intents, resumes, failures),
 and a random stream around them: approvals and rejections of pending intents,
 executors' tool results (OK, ERROR, REJECTED), HITL timeouts (the watermark
@@ -18,7 +21,20 @@ before). Each replay must be:
   be the traced one, else the request changed), or a resume history that has
   rolled over (the snapshot's ``resumed_from`` must then be full).
 
-Never ``diverged``, never a usage error. The generator steers the stream with an
+- ``irreproducible`` for a memory read the snapshot cannot serve as the original saw
+  it (``StopCause.MEMORY_UNSEEN``), each named read checked against the traces: the
+  seq it names as the rewriter committed after the target (the target itself for its
+  own write), never "unknown" (every key here is written by provenance-aware code);
+- ``irreproducible`` for a recorded tool call whose answer is gone (its status among
+  the retention ones, or ``ambiguous``, with the traced arguments), or whose cache entry
+  holds another seq's answer than the traced one (``other_seq``: the service drifted
+  and the activation that got the new answer failed).
+
+Never ``diverged``, never a usage error. Then each committed activation is replayed
+again with each memory-only mutant (``program_agents.MUTANTS``: a write dropped,
+added, changed, made to read its own key first), from the same snapshots: whenever the
+mutant changed the activation (``program_agents.MUTATED``), the verdict must not be
+``reproduced``. The generator steers the stream with an
 in-process model of the DoFn (``_Sim``: the DoFn's own per-key step, through
 ``PipelineKey``); the pipeline is the record, and a model
 error only makes an envelope the pipeline rejects, which is fine.
@@ -54,7 +70,7 @@ from beam_agents._protos import AgentEnvelope, StateSnapshot, ToolResult, TraceE
 from beam_agents.activation import MAX_RESUME_HISTORY
 from beam_agents.replay.engine import replay
 from beam_agents.replay.options import ReplayOptions
-from beam_agents.replay.result import ReplayResult, Verdict
+from beam_agents.replay.result import ReplayResult, StopCause, UnseenWhy, Verdict
 from beam_agents.testing import (
     PipelineKey,
     approval_envelope,
@@ -79,6 +95,7 @@ FUZZ_EXAMPLES = int(os.environ.get("BEAM_AGENTS_FUZZ_EXAMPLES", "0") or 0)
 EXAMPLES = FUZZ_EXAMPLES or 4
 MAX_STEPS = 60 if FUZZ_EXAMPLES else 22
 GONE = {"absent", "expired", "minted_later", "digest_only"}
+TOOL_GONE = GONE | {"ambiguous"}
 
 
 # --------------------------------------------------------------------------- the stream model
@@ -127,6 +144,9 @@ TEXTS = ["hello", "status?", "summarize", "again"]
 ACTIONS = ["event"] * 3 + ["approve"] * 3 + ["result"] * 2 + ["timeout", "export"]
 """Weights of the next step (an approval or result with nothing to answer is an event)."""
 
+SHARED = ["a", "b"]
+"""Names of the shared keys programs read, rewrite and delete (``shared.<name>``)."""
+
 OPS = st.one_of(
     st.tuples(st.just("llm"), st.sampled_from(TEXTS)),
     st.tuples(st.just("tool"), st.sampled_from(["A1", "B2"])),
@@ -134,6 +154,11 @@ OPS = st.one_of(
     st.just(("read",)),
     st.tuples(st.just("act"), st.booleans(), st.integers(1, 999)),
     st.just(("random",)),
+    st.tuples(st.just("rw"), st.sampled_from(SHARED)),
+    st.tuples(st.just("peek"), st.sampled_from(SHARED)),
+    st.tuples(st.just("forget"), st.sampled_from(SHARED)),
+    st.just(("scan",)),
+    st.tuples(st.just("rec"), st.sampled_from(["X", "Y"])),
 )
 
 
@@ -281,12 +306,27 @@ def _string(event: TraceEvent, name: str) -> str:
     return event.attributes[name].string_value if name in event.attributes else ""
 
 
-def retention_reason(result: ReplayResult, snapshot: StateSnapshot) -> str | None:
-    """The documented retention reason an irreproducible verdict rests on, or None."""
+def retention_reason(
+    result: ReplayResult,
+    snapshot: StateSnapshot,
+    traced: dict[tuple[bytes, int], dict[int, TraceEvent]],
+) -> str | None:
+    """The documented reason an irreproducible verdict rests on, or None."""
+    if result.stop is StopCause.MEMORY_UNSEEN:
+        return unseen_reason(result, traced)
     miss = result.cache_miss
     if miss is not None:
         if miss.status in GONE and miss.cache_key == miss.traced_cache_key:
             return f"response {miss.status}"
+        return None
+    tool = result.tool_miss
+    if tool is not None:
+        if tool.args_sha256 != tool.traced_args_sha256:
+            return None  # the arguments changed: an unchanged agent never does that
+        if tool.status in TOOL_GONE:
+            return f"recorded result {tool.status}"
+        if tool.status == "other_seq" and tool.held_result_sha256 != tool.traced_result_sha256:
+            return "recorded result of another seq (the service drifted)"
         return None
     rolled = len(snapshot.resumed_from) >= MAX_RESUME_HISTORY
     if rolled and "is no longer in the snapshot" in result.reason:
@@ -294,6 +334,30 @@ def retention_reason(result: ReplayResult, snapshot: StateSnapshot) -> str | Non
     if rolled and "pending intents at seq" in result.reason:
         return "pending intents rolled over"
     return None
+
+
+def _committed(events: dict[int, TraceEvent] | None) -> bool:
+    return bool(events) and events[max(events)].kind == TraceEvent.ACTIVATION_END
+
+
+def unseen_reason(
+    result: ReplayResult, traced: dict[tuple[bytes, int], dict[int, TraceEvent]]
+) -> str | None:
+    """The memory read an irreproducible verdict names, checked against the traces."""
+    key, seq = result.header.entity_key, result.header.seq
+    assert key is not None and seq is not None
+    if not result.unseen_reads:
+        return None
+    for read in result.unseen_reads:
+        if read.why is UnseenWhy.OWN_WRITE:
+            if read.seq != seq or not _committed(traced.get((key, seq))):
+                return None
+        elif read.why in (UnseenWhy.REWRITTEN, UnseenWhy.DELETED):
+            if read.seq is None or read.seq <= seq or not _committed(traced.get((key, read.seq))):
+                return None
+        else:
+            return None  # every key of this pipeline was written with provenance
+    return f"memory read unseen ({result.unseen_reads[0].why.value})"
 
 
 def shape(events: dict[int, TraceEvent], snapshot: StateSnapshot) -> str:
@@ -363,34 +427,63 @@ def check_replays(scenario: Scenario, root: Path) -> list[str]:
             event = None
             if _string(start, ATTR_TRIGGER) != "timeout":
                 event = envelopes[_string(start, ATTR_ENVELOPE_ID)].SerializeToString()
-            result = replay(
-                ReplayOptions(
-                    snapshot=path,
-                    traces=(root / "traces",),
-                    event=event,
-                    agent="program_agents:AGENT",
-                    registry="program_agents:TOOLS",
-                    hitl="program_agents:HITL",
-                    seq=seq,
-                )
-            )
+            where = f"{key!r} seq {seq} from snapshot {snapshot.request_id!r} (seq {snapshot.seq})"
+            result = replay_with("program_agents:AGENT", path, root, event, seq)
             STATS["replays"] += 1
             STATS[f"shape: {shape(traced[(key, seq)], snapshot)}"] += 1
             if result.verdict is Verdict.REPRODUCED:
                 STATS["reproduced"] += 1
-                continue
-            reason = (
-                retention_reason(result, snapshot)
-                if result.verdict is Verdict.IRREPRODUCIBLE
-                else None
-            )
-            if reason is not None:
-                STATS[f"irreproducible: {reason}"] += 1
-                continue
-            STATS[f"VIOLATION {result.verdict.value}"] += 1
+            else:
+                reason = (
+                    retention_reason(result, snapshot, traced)
+                    if result.verdict is Verdict.IRREPRODUCIBLE
+                    else None
+                )
+                if reason is not None:
+                    STATS[f"irreproducible: {reason}"] += 1
+                else:
+                    STATS[f"VIOLATION {result.verdict.value}"] += 1
+                    problems.append(
+                        f"{where}: {result.verdict.value}: {result.reason} {result.error}"
+                    )
+            if _committed(traced[(key, seq)]):
+                problems += check_mutants(where, path, root, event, seq)
+    return problems
+
+
+def replay_with(
+    agent: str, snapshot: Path, root: Path, event: bytes | None, seq: int
+) -> ReplayResult:
+    return replay(
+        ReplayOptions(
+            snapshot=snapshot,
+            traces=(root / "traces",),
+            event=event,
+            agent=agent,
+            registry="program_agents:TOOLS",
+            hitl="program_agents:HITL",
+            seq=seq,
+        )
+    )
+
+
+def check_mutants(
+    where: str, snapshot: Path, root: Path, event: bytes | None, seq: int
+) -> list[str]:
+    """Replay a committed activation with each memory-only mutant: none that changed what the
+    activation wrote may read ``reproduced``."""
+    problems: list[str] = []
+    for name, attribute in pa.MUTANTS.items():
+        before = pa.MUTATED[name]
+        result = replay_with(f"program_agents:{attribute}", snapshot, root, event, seq)
+        if pa.MUTATED[name] == before:
+            continue  # the mutant had nothing to change here (no write to drop, a failure)
+        STATS[f"mutant {name}: replays"] += 1
+        STATS[f"mutant {name}: {result.verdict.value}"] += 1
+        if result.verdict is Verdict.REPRODUCED or result.exit_code == 0:
+            STATS[f"VIOLATION mutant {name} reproduced"] += 1
             problems.append(
-                f"{key!r} seq {seq} from snapshot {snapshot.request_id!r} (seq {snapshot.seq}): "
-                f"{result.verdict.value}: {result.reason} {result.error}"
+                f"{where}: mutant {name!r} read {result.verdict.value}: {result.reason}"
             )
     return problems
 
@@ -425,3 +518,4 @@ def test_zz_report_what_the_property_replayed(capsys: pytest.CaptureFixture[str]
         for name, count in sorted(STATS.items()):
             print(f"  {name}: {count}")
     assert STATS["replays"] > 0 and STATS["reproduced"] > 0
+    assert sum(v for k, v in STATS.items() if k.startswith("mutant") and k.endswith("replays"))

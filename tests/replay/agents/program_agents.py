@@ -8,8 +8,15 @@ A program is ``{"ops": [...], "end": ..., "await": [...], "resumes": [...]}``:
                          activation has seen so far (tool results, replies, reads)
     ["tool", arg]        the read-only ``lookup`` tool
     ["mem", value]       a memory log write under ``log.<seq>.<i>``
-    ["read"]             reads the memory log *below* ``ctx.seq`` (a later activation
-                         never changes it, so it replays from any later snapshot)
+    ["read"]             reads the memory log of the three activations before this one,
+                         key by key (a later activation never rewrites those keys, so it
+                         replays from any later snapshot)
+    ["rw", name]         reads the shared counter ``shared.<name>`` and writes it + 1 (a
+                         read of a key this activation itself rewrites: never judged)
+    ["peek", name]       reads ``shared.<name>`` (exact unless a later seq rewrote it)
+    ["forget", name]     deletes ``shared.<name>`` if it is there (a read, then a deletion)
+    ["scan"]             counts the memory's keys (a read of the memory as a whole)
+    ["rec", name]        the recorded tool ``status`` (a "service" whose answer drifts)
     ["act", gated, n]    stages ``wire`` (approval-gated) or ``notify`` (released)
     ["random"]           draws from ``ctx.random``
     ["fail"]             raises: a failed activation
@@ -20,12 +27,21 @@ pending — or ids never staged, which fails the activation), and, on a resume
 whose program says ``"keep": true``, what the suspension it resumed from still
 awaited. ``resumes[k - 1]`` is the program of the resume at step ``k`` (a resume
 with none left finishes with ``Done``).
+
+Mutants (``DROP_WRITE``, ``ADD_WRITE``, ``CHANGE_WRITE``, ``READ_THEN_WRITE``) run the
+same programs and change only what the activation writes to memory: the first memory
+write left out, one more key written at the end, the first write's value changed, the
+first write made to depend on a read of its own key. Each counts in ``MUTATED`` the
+activations it changed, so the property test knows which replays ran a real mutant.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import threading
+from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 from beam_agents import Agent, Done, HitlPolicy, Suspend, ToolRegistry, tool
@@ -63,7 +79,30 @@ def notify(amount: int) -> dict[str, Any]:  # pragma: no cover
     raise AssertionError("a side-effect tool must never run")
 
 
-TOOLS = ToolRegistry([lookup, wire, notify])
+class _DriftingService:
+    """What ``status`` reads: its answer changes every other call, as a live service's does
+    between activations (the pipeline records each answer; replay never calls it)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self._lock = threading.Lock()
+
+    def answer(self, key: str) -> dict[str, Any]:
+        with self._lock:
+            self.calls += 1
+            return {"key": key, "status": f"s{self.calls // 2}"}
+
+
+SERVICE = _DriftingService()
+
+
+@tool(recorded=True)
+def status(key: str) -> dict[str, Any]:
+    """Recorded: runs in the pipeline (its answer drifts), served from the snapshot in replay."""
+    return SERVICE.answer(key)
+
+
+TOOLS = ToolRegistry([lookup, status, wire, notify])
 
 
 def _inbound(inbound: Inbound) -> str:
@@ -83,6 +122,13 @@ def _awaited_by(inbound: Inbound) -> str:
 
 class ProgramAgent(Agent):
     """See the module docstring."""
+
+    def write(self, ctx: AgentContext, key: str, value: Any) -> None:
+        """Every memory write of a program goes through here (the mutants change it)."""
+        ctx.memory[key] = value
+
+    def finish(self, ctx: AgentContext) -> None:
+        """Called when a program has run all its ops (before it returns Done or Suspend)."""
 
     def start(self, ctx: AgentContext, event: Event) -> Outcome:
         program = json.loads(event.payload)
@@ -115,13 +161,28 @@ class ProgramAgent(Agent):
             elif kind == "tool":
                 seen.append(ctx.call("lookup", key=op[1])["h"])
             elif kind == "mem":
-                ctx.memory[f"log.{ctx.seq:06d}.{i}"] = op[1]
+                self.write(ctx, f"log.{ctx.seq:06d}.{i}", op[1])
             elif kind == "read":
-                below = sorted(
-                    k for k in ctx.memory if k.startswith("log.") and int(k.split(".")[1]) < ctx.seq
-                )
-                material = json.dumps([ctx.memory[k] for k in below], sort_keys=True)
-                seen.append(f"{len(below)}:{hashlib.sha256(material.encode()).hexdigest()[:8]}")
+                keys = [
+                    f"log.{seq:06d}.{j}"
+                    for seq in range(max(1, ctx.seq - 3), ctx.seq)
+                    for j in range(6)
+                ]
+                values = [ctx.memory[k] for k in keys if k in ctx.memory]
+                material = json.dumps(values, sort_keys=True)
+                seen.append(f"{len(values)}:{hashlib.sha256(material.encode()).hexdigest()[:8]}")
+            elif kind == "rw":
+                key = f"shared.{op[1]}"
+                self.write(ctx, key, int(ctx.memory.get(key, 0)) + 1)
+            elif kind == "peek":
+                seen.append(f"peek:{ctx.memory.get(f'shared.{op[1]}')}")
+            elif kind == "forget":
+                if ctx.memory.pop(f"shared.{op[1]}", None) is not None:
+                    seen.append("forgot")
+            elif kind == "scan":
+                seen.append(f"keys:{len(ctx.memory)}")
+            elif kind == "rec":
+                seen.append(ctx.call("status", key=op[1])["status"])
             elif kind == "act":
                 staged.append(ctx.act("wire" if op[1] else "notify", amount=int(op[2])))
             elif kind == "random":
@@ -130,6 +191,7 @@ class ProgramAgent(Agent):
                 raise ValueError(f"the program fails at op {i}")
             else:  # pragma: no cover - the generator writes only the ops above
                 raise AssertionError(f"unknown op {op!r}")
+        self.finish(ctx)
         if program["end"] == "done":
             return Done(output=f"{ctx.seq}:{'|'.join(seen)}".encode())
         awaiting = [*staged, *program.get("await", []), *carried]
@@ -141,7 +203,78 @@ def _request(text: str, seen: list[str]) -> LlmRequest:
     return chat_request(MODEL, ("system", "program"), ("user", f"{text} after {'/'.join(seen)}"))
 
 
+MUTATED: Counter[str] = Counter()
+"""Activations each mutant changed, by mutant (read by the property test after a replay)."""
+
+
+class _Mutant(ProgramAgent):
+    """A ``ProgramAgent`` that changes what one activation writes (see the module docstring)."""
+
+    name = ""
+
+    def start(self, ctx: AgentContext, event: Event) -> Outcome:
+        self._first = True
+        return super().start(ctx, event)
+
+    def resume(self, ctx: AgentContext, state: Any, step_index: int, inbound: Inbound) -> Outcome:
+        self._first = True
+        return super().resume(ctx, state, step_index, inbound)
+
+    def first_write(self) -> bool:
+        first, self._first = self._first, False
+        return first
+
+
+class _DropsAWrite(_Mutant):
+    name = "drop"
+
+    def write(self, ctx: AgentContext, key: str, value: Any) -> None:
+        if self.first_write():
+            MUTATED[self.name] += 1
+            return
+        super().write(ctx, key, value)
+
+
+class _AddsAWrite(_Mutant):
+    name = "add"
+
+    def finish(self, ctx: AgentContext) -> None:
+        MUTATED[self.name] += 1
+        ctx.memory["mutant.extra"] = ctx.seq
+
+
+class _ChangesAWrite(_Mutant):
+    name = "change"
+
+    def write(self, ctx: AgentContext, key: str, value: Any) -> None:
+        if self.first_write():
+            MUTATED[self.name] += 1
+            value = {"mutated": value}
+        super().write(ctx, key, value)
+
+
+class _ReadsThenWrites(_Mutant):
+    name = "read-then-write"
+
+    def write(self, ctx: AgentContext, key: str, value: Any) -> None:
+        if self.first_write():
+            MUTATED[self.name] += 1
+            value = [ctx.memory.get(key), value]
+        super().write(ctx, key, value)
+
+
 AGENT = ProgramAgent()
+DROP_WRITE = _DropsAWrite()
+ADD_WRITE = _AddsAWrite()
+CHANGE_WRITE = _ChangesAWrite()
+READ_THEN_WRITE = _ReadsThenWrites()
+MUTANTS: Mapping[str, str] = {
+    "drop": "DROP_WRITE",
+    "add": "ADD_WRITE",
+    "change": "CHANGE_WRITE",
+    "read-then-write": "READ_THEN_WRITE",
+}
+"""Mutant name -> its ``program_agents`` attribute."""
 
 
 def answer(request: LlmRequest) -> str:
