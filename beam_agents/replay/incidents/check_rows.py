@@ -10,6 +10,8 @@ reason's words.
   ``the re-run has KIND here`` where it has another kind of event;
 - a cache miss: its status and the request components the nearest cached entry
   differs in (``cache miss (absent): messages[1]``);
+- a memory read the snapshot could not serve as the original saw it: why
+  (``memory read not judged (rewritten)``);
 - past the time limit: the limit (``the re-run ran past the time limit of 60 s``),
   not the event the re-run had reached;
 - a refusal: its ``cause``, the reason without the name of the file it is about
@@ -80,6 +82,8 @@ class CheckCause(enum.StrEnum):
     DIVERGED = "diverged"
     CACHE_MISS = StopCause.CACHE_MISS.value
     TOOL_MISS = StopCause.TOOL_MISS.value
+    MEMORY_UNSEEN = StopCause.MEMORY_UNSEEN.value
+    """A memory read the snapshot could not serve as the original saw it."""
     BLOCKED = StopCause.BLOCKED.value
     PROVIDER_REACHED = StopCause.PROVIDER_REACHED.value
     TIME_LIMIT = StopCause.TIME_LIMIT.value
@@ -325,6 +329,10 @@ def _result_cause(result: ReplayResult, time_limit: float | None) -> tuple[Check
             differs = ", ".join(miss.nearest.differences)
             return CheckCause.CACHE_MISS, f"cache miss ({miss.status}): {differs}"
         return CheckCause.CACHE_MISS, f"cache miss ({miss.status})"
+    if stop is StopCause.MEMORY_UNSEEN and result.unseen_reads:
+        # Grouped by why, not by key or seq: one row per cause an operator acts on.
+        whys = sorted({read.why.value for read in result.unseen_reads})
+        return CheckCause.MEMORY_UNSEEN, f"memory read not judged ({', '.join(whys)})"
     if stop is None:  # a verdict from the events with no divergence to name
         return CheckCause.DIVERGED, result.reason
     return CheckCause(stop.value), result.reason

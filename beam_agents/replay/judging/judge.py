@@ -383,20 +383,36 @@ def _with_unseen_reads(judgement: Judgement, end: EndCheck, seq: int) -> Judgeme
             ),
             stop=StopCause.MEMORY_UNSEEN,
         )
-    stopped_at = (
-        judgement.cache_miss.event_index
-        if judgement.cache_miss is not None
-        else (judgement.tool_miss.event_index if judgement.tool_miss is not None else None)
-    )
-    if stopped_at is not None and stopped_at >= at:
+    stopped_at, changed = _stopped_at(judgement)
+    if stopped_at is None or stopped_at < at:
+        return judgement
+    if changed:
+        # The re-run asked something else than the original (another request, other tool
+        # arguments) after reading what the original did not: that read can explain it.
         return replace(
             judgement,
             reason=(
-                f"{judgement.reason}; before it, {what}, so it may not have asked what the "
-                "original asked"
+                f"not judged: {what}, before event {at}: it did not see what the original saw "
+                f"there, and from there on {judgement.reason}, which that read can explain; "
+                f"{_remedy(first, seq)}"
             ),
+            stop=StopCause.MEMORY_UNSEEN,
         )
-    return judgement
+    return replace(
+        judgement,
+        reason=f"{judgement.reason}; before it, {what}",
+    )
+
+
+def _stopped_at(judgement: Judgement) -> tuple[int | None, bool]:
+    """Where a cache or tool miss stopped the re-run, and whether it asked something other
+    than the traced call there (another request, other arguments)."""
+    miss, tool = judgement.cache_miss, judgement.tool_miss
+    if miss is not None:
+        return miss.event_index, miss.traced_cache_key != miss.cache_key
+    if tool is not None:
+        return tool.event_index, tool.traced_args_sha256 != tool.args_sha256
+    return None, False
 
 
 def _judge_events(
