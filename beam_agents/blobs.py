@@ -409,7 +409,8 @@ def parse_memory_body(body: bytes) -> tuple[dict[str, Any], MemoryProvenance]:
             entry in ``written`` for a key not in it, one in ``deleted`` for a key in it):
             no writer produces either.
     """
-    value = parse_json_object("memory", body)
+    # The memory may nest as deep as the writer allows; its wrapper is one level more.
+    value = parse_json_object("memory", body, envelope=True)
     if set(value) != {"memory", "provenance"}:
         raise CorruptBlobError(
             "memory", f"the v3 body has keys {sorted(value)}, not ['memory', 'provenance']"
@@ -493,9 +494,19 @@ def encode_memory(memory: Mapping[str, Any], provenance: MemoryProvenance) -> En
         memory_json = canonical_json.dumps(dict(memory))
     except ValueError as exc:  # e.g. an int too long to print
         raise MemoryValueError("", str(exc)) from exc
-    kept = provenance.to_json()
-    kept["written"] = {k: s for k, s in kept["written"].items() if k in memory}
-    kept["deleted"] = {k: s for k, s in kept["deleted"].items() if k not in memory}
+    written, deleted = provenance.written, provenance.deleted
+    keys = memory.keys()
+    # Rebuilt only when they say more than the memory can carry (they never do when they
+    # come from MemoryProvenance.after on this memory's own writes).
+    if not written.keys() <= keys:
+        written = {k: s for k, s in written.items() if k in memory}
+    if not deleted.keys().isdisjoint(keys):
+        deleted = {k: s for k, s in deleted.items() if k not in memory}
+    kept = {
+        "deleted": deleted if type(deleted) is dict else dict(deleted),
+        "since": provenance.since,
+        "written": written if type(written) is dict else dict(written),
+    }
     # Canonical JSON of {"memory": ..., "provenance": ...} (keys in that order), built
     # around the memory's own canonical JSON instead of encoding it twice.
     body = b'{"memory":' + memory_json + b',"provenance":' + canonical_json.dumps(kept) + b"}"

@@ -87,14 +87,18 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def json_value_problem(value: Any, *, surrogates: bool = True) -> str | None:
+def json_value_problem(
+    value: Any, *, surrogates: bool = True, envelope: bool = False
+) -> str | None:
     """Why a parsed JSON value cannot be used, or None: too deep, or a lone surrogate.
 
     Iterative (no recursion, whatever the depth). A lone surrogate (``"\\ud800"``)
-    is valid JSON text but not a string any UTF-8 writer can write back.
+    is valid JSON text but not a string any UTF-8 writer can write back. ``envelope``:
+    ``value`` is an object wrapping the values that count (the memory blob v3's
+    ``{"memory": ..., "provenance": ...}``): its own level is not counted.
     """
     # Each entry: the value, its depth, and the top-level key it sits under (for messages).
-    stack: list[tuple[Any, int, str]] = [(value, 0, "the value")]
+    stack: list[tuple[Any, int, str]] = [(value, -1 if envelope else 0, "the value")]
     while stack:
         item, depth, where = stack.pop()
         if isinstance(item, str):
@@ -108,19 +112,20 @@ def json_value_problem(value: Any, *, surrogates: bool = True) -> str | None:
                 for key, child in item.items():
                     if surrogates and _LONE_SURROGATE.search(key):
                         return f"{where} holds a key with a lone surrogate"
-                    under = f"the value under key {key[:40]!r}" if depth == 0 else where
+                    under = f"the value under key {key[:40]!r}" if depth in (-1, 0) else where
                     stack.append((child, depth + 1, under))
             else:
                 stack.extend((child, depth + 1, where) for child in item)
     return None
 
 
-def parse_json_object(kind: str, body: bytes) -> dict[str, Any]:
+def parse_json_object(kind: str, body: bytes, *, envelope: bool = False) -> dict[str, Any]:
     """Parse ``body`` as JSON text of an object (any formatting), or raise ``CorruptBlobError``.
 
     NaN and infinities (also a number such as ``1e999`` that overflows to one), lone
     surrogates and nesting deeper than ``MAX_JSON_DEPTH`` are refused: no canonical
-    JSON writer produces them.
+    JSON writer produces them. ``envelope``: the object wraps the values whose nesting
+    counts (``json_value_problem``), so its own level is not counted.
     """
     try:
         text = body.decode("utf-8")
@@ -135,7 +140,7 @@ def parse_json_object(kind: str, body: bytes) -> dict[str, Any]:
     # Walk the value only when the text could hold what the walk looks for.
     surrogates = "\\u" in text and _SURROGATE_ESCAPE.search(text) is not None
     if surrogates or text.count("[") + text.count("{") > MAX_JSON_DEPTH:
-        problem = json_value_problem(value, surrogates=surrogates)
+        problem = json_value_problem(value, surrogates=surrogates, envelope=envelope)
         if problem is not None:
             raise CorruptBlobError(kind, f"the body's JSON {problem}")
     return value

@@ -175,6 +175,30 @@ def test_memory_provenance_round_trips_with_the_memory() -> None:
     assert (loaded.memory, loaded.provenance, loaded.steps) == (MEMORY, provenance, [])
 
 
+def test_memory_as_deep_as_the_writer_allows_loads_back_from_its_v3_cell() -> None:
+    """The v3 body wraps the memory in one more object; that level is not the memory's."""
+    deepest: Any = 0
+    for _ in range(canonical_json.MAX_JSON_DEPTH - 1):
+        deepest = [deepest]
+    memory = {"deep": deepest}
+
+    assert load_memory(dump_memory(memory, MemoryProvenance(written={"deep": 3}, since=1))) == (
+        memory,
+        [],
+    )
+    with pytest.raises(CorruptBlobError, match="'deep' is nested deeper than"):
+        too_deep = {"memory": {"deep": [deepest]}, "provenance": {"deleted": {}, "since": 0, "written": {}}}
+        load_memory(wrap("memory", 3, canonical_json.dumps(too_deep)))
+
+
+def test_memory_provenance_round_trips_when_the_writer_passes_mappings_of_its_own() -> None:
+    provenance = MemoryProvenance(written=MappingProxyType({"note": 4}), since=1)
+
+    assert load_memory_cell(dump_memory(MEMORY, provenance)).provenance == MemoryProvenance(
+        written={"note": 4}, since=1
+    )
+
+
 def test_memory_provenance_is_kept_to_what_it_can_say_of_the_memory() -> None:
     """A writer of a key the memory no longer holds, or a deletion of one it holds, is
     never written: the loader would refuse it as corrupt."""
