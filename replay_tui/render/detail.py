@@ -19,7 +19,11 @@ from rich.text import Text
 from beam_agents import trace_events as te
 from beam_agents._protos import TraceEvent
 from beam_agents.replay.reporting.escape import escape
-from beam_agents.replay.reporting.text import miss_request_values, request_components_differing
+from beam_agents.replay.reporting.text import (
+    miss_request_values,
+    recording_age,
+    request_components_differing,
+)
 from beam_agents.replay.result import (
     CacheMiss,
     Divergence,
@@ -497,10 +501,31 @@ def detail_lines(
             style="dim",
         )
         lines += wrap(note, width)
+    lines += recording_lines(result, pair.index, width, what_if=what_if)
     rows = detail_rows(pair)
     if what_if:
         return lines + replayed_lines(rows, width)
     return lines + fields_lines(rows, width)
+
+
+def recording_lines(result: ReplayResult, index: int, width: int, *, what_if: bool) -> list[Text]:
+    """For a recorded tool call served from the tool cache: which recording, and how old it is
+    at the re-run's clock (a what-if's is an answer the pipeline would fetch anew)."""
+    recording = next((r for r in result.served_recordings if r.event_index == index), None)
+    if recording is None:
+        return []
+    line = Text("Recorded answer  ", style="bold")
+    line.append(escape(recording_age(recording)))
+    lines = wrap(line, width)
+    if what_if:
+        note = Text(
+            "  a what-if: the pipeline would call this service anew; this is the answer "
+            "recorded then, not what it would answer now",
+            style="bold cyan",
+        )
+        lines += wrap(note, width)
+    lines.append(Text())
+    return lines
 
 
 def replayed_lines(rows: list[DetailRow], width: int) -> list[Text]:

@@ -17,7 +17,11 @@ from rich.text import Text
 from beam_agents.canonical_json import MAX_JSON_DEPTH
 from beam_agents.replay.reporting.escape import escape, escape_bytes
 from beam_agents.replay.reporting.labels import utc_time
-from beam_agents.replay.reporting.text import digest_note
+from beam_agents.replay.reporting.text import (
+    digest_note,
+    memory_writes_counts,
+    memory_writes_note,
+)
 from beam_agents.replay.result import (
     BlobDigest,
     CacheEntryView,
@@ -184,6 +188,21 @@ def memory_delta_text(result: ReplayResult) -> Text:
     rows = memory_delta(result.state.memory, result.replayed_memory)
     if result.memory is not None:
         text.append(f"   {digest_note(result, result.memory)}", style=_memory_style(result))
+    writes = result.memory_writes
+    if writes is not None:
+        # What is judged: the keys the re-run wrote, against the traced write set.
+        text.append("\n  memory writes: ", style="bold")
+        text.append(memory_writes_counts(writes))
+        text.append(f" {memory_writes_note(result, writes)}", style=_NOTE_STYLES[writes.mark])
+        written = [
+            *(f"set {k!r}" for k in writes.replayed.set),
+            *(f"deleted {k!r}" for k in writes.replayed.deleted),
+        ]
+        if written:
+            text.append(f"  ({escape(', '.join(written))})", style="dim")
+    for read in result.unseen_reads:
+        text.append("\n  not judged: ", style="bold yellow")
+        text.append(escape(f"{read.text} (before event {read.event_index})"), style="yellow")
     if not rows:
         text.append("\n  no change: the re-run wrote back what the snapshot holds", style="dim")
     for where, old, new in rows:
@@ -548,6 +567,16 @@ def output_rows(result: ReplayResult) -> list[tuple[Text, ...]]:
                 Text(f"{result.memory.size} bytes"),
                 Text(result.memory.sha256),
                 Text(digest_note(result, result.memory), style=_memory_style(result)),
+            )
+        )
+    writes = result.memory_writes
+    if writes is not None:
+        rows.append(
+            (
+                Text("memory writes", style="bold"),
+                Text(f"{len(writes.replayed.set)} set, {len(writes.replayed.deleted)} del"),
+                Text(writes.replayed.sha256),
+                Text(memory_writes_note(result, writes), style=_NOTE_STYLES[writes.mark]),
             )
         )
     return rows

@@ -25,6 +25,7 @@ for _path in (REPLAY_TESTS, REPLAY_TESTS / "agents"):
 import replay_agents  # noqa: E402
 from replay_harness import T0, KeyHistory  # noqa: E402
 
+from beam_agents import Agent  # noqa: E402
 from beam_agents._protos import AgentEnvelope  # noqa: E402
 from beam_agents.cli.parsing import CLI_NAMING  # noqa: E402
 from beam_agents.replay.engine import replay  # noqa: E402
@@ -58,13 +59,13 @@ class Inputs:
         )
 
 
-def _history() -> KeyHistory:
-    return KeyHistory(replay_agents.AGENT, replay_agents.TOOLS, replay_agents.make_provider())
+def _history(agent: Agent = replay_agents.AGENT) -> KeyHistory:
+    return KeyHistory(agent, replay_agents.TOOLS, replay_agents.make_provider())
 
 
-def _ask_inputs(**overrides: str) -> Inputs:
+def _ask_inputs(recorded_by: Agent = replay_agents.AGENT, **overrides: str) -> Inputs:
     """A key that asked twice; the second activation (seq 2) is the one replayed."""
-    history = _history()
+    history = _history(recorded_by)
     history.send(event_envelope(history.key, "ask", b"hello", time_ms=T0))
     target = event_envelope(history.key, "refund", b"where is my refund?", time_ms=T0 + 60_000)
     history.send(target)
@@ -88,6 +89,12 @@ def diverged_inputs() -> Inputs:
 def cache_miss_inputs() -> Inputs:
     """Someone edited the system prompt: a loud miss naming messages[0]."""
     return _ask_inputs(agent="replay_agents:AGENT_NEW_PROMPT")
+
+
+def memory_unseen_inputs() -> Inputs:
+    """The agent counts its turns (``turns += 1``): the re-run reads its own write from the
+    post-image, so that read is not judged (irreproducible, naming ``turns``)."""
+    return _ask_inputs(replay_agents.COUNTER, agent="replay_agents:COUNTER")
 
 
 def what_if_inputs() -> Inputs:
@@ -125,6 +132,7 @@ SCENARIOS: dict[str, Callable[[], Inputs]] = {
     "diverged": diverged_inputs,
     "cache-miss": cache_miss_inputs,
     "what-if": what_if_inputs,
+    "memory-unseen": memory_unseen_inputs,
     "usage-error": usage_error_inputs,
 }
 

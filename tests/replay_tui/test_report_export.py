@@ -39,7 +39,11 @@ def test_markdown_names_the_divergence_the_miss_and_the_outputs(real: Callable[[
     assert missed.cache_miss.cache_key in text and "messages[0]" in text
     reproduced = report_markdown(real("reproduced"))
     assert "## Outputs and memory" in reproduced
-    assert "- memory blob: " in reproduced and "(not judged: " in reproduced
+    assert "- memory blob: " in reproduced and "(matches the traced digest)" in reproduced
+    unseen = real("memory-unseen")
+    text = report_markdown(unseen)
+    assert "## Memory reads not judged" in text
+    assert f"- before event {unseen.unseen_reads[0].event_index}: " in text and "'turns'" in text
     assert "(differs: traced sha256=" not in reproduced
 
 

@@ -138,14 +138,30 @@ def test_the_memory_tab_names_its_image_and_the_replayed_delta(
 ) -> None:
     from replay_tui.render.state import memory_delta_text, memory_image_text
 
-    result = real("reproduced")  # the refund agent does turns += 1
+    result = real("reproduced")  # seq 2 from its own snapshot: blind writes, a key per seq
     image = memory_image_text(result).plain
     assert f"snapshot post-image at seq {result.header.snapshot_seq}" in image
     assert f"the re-run of seq {result.header.seq} started from it" in image
     delta = memory_delta_text(result).plain
+    # What is judged is what the re-run wrote, named key by key, against the traced digest.
+    assert "memory writes: 2 key(s) set, 0 deleted (matches the traced digest)" in delta
+    assert "set 'asked.0002', set 'last'" in delta
+    assert "no change: the re-run wrote back what the snapshot holds" in delta
+    assert "not judged" not in delta
+
+
+def test_the_memory_tab_names_a_read_it_could_not_judge(
+    real: Callable[[str], ReplayResult],
+) -> None:
+    from replay_tui.render.state import memory_delta_text
+
+    result = real("memory-unseen")  # turns += 1 read from the post-image: its own write
+    assert result.verdict.value == "irreproducible" and result.unseen_reads
+    delta = memory_delta_text(result).plain
+    assert f"not judged: {result.unseen_reads[0].text}" in delta
+    assert "'turns'" in result.unseen_reads[0].text
+    # The post-image already held seq 2's count; the re-run counted once more on top.
     assert result.state is not None and result.replayed_memory is not None
     before, after = result.state.memory["turns"], result.replayed_memory["turns"]
-    assert before != after
+    assert (before, after) == (2, 3)
     assert f'["turns"]: {before} → {after}' in delta
-    # It says the digest does not match, and first that this is not judged, and why.
-    assert f"(not judged: {result.memory_not_judged}; traced sha256=" in delta

@@ -8,7 +8,8 @@ Modules, and what each gives the floors above:
     labels     the one label set: verdict titles, keys, moments
                (VERDICT_TITLES, duration, key_label, key_text, not_judged, utc_time)
     text       the headless report (render_report, render_error; digest_note,
-               miss_request_values, request_components_differing for the TUI's panes;
+               miss_request_values, request_components_differing, memory_writes_counts,
+               memory_writes_note, recording_age for the TUI's panes and the Markdown report;
                both_sides_text, reference_line, SIDE_MARKS: a reference run's values
                beside the re-run's; build_skew_line: the snapshot's build vs the agent's)
     json_doc   ``--json``, and the one encoding of an event pair and a value

@@ -19,6 +19,7 @@ from beam_agents.replay.reporting.text import (
     build_skew_line,
     digest_note,
     mark_text,
+    recording_age,
     reference_line,
 )
 from beam_agents.replay.result import Mark, ReplayResult, event_values
@@ -94,6 +95,12 @@ def report_markdown(result: ReplayResult, *, selected: int | None = None) -> str
     ]
     lines += md_fence(result.reason)
     lines.append("")
+    if result.unseen_reads:
+        lines += ["## Memory reads not judged", ""]
+        lines += [
+            f"- before event {read.event_index}: {_md(read.text)}" for read in result.unseen_reads
+        ]
+        lines.append("")
     key = "?"
     if h.entity_key is not None:
         key = _md(h.entity_key.hex())
@@ -177,10 +184,12 @@ def report_markdown(result: ReplayResult, *, selected: int | None = None) -> str
         lines.append("")
     if result.served_tool_events:
         lines += ["## Recorded tools served from the tool cache (cache hits)", ""]
+        ages = {r.event_index: r for r in result.served_recordings}
         for index in result.served_tool_events:
             event = result.events[index].replayed if index < len(result.events) else None
             if event is not None:
-                lines.append(f"- event {index}: {_md(event.name)} (never run in replay)")
+                age = f"; {_md(recording_age(ages[index]))}" if index in ages else ""
+                lines.append(f"- event {index}: {_md(event.name)} (never run in replay{age})")
         lines.append("")
     covered = {div.index if div else None, miss.event_index if miss else None}
     if selected is not None and selected not in covered:

@@ -43,7 +43,9 @@ __all__ = [
     "build_skew_line",
     "digest_note",
     "mark_text",
+    "memory_writes_counts",
     "memory_writes_line",
+    "memory_writes_note",
     "miss_request_values",
     "older_trace",
     "recording_age",
@@ -51,6 +53,7 @@ __all__ = [
     "render_error",
     "render_report",
     "request_components_differing",
+    "untraced",
     "value_lines",
     "value_text",
     "verdict_line",
@@ -426,17 +429,35 @@ def verdict_line(result: ReplayResult) -> str:
     return result.verdict.value + (f" ({escape(unjudged)})" if unjudged else "")
 
 
-def memory_writes_line(writes: MemoryWritesDigest) -> str:
-    """``2 key(s) set, 1 deleted, sha256=… (matches the traced digest)``."""
-    replayed = writes.replayed
-    counts = f"{len(replayed.set)} key(s) set, {len(replayed.deleted)} deleted"
+def memory_writes_counts(writes: MemoryWritesDigest) -> str:
+    """``2 key(s) set, 1 deleted``."""
+    return f"{len(writes.replayed.set)} key(s) set, {len(writes.replayed.deleted)} deleted"
+
+
+def untraced(result: ReplayResult) -> bool:
+    """Nothing was traced for the replayed activation (a what-if)."""
+    if isinstance(result.events, EventPairs):
+        return len(result.events.traced) == 0
+    return all(pair.traced is None for pair in result.events)
+
+
+def memory_writes_note(result: ReplayResult, writes: MemoryWritesDigest) -> str:
+    """What the traced digest says about the re-run's write set, in parentheses."""
     if writes.mark is Mark.VERIFIED:
-        note = "(matches the traced digest)"
-    elif writes.mark is Mark.DIFFERS:
-        note = f"(differs: traced sha256={writes.traced_sha256})"
-    else:
-        note = "(not traced: the trace predates memory write digests — reported, not diffed)"
-    return f"{counts}, sha256={replayed.sha256} {note}"
+        return "(matches the traced digest)"
+    if writes.mark is Mark.DIFFERS:
+        return f"(differs: traced sha256={writes.traced_sha256})"
+    if untraced(result):
+        return NOT_DIFFED
+    return "(not traced: the trace predates memory write digests — reported, not diffed)"
+
+
+def memory_writes_line(result: ReplayResult, writes: MemoryWritesDigest) -> str:
+    """``2 key(s) set, 1 deleted, sha256=… (matches the traced digest)``."""
+    return (
+        f"{memory_writes_counts(writes)}, sha256={writes.replayed.sha256} "
+        f"{memory_writes_note(result, writes)}"
+    )
 
 
 def _memory_writes_lines(writes: MemoryWritesDigest, *, width: int | None) -> list[str]:
@@ -478,7 +499,7 @@ def render_report(result: ReplayResult, *, full_values: bool = False) -> str:
             "  memory blob: none — the re-run failed or stopped before the end, and commits nothing"
         )
     if result.memory_writes is not None:
-        lines.append(f"  memory writes: {memory_writes_line(result.memory_writes)}")
+        lines.append(f"  memory writes: {memory_writes_line(result, result.memory_writes)}")
     if h.build_skew:
         lines.append(build_skew_line(h))
     if result.reference is not None:
@@ -512,9 +533,7 @@ def render_report(result: ReplayResult, *, full_values: bool = False) -> str:
         lines.extend(_memory_writes_lines(result.memory_writes, width=width))
     served = _served_tool_lines(result, width=width)
     if served:
-        if result.verdict is Verdict.WHAT_IF or (
-            result.events and all(p.traced is None for p in result.events)
-        ):
+        if result.verdict is Verdict.WHAT_IF or (result.events and untraced(result)):
             lines.append(
                 f"  recorded tools: {len(result.served_tool_events)} call(s) served from the tool "
                 "cache (never run); a what-if: the pipeline would call these services anew, "
