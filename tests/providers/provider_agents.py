@@ -62,7 +62,9 @@ class ToolUsingAgent(Agent):
                     )
                 )
             reply = ctx.complete(request)
-        ctx.memory["answers"] = int(ctx.memory.get("answers", 0)) + 1
+        # A key per seq, read by nobody: replays from any later snapshot (a counter it read
+        # and rewrote would not: replay cannot judge a read of its own write).
+        ctx.memory[f"answer.{ctx.seq}"] = reply.text
         return Done(output=reply.text.encode())
 
     def resume(self, ctx: AgentContext, state: Any, step_index: int, inbound: Inbound) -> Outcome:
