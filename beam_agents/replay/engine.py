@@ -26,7 +26,6 @@ from beam_agents._version import __version__
 from beam_agents.activation import ActivationCommit, ActivationResult, ReplayHooks, run_activation
 from beam_agents.agent import Agent
 from beam_agents.agent_build import agent_build, build_differences
-from beam_agents.blobs import unwrap_blob
 from beam_agents.capture import ValueCapture
 from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
 from beam_agents.key_state import KeyState, waiting_text

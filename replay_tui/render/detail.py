@@ -23,6 +23,7 @@ from beam_agents.replay.reporting.text import (
     miss_request_values,
     recording_age,
     request_components_differing,
+    unjudged_memory,
 )
 from beam_agents.replay.result import (
     CacheMiss,
@@ -401,12 +402,23 @@ def _append_value(line: Text, shown: str, limit: int | None) -> None:
         line.append(escape(shown))
 
 
+NOT_JUDGED_MARK = ("~ not judged", "bold yellow")
+"""A committed memory that differs from the trace for a reason replay names (a later
+snapshot): its writes are judged instead, so it is no alarm."""
+
+
 def value_line(
-    value: Value, *, limit: int | None = VALUE_CHARS, traced: Value | None = None
+    value: Value,
+    *,
+    limit: int | None = VALUE_CHARS,
+    traced: Value | None = None,
+    not_judged: bool = False,
 ) -> Text:
     """One value: its mark, its path, the value (literal, cut to ``limit``), the traced digest;
-    with ``traced`` (production's value, proved by a reference run) that value beside it."""
-    label, style = MARKS[value.mark]
+    with ``traced`` (production's value, proved by a reference run) that value beside it.
+
+    ``not_judged``: the value is a memory replay does not judge (``unjudged_memory``)."""
+    label, style = NOT_JUDGED_MARK if not_judged else MARKS[value.mark]
     line = Text()
     line.append(label.ljust(14), style=style)
     line.append(" ")
@@ -441,9 +453,12 @@ def values_lines(
     what_if: bool = False,
     reference: ReferenceRun | None = None,
     index: int | None = None,
+    result: ReplayResult | None = None,
 ) -> list[Text]:
     """The replayed event's values, each with its mark (and, with a ``reference`` run,
-    production's value beside each that is not verified); empty when it has none."""
+    production's value beside each that is not verified); empty when it has none.
+
+    ``result``: the replay they come from, to tell a memory it does not judge."""
     theirs: dict[str, Value] = {}
     if reference is not None and index is not None:
         theirs = {path: v for (at, path), v in reference.values.items() if at == index}
@@ -460,9 +475,13 @@ def values_lines(
         head.append("; traced: the reference run's, proved by the trace's digests", style="dim")
     lines = wrap(head, width)
     for value in values:
-        lines += wrap(value_line(value, traced=theirs.pop(value.path, None)), width)
-    for _path, traced in sorted(theirs.items()):
-        lines += wrap(reference_value_line(traced), width)
+        why = result.memory_not_judged if result and unjudged_memory(result, value) else None
+        traced = theirs.pop(value.path, None)
+        lines += wrap(value_line(value, traced=traced, not_judged=why is not None), width)
+        if why is not None:
+            lines += wrap(Text(f"  not judged: {escape(why)}", style="yellow"), width)
+    for _path, traced_value in sorted(theirs.items()):
+        lines += wrap(reference_value_line(traced_value), width)
     lines.append(Text())
     return lines
 
@@ -483,7 +502,12 @@ def detail_lines(
     lines = wrap(_title(pair, what_if=what_if), width)
     # The values first: they say what changed; the digests and the diff below say where.
     lines += values_lines(
-        values, width, what_if=what_if, reference=result.reference, index=pair.index
+        values,
+        width,
+        what_if=what_if,
+        reference=result.reference,
+        index=pair.index,
+        result=result,
     )
     div = result.first_divergence
     miss = result.cache_miss

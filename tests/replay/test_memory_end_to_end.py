@@ -206,10 +206,15 @@ def test_an_added_or_changed_write_diverges_from_the_final_snapshot(
     root: Path, agent: str, named: str, line: str
 ) -> None:
     # The final snapshot is six activations later; nothing after seq 1 rewrote its keys.
-    code, doc, _ = replay(root, "note", seq=1, agent=agent)
+    code, doc, report = replay(root, "note", seq=1, agent=agent)
     assert (code, doc["verdict"]) == (1, "diverged"), doc["reason"]
     assert f"({named})" in doc["reason"]
     assert line in doc["first_divergence"]["detail"]
+    # The end memory differs from the traced digest (it holds seq 7's state), but that is not
+    # what the verdict rests on: its value line says so, not "differs".
+    (memory_line,) = [ln for ln in report.splitlines() if ln.startswith("      memory: ")]
+    assert memory_line.endswith("; its writes are judged instead]"), memory_line
+    assert "[not judged: traced sha256=" in memory_line
 
 
 # --------------------------------------------------------------------------- 2. per key

@@ -91,6 +91,20 @@ def cache_miss_inputs() -> Inputs:
     return _ask_inputs(agent="replay_agents:AGENT_NEW_PROMPT")
 
 
+def reproduced_later_inputs() -> Inputs:
+    """Seq 1 from the snapshot after seq 2: its writes judged, its end memory not."""
+    history = _history()
+    first = event_envelope(history.key, "ask", b"hello", time_ms=T0)
+    history.send(first)
+    history.send(event_envelope(history.key, "refund", b"where is my refund?", time_ms=T0 + 60_000))
+    return Inputs(
+        snapshot=history.export(),
+        traces=history.trace_bytes(),
+        event=first.SerializeToString(),
+        seq=1,
+    )
+
+
 def memory_unseen_inputs() -> Inputs:
     """The agent counts its turns (``turns += 1``): the re-run reads its own write from the
     post-image, so that read is not judged (irreproducible, naming ``turns``)."""
@@ -133,6 +147,7 @@ SCENARIOS: dict[str, Callable[[], Inputs]] = {
     "cache-miss": cache_miss_inputs,
     "what-if": what_if_inputs,
     "memory-unseen": memory_unseen_inputs,
+    "reproduced-later": reproduced_later_inputs,
     "usage-error": usage_error_inputs,
 }
 

@@ -115,3 +115,17 @@ def test_the_cache_miss_shows_the_replayed_request_with_the_differing_component(
     flagged = next(i for i, line in enumerate(lines) if line.startswith("≠ request.messages[0]"))
     assert "You are a terse" in " ".join(lines[flagged : flagged + 2])
     assert any(line.startswith("  request.messages[1]") for line in lines)  # not flagged
+
+
+def test_a_memory_replay_does_not_judge_is_marked_not_judged_not_differs(
+    real: Callable[[str], ReplayResult],
+) -> None:
+    """From a later snapshot the committed memory differs from the traced digest by
+    construction; the detail pane must not show that as a difference of a reproduced run."""
+    result = real("reproduced-later")
+    assert result.verdict.value == "reproduced" and result.memory_not_judged
+    end = result.events[-1]
+    text = "\n".join(line.plain for line in detail_lines(result, end, 200))
+    assert "~ not judged   memory " in text
+    assert f"not judged: {result.memory_not_judged}" in text
+    assert "≠ differs" not in text

@@ -53,6 +53,7 @@ __all__ = [
     "render_error",
     "render_report",
     "request_components_differing",
+    "unjudged_memory",
     "untraced",
     "value_lines",
     "value_text",
@@ -129,8 +130,18 @@ VALUE_WIDTH = 160
 """How many characters of a value the report prints before cutting it (``--full-values``: all)."""
 
 
-def mark_text(value: Value) -> str:
-    """``[verified]``, ``[differs: traced sha256=…]`` or ``[unverifiable]``."""
+def unjudged_memory(result: ReplayResult, value: Value) -> bool:
+    """``value`` is the committed memory, which differs from the traced digest for a reason
+    replay names (``memory_not_judged``: a later snapshot): a fact about the bytes, not a
+    difference the verdict rests on (what the activation wrote is judged instead)."""
+    return value.path == "memory" and value.mark is Mark.DIFFERS and bool(result.memory_not_judged)
+
+
+def mark_text(value: Value, result: ReplayResult | None = None) -> str:
+    """``[verified]``, ``[differs: traced sha256=…]``, ``[unverifiable]``, or for a memory
+    replay does not judge, ``[not judged: traced sha256=…]``."""
+    if result is not None and unjudged_memory(result, value):
+        return f"[not judged: traced sha256={value.traced_digest}; its writes are judged instead]"
     if value.mark is Mark.DIFFERS:
         label = "sha256" if value.attribute != "error.type" else "value"
         return f"[differs: traced {label}={value.traced_digest}]"
@@ -151,7 +162,7 @@ def value_lines(
     """The replayed values of event ``index``, differing ones first, each with its mark."""
     values = list(event_values(result.values, index))
     order = {Mark.DIFFERS: 0, Mark.VERIFIED: 1, Mark.UNVERIFIABLE: 2}
-    values.sort(key=lambda v: order[v.mark])
+    values.sort(key=lambda v: 1 if unjudged_memory(result, v) else order[v.mark])
     reference = result.reference
     lines = []
     for v in values:
@@ -159,7 +170,8 @@ def value_lines(
         if theirs is not None and v.mark is not Mark.VERIFIED:
             lines.append(f"{indent}{escape(v.path)}: {both_sides_text(theirs, v, width=width)}")
         else:
-            lines.append(f"{indent}{escape(v.path)}: {value_text(v, width=width)}  {mark_text(v)}")
+            shown = value_text(v, width=width)
+            lines.append(f"{indent}{escape(v.path)}: {shown}  {mark_text(v, result)}")
     if reference is not None:
         # Production's values the re-run has none for (it stopped short, or took another path).
         mine = {v.path for v in values}
