@@ -170,12 +170,40 @@ def _check_pending_ids(given: str, state: KeyState) -> None:
         seen.add(intent.intent_id)
 
 
+def _check_provenance(snapshot_seq: int, state: KeyState) -> None:
+    """Refuse a memory provenance naming a seq after the snapshot's own: no activation after
+    the export had run when the key was exported, so no writer records one. Trusting it,
+    replay would name that seq as the one that rewrote a key (and judge a read by it).
+
+    Raises:
+        CorruptBlobError: That seq, the key and what it says of it.
+    """
+    provenance = state.memory_provenance
+    if provenance.since is not None and provenance.since > snapshot_seq:
+        raise CorruptBlobError(
+            "memory",
+            f"its provenance records writes from seq {provenance.since} on, after the "
+            f"snapshot's seq {snapshot_seq}: no writer records a seq its key has not reached",
+        )
+    for what, seqs in (("wrote", provenance.written), ("deleted", provenance.deleted)):
+        late = [(seq, key) for key, seq in seqs.items() if seq > snapshot_seq]
+        if late:
+            seq, key = max(late)
+            more = f" (and {len(late) - 1} more key(s) like it)" if len(late) > 1 else ""
+            raise CorruptBlobError(
+                "memory",
+                f"its provenance says seq {seq} last {what} {key[:60]!r}, after the snapshot's "
+                f"seq {snapshot_seq}{more}: no writer records a seq its key has not reached",
+            )
+
+
 def _checked(given: str, load: Callable[[], LoadedSnapshot]) -> LoadedSnapshot:
     """``load()``, its errors refused naming the snapshot as ``given``."""
     try:
         snapshot, state, versions = load()
         state.tool_cache.check_keys()
         _check_pending_ids(given, state)
+        _check_provenance(snapshot.seq, state)
     except BlobTooNewError as exc:
         raise InputError(f"{given}: {exc}") from None
     except MigrationGapError as exc:

@@ -189,6 +189,43 @@ def test_a_snapshot_memory_value_no_writer_produces_is_a_usage_error(
     assert "corrupt memory blob" in result.error and named in result.error
 
 
+@pytest.mark.parametrize(
+    ("provenance", "named"),
+    [
+        (
+            {"deleted": {}, "since": 0, "written": {"last": 99}},
+            "its provenance says seq 99 last wrote 'last', after the snapshot's seq 1",
+        ),
+        (
+            {"deleted": {"gone": 5}, "since": 0, "written": {}},
+            "its provenance says seq 5 last deleted 'gone', after the snapshot's seq 1",
+        ),
+        ({"deleted": {}, "since": 50, "written": {}}, "writes from seq 50 on, after the snapshot's"),
+    ],
+)
+def test_a_memory_provenance_naming_a_seq_after_the_snapshot_is_a_usage_error(
+    inputs: Inputs, provenance: dict[str, Any], named: str
+) -> None:
+    """Trusted, it would have replay name seq 99 as the one that rewrote a key it read."""
+    import json
+
+    from beam_agents import canonical_json
+    from beam_agents._protos import StateSnapshot, VersionedBlob
+    from beam_agents.blobs import encode_blob
+
+    snapshot = StateSnapshot.FromString(inputs.snapshot.read_bytes())
+    assert snapshot.seq == 1
+    memory = json.loads(VersionedBlob.FromString(snapshot.memory).body)["memory"]
+    snapshot.memory = encode_blob(
+        "memory", canonical_json.dumps({"memory": memory, "provenance": provenance})
+    )
+    result = replay(
+        options(snapshot.SerializeToString(), inputs.history.trace_bytes(), event=inputs.event)
+    )
+    assert result.verdict is Verdict.USAGE_ERROR and result.exit_code == 2
+    assert "corrupt memory blob" in result.error and named in result.error, result.error
+
+
 def test_paired_surrogate_escapes_are_ordinary_text(inputs: Inputs) -> None:
     from beam_agents.migrations import parse_json_object
 
