@@ -26,10 +26,10 @@ stay the same):
 from __future__ import annotations
 
 import json
-import threading
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from loopback_service import JsonService
 
 from beam_agents import Agent, Done, Suspend, ToolRegistry, tool
 from beam_agents._protos import Event
@@ -42,36 +42,11 @@ SERVICE_URL = ""
 """Set by the tests to the running ``DriftingService``'s base URL."""
 
 
-class DriftingService:
+class DriftingService(JsonService):
     """A real HTTP status service on 127.0.0.1 (a free port): its n-th answer is ``v<n>``."""
 
-    def __init__(self) -> None:
-        self.requests = 0
-        service = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                service.requests += 1
-                name = self.path.rsplit("/", 1)[-1]
-                data = json.dumps({"name": name, "status": f"v{service.requests}"}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+    def answer(self, name: str) -> dict[str, Any]:
+        return {"name": name, "status": f"v{self.requests}"}
 
 
 @tool(recorded=True)

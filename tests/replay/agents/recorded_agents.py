@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from loopback_service import JsonService
 
 from beam_agents import Agent, Done, Suspend, ToolRegistry, tool
 from beam_agents._protos import Event
@@ -42,40 +42,15 @@ SERVICE_URL = ""
 """Set by the tests to the running ``OrderService``'s base URL."""
 
 
-class OrderService:
+class OrderService(JsonService):
     """A real HTTP order service on 127.0.0.1 (a free port); ``orders`` is what it answers."""
 
     def __init__(self) -> None:
         self.orders: dict[str, dict[str, Any]] = {}
-        self.requests = 0
-        service = self
+        super().__init__()
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                service.requests += 1
-                order_id = self.path.rsplit("/", 1)[-1]
-                body = json.dumps(
-                    service.orders.get(order_id, {"order_id": order_id, "status": "unknown"})
-                )
-                data = body.encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+    def answer(self, name: str) -> dict[str, Any]:
+        return self.orders.get(name, {"order_id": name, "status": "unknown"})
 
 
 def _get_order(order_id: str) -> dict[str, Any]:
