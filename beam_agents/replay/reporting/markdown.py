@@ -81,7 +81,7 @@ def _value_lines(result: ReplayResult, index: int) -> list[str]:
         text = escape(value.text)
         if len(text) > MARKDOWN_VALUE_CHARS:
             text = f"{text[:MARKDOWN_VALUE_CHARS]}… ({len(text) - MARKDOWN_VALUE_CHARS} more characters)"
-        lines.append(f"- {_md(value.path)} {_md(mark_text(value))}: {_md(text)}")
+        lines.append(f"- {_md(value.path)} {_md(mark_text(value, result))}: {_md(text)}")
     return lines
 
 
