@@ -9,7 +9,8 @@ Modules, and what each gives the floors above:
                (VERDICT_TITLES, duration, key_label, key_text, not_judged, utc_time)
     text       the headless report (render_report, render_error; digest_note,
                miss_request_values, request_components_differing, memory_writes_counts,
-               memory_writes_note, recording_age for the TUI's panes and the Markdown report;
+               memory_writes_note, recording_age, unjudged_memory for the TUI's panes and the
+               Markdown report;
                both_sides_text, reference_line, SIDE_MARKS: a reference run's values
                beside the re-run's; build_skew_line: the snapshot's build vs the agent's)
     json_doc   ``--json``, and the one encoding of an event pair and a value

@@ -34,7 +34,8 @@ class CleanAgent(Agent):
     def start(self, ctx, event):
         started = time.monotonic()
         text = event.payload.decode()
-        history = [t for t in ctx.memory.get("turns", []) if t["seq"] < ctx.seq]
+        # One key per turn, read by name (docs/agent-api.md): replay judges memory per key.
+        history = [ctx.memory[f"turn.{s}"] for s in range(1, ctx.seq) if f"turn.{s}" in ctx.memory]
         desk = ctx.call("desk_status")
         words = ctx.call("word_count", text=text)
         pick = ctx.random.choice(sorted(TOPICS))
@@ -43,8 +44,7 @@ class CleanAgent(Agent):
             f"topics {', '.join(sorted(TOPICS))}, focus {pick}: {text}"
         )
         answer = ctx.complete(ask(prompt))
-        turns = [t for t in ctx.memory.get("turns", []) if t["seq"] != ctx.seq]
-        ctx.memory["turns"] = [*turns, {"seq": ctx.seq, "text": text}]
+        ctx.memory[f"turn.{ctx.seq}"] = {"text": text}
         log.debug("answered in %.3f s", time.monotonic() - started)
         return Done(output=answer.text.encode())
 
