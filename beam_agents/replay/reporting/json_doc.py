@@ -7,8 +7,8 @@ use the layout of ``beam_agents.trace_data.event_to_dict``.
 
 Every string is shown as the terminal report shows it (``escape.escape_strings``:
 ``jq -r .reason`` prints no raw escape sequence); the values themselves (a value's
-``value``, the state's memory, intent arguments, a continuation's ``adapter_state``)
-are the data, exact (``Raw``).
+``value``, the state's memory, a memory write set's ``set``, intent arguments, a
+continuation's ``adapter_state``) are the data, exact (``Raw``).
 """
 
 from __future__ import annotations

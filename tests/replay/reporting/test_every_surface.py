@@ -112,7 +112,7 @@ def _strings(document: Any, raw_keys: frozenset[str], path: str = "") -> list[tu
     return out
 
 
-VALUE_FIELDS = frozenset({"memory", "args", "value", "adapter_state"})
+VALUE_FIELDS = frozenset({"memory", "args", "value", "adapter_state", "set"})  # "set": a write set's values
 
 
 @pytest.mark.parametrize(("traces", "code"), [("traces.pb", 0), ("crafted.pb", 1)])
