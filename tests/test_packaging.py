@@ -270,7 +270,7 @@ def test_the_wheel_in_a_fresh_venv_replays_a_demo_bundle_without_beam_or_any_cli
     replay = venv / "bin" / "beam-agents-replay"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     ran = subprocess.run(
-        [str(replay), str(demo_out / "bundles" / "refund-v1.bundle")],
+        [str(replay), str(demo_out / "bundles" / "refund-v1.bundle"), "--import-recorded"],
         cwd=work,
         env=env,
         capture_output=True,
