@@ -284,7 +284,7 @@ def test_the_wheel_in_a_fresh_venv_replays_a_demo_bundle_without_beam_or_any_cli
         capture_output=True, text=True, check=True, timeout=60, cwd=work,
     ).stdout  # fmt: skip
     checked = subprocess.run(
-        [str(replay), "check", str(demo_out / "bundles")],
+        [str(replay), "check", str(demo_out / "bundles"), "--import-recorded"],
         cwd=work,
         env=env,
         capture_output=True,
