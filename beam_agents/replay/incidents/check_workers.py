@@ -164,9 +164,7 @@ def _replay_row(bundle: Any, path: str, seq: int, settings: CheckSettings) -> Ch
         replace(options, time_limit=settings.time_limit, process_ends=settings.process_ends)
     )
     seconds = time.perf_counter() - started
-    return result_row(
-        path, seq, bundle.entity_key, result, seconds, time_limit=settings.time_limit
-    )
+    return result_row(path, seq, bundle.entity_key, result, seconds, time_limit=settings.time_limit)
 
 
 def _load(path: str, settings: CheckSettings) -> tuple[Any, CheckRow | None]:
@@ -322,19 +320,65 @@ def _signal_handlers() -> dict[int, Any]:
     return handlers
 
 
+def _shared_mappings() -> set[str]:
+    """This process's shared memory mappings (``/proc/self/maps`` lines marked ``s``)."""
+    with (
+        contextlib.suppress(OSError),
+        open("/proc/self/maps", encoding="ascii", errors="replace") as maps,
+    ):
+        return {line for line in maps if line.split()[1:2] and line.split()[1][3:4] == "s"}
+    return set()
+
+
+@contextlib.contextmanager
+def _fork_hooks_registered() -> Iterator[list[str]]:
+    """Who called ``os.register_at_fork`` while this was open (a fork runs those hooks)."""
+    calls: list[str] = []
+    register = os.register_at_fork
+
+    def recording(**hooks: Callable[[], object]) -> None:
+        calls.append(", ".join(sorted(hooks)))
+        register(**hooks)
+
+    os.register_at_fork = recording  # type: ignore[assignment]
+    try:
+        yield calls
+    finally:
+        os.register_at_fork = register
+
+
 def _preload(code: _Code, settings: CheckSettings) -> str | None:
     """Import ``code`` in this (template) process; why a fork of it would not be the fresh
-    process that imported it, or None when it would."""
+    process that imported it, or None when it would.
+
+    A fork keeps what the import made and runs what it registered for forks: a fork
+    differs from the fresh process where the import started a thread, left a descriptor
+    or a shared mapping (every worker would share one page), set a signal handler,
+    registered a fork hook, or seeded or drew from ``random`` (whose own fork hook reseeds
+    it in every child). The standard modules that register fork hooks themselves are
+    imported first, so an agent importing them is not counted against it.
+    """
+    import concurrent.futures.thread  # noqa: F401  (each registers its own fork hook)
+    import logging  # noqa: F401
+    import random
+
     agent, registry, search = code
     threads = set(threading.enumerate())
     descriptors = _open_descriptors()
     handlers = _signal_handlers()
+    shared = _shared_mappings()
+    seeded = random.getstate()
 
     def import_code() -> None:
         import_object(agent, Input.AGENT, Agent, settings.naming, search)
         import_object(registry, Input.REGISTRY, ToolRegistry, settings.naming, search)
 
-    with no_bytecode(), block_network() as attempts, watch_agent_modules():
+    with (
+        no_bytecode(),
+        block_network() as attempts,
+        watch_agent_modules(),
+        _fork_hooks_registered() as fork_hooks,
+    ):
         try:
             within_limit(
                 import_code,
@@ -345,6 +389,12 @@ def _preload(code: _Code, settings: CheckSettings) -> str | None:
             return f"importing it failed ({type(exc).__name__})"
     if attempts:
         return "importing it tried what the guard refuses"
+    if fork_hooks:
+        return "importing it registered a fork hook (os.register_at_fork)"
+    if random.getstate() != seeded:
+        return "importing it seeded or drew from the random module, which a fork reseeds"
+    if _shared_mappings() - shared:
+        return "importing it mapped shared memory, which every fork would share"
     idle = idle_agent_threads()
     if any(t not in threads and t not in idle for t in threading.enumerate()):
         return "importing it started a thread"
@@ -713,13 +763,17 @@ class _Pool:
             paths: tuple[str, str] | None = (settings.agent, settings.registry)
         elif settings.import_recorded:
             recorded = recorded_code(path)
-            paths = None if recorded is None else (
-                settings.agent or recorded[0], settings.registry or recorded[1]
+            paths = (
+                None
+                if recorded is None
+                else (settings.agent or recorded[0], settings.registry or recorded[1])
             )
         else:  # no consent: the worker refuses it, importing nothing
             paths = None
         if paths is not None:
-            search = ancestors(path) if (settings.agent is None or settings.registry is None) else ()
+            search = (
+                ancestors(path) if (settings.agent is None or settings.registry is None) else ()
+            )
             roots = tuple(
                 dict.fromkeys(
                     root for root in (import_root(p, search) for p in paths) if root is not None
@@ -878,11 +932,13 @@ class _Pool:
         if message is None:
             worker.process.kill()
             if worker.finished:  # after its row: this row replaces it
-                self.rows[:] = [r for r in self.rows if (r.path, r.seq) != (worker.path, worker.seq)]
+                self.rows[:] = [
+                    r for r in self.rows if (r.path, r.seq) != (worker.path, worker.seq)
+                ]
             garbled = WorkerGarbled(worker.path, worker.seq)
-            self._lost(worker, refused_row(
-                worker.path, garbled, now - worker.seq_started, seq=worker.seq
-            ))
+            self._lost(
+                worker, refused_row(worker.path, garbled, now - worker.seq_started, seq=worker.seq)
+            )
         elif message[0] == "start":
             worker.seq, worker.finished, worker.seq_started = message[1], False, now
         elif message[0] == "row":
@@ -906,9 +962,7 @@ class _Pool:
         limit = self.settings.time_limit
         assert limit
         seconds = now - worker.seq_started
-        stuck = WorkerStuck(
-            limit, seconds, self.settings.naming.given(Input.TIME_LIMIT, "SECONDS")
-        )
+        stuck = WorkerStuck(limit, seconds, self.settings.naming.given(Input.TIME_LIMIT, "SECONDS"))
         self._lost(worker, refused_row(worker.path, stuck, seconds, seq=worker.seq))
 
     def _add(self, row: CheckRow) -> None:
