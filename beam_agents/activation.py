@@ -45,6 +45,7 @@ from beam_agents.context import AgentContext, ProviderFailure, ToolMiss
 from beam_agents.context import error_type_name as _error_type
 from beam_agents.errors import AgentResultError, CorruptBlobError
 from beam_agents.event_log import EventLog
+from beam_agents.fork_answer import ForkAnswer
 from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
 from beam_agents.key_state import KeyState, StateCells, dump_key_state
 from beam_agents.llm_cache import DEFAULT_CACHE_POLICY, CachePolicy
@@ -244,6 +245,9 @@ class ReplayHooks:
     compact_trace: bool = False
     """True: the trace is recorded as the events' serialized bytes (``EventLog``, a
     quarter of the parsed messages' memory), the same events read back."""
+    fork: ForkAnswer | None = None
+    """Replay's fork (``--fork N --set VALUE``): the call at that trace index receives this
+    answer instead of the cache's or the tool's."""
     uncontained: tuple[type[BaseException], ...] = ()
     """What ends the run instead of failing the activation: replay's guard raises these to
     stop agent code (``os._exit`` refused). Everything else agent code raises fails the
@@ -312,6 +316,7 @@ def run_activation(
         serve_recorded_tools=hooks.serve_recorded_tools,
         capture=capture,
         compact_trace=hooks.compact_trace,
+        fork=hooks.fork,
     )
     # Agent code runs "inside an activation": side_effect=True tools refuse, and replay's
     # guard finds this context (and ctx.call's tool) through these ContextVars.

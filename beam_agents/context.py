@@ -28,6 +28,7 @@ from beam_agents.errors import (
     ToolNotRecordedError,
 )
 from beam_agents.event_log import EventLog
+from beam_agents.fork_answer import ForkAnswer
 from beam_agents.hitl import HitlPolicy
 from beam_agents.llm_cache import CachePolicy, LookupStatus, ReplayCache, response_digest
 from beam_agents.memory import JsonMemory
@@ -115,6 +116,7 @@ class AgentContext:
         serve_recorded_tools: bool = False,
         capture: ValueCapture | None = None,
         compact_trace: bool = False,
+        fork: ForkAnswer | None = None,
     ) -> None:
         self.entity_key = entity_key
         """The key this activation runs for."""
@@ -145,6 +147,8 @@ class AgentContext:
         self._tool_cache = tool_cache if tool_cache is not None else ToolCache()
         self._tool_cache_policy = tool_cache_policy
         self._serve_recorded = serve_recorded_tools
+        # Replay's fork: the one call answered with the operator's value (``fork_answer``).
+        self._fork = fork
         # Replay holds a huge activation's trace as bytes (``run_activation``'s compact_trace).
         self._events: list[TraceEvent] | EventLog = EventLog() if compact_trace else []
         self._call_ordinal = 0
@@ -223,6 +227,20 @@ class AgentContext:
             te.ATTR_REQUEST_MODEL: request.model,
             te.ATTR_CALL_ORDINAL: ordinal,
         }
+        fork = self._fork
+        if fork is not None and fork.answers_model_call(len(self._events)):
+            # Served like a cached response (never billed): the fork's answer.
+            served = fork.response(request)
+            index = self.record(
+                TraceEvent.LLM_CALL, request.model, {**base, **_response_attrs(served, hit=True)}
+            )
+            _telemetry.llm_call_details(index, request, served)
+            if self._capture is not None:
+                self._capture.add(index, CaptureKind.REQUEST, _frozen_copy(request))
+                self._capture.add(index, CaptureKind.RESPONSE, served)
+            handed = LlmResponse()
+            handed.CopyFrom(served)  # agent code may change its copy; the capture keeps this one
+            return handed
         found = self._cache.lookup(
             key, now_ms=self.now_ms, visible_through_seq=self._visible_through_seq
         )
@@ -298,11 +316,15 @@ class AgentContext:
             if declared.side_effect:
                 raise SideEffectRefusedError(tool)
             attrs[te.ATTR_ARGS_SHA256] = digest_value(args, f"arguments of tool {tool!r}")
-            token = _running.TOOL.set(tool)  # replay's guard names the tool from this
-            try:
-                result = declared.fn(**args)
-            finally:
-                _running.TOOL.reset(token)
+            fork = self._fork
+            if fork is not None and fork.answers_tool_call(len(self._events)):
+                result = _frozen_json(fork.result)  # the fork's answer: the tool does not run
+            else:
+                token = _running.TOOL.set(tool)  # replay's guard names the tool from this
+                try:
+                    result = declared.fn(**args)
+                finally:
+                    _running.TOOL.reset(token)
             attrs[te.ATTR_RESULT_SHA256] = digest_value(result, f"result of tool {tool!r}")
         except Exception as exc:
             attrs[te.ATTR_ERROR_TYPE] = error_type_name(exc)
@@ -331,7 +353,12 @@ class AgentContext:
         try:
             args_sha256 = digest_value(args, f"arguments of tool {tool!r}")
             attrs[te.ATTR_ARGS_SHA256] = args_sha256
-            if self._serve_recorded:
+            fork = self._fork
+            if fork is not None and fork.answers_tool_call(len(self._events)):
+                # The fork's answer, as a recorded result is handed over (canonical JSON).
+                data, is_bytes = canonical_json.dumps(fork.result), False
+                attrs[te.ATTR_RESULT_SHA256] = hashlib.sha256(data).hexdigest()
+            elif self._serve_recorded:
                 found = self._tool_cache.lookup(
                     tool_cache_key(tool, args_sha256),
                     now_ms=self.now_ms,

@@ -74,7 +74,12 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
         "ends or hangs costs one row, never the check",
     )
     add_time_limit_flag(parser)
+    for flag in FORK_FLAGS:  # known, so that they are refused with a reason (_run_check)
+        parser.add_argument(flag, dest=f"refused_{flag[2:].replace('-', '_')}", help=argparse.SUPPRESS)
     parser.set_defaults(run=_run_check)
+
+
+FORK_FLAGS = ("--fork", "--set", "--fork-provider")
 
 
 def _run_check(ns: argparse.Namespace) -> int:
@@ -86,6 +91,14 @@ def _run_check(ns: argparse.Namespace) -> int:
     )
 
     prog = f"{PROG} check"
+    forked = [f for f in FORK_FLAGS if getattr(ns, f"refused_{f[2:].replace('-', '_')}") is not None]
+    if forked:
+        raise UsageError(
+            f"check does not fork ({', '.join(forked)}): it judges every activation as a "
+            "reproduction, and a fork is one activation's counterfactual; fork one bundle's "
+            f"activation with {PROG} BUNDLE --seq N --fork EVENT --set VALUE",
+            prog,
+        )
     if ns.jobs < 1:
         raise UsageError(f"--jobs must be 1 or more, got {ns.jobs}", prog)
     if ns.junit == "-":  # it wrote a file named '-'; refused before anything is replayed

@@ -14,6 +14,7 @@ from beam_agents.replay.naming import Input, Naming
 from beam_agents.replay.options import (
     DEFAULT_TIME_LIMIT,
     MAX_TIME_LIMIT,
+    ForkOptions,
     ReplayOptions,
     checked_time_limit,
 )
@@ -37,7 +38,11 @@ CLI_NAMING = Naming(
         Input.BUNDLE: "bundle",
         Input.ROWS: "ROWS",
         Input.IMPORT_RECORDED: "--import-recorded",
+        Input.FORK: "--fork",
+        Input.FORK_VALUE: "--set",
+        Input.FORK_PROVIDER: "--fork-provider",
     },
+    given_as={Input.FORK_VALUE: "--set @{}"},
     joiner=" ",
     raise_cap="{env}=<bytes> beam-agents-replay ...",
     raise_time_limit="raise the limit with --time-limit SECONDS (0: no limit)",
@@ -121,7 +126,8 @@ def replay_usage(prog: str, *, headless: bool) -> str:
         f"{prog} --snapshot FILE --traces FILE|DIR [--traces ...] --agent module:ATTR\n"
         f"{indent}--registry module:ATTR [--event FILE] [--events FILE|DIR] [--seq N]\n"
         f"{indent}{last}\n"
-        f"{indent}[--reference module:ATTR] [--reference-path DIR]"
+        f"{indent}[--reference module:ATTR] [--reference-path DIR]\n"
+        f"{indent}[--fork N --set VALUE|@FILE [--fork-provider module:ATTR]]"
     )
 
 
@@ -176,6 +182,7 @@ def add_replay_flags(parser: Parser, *, headless: bool) -> None:
     )
     add_time_limit_flag(parser)
     add_reference_flags(parser)
+    add_fork_flags(parser)
     if headless:
         parser.add_argument(
             "--headless", action="store_true", help="print the report (the default; for scripts)"
@@ -208,6 +215,91 @@ def add_reference_flags(parser: Parser, *, bundle: bool = False) -> None:
             action="store_true",
             help="with --agent, do not run the bundle's recorded agent as the reference",
         )
+
+
+def add_fork_flags(parser: Parser) -> None:
+    """A fork's flags (docs/replay.md, "A fork")."""
+    group = parser.add_argument_group(
+        "fork (a counterfactual, not a reproduction)",
+        "answer one traced call differently and run on from there",
+    )
+    group.add_argument(
+        "--fork",
+        metavar="N",
+        type=int,
+        help="the event to answer differently: a model or tool call, by its index as the "
+        "headless report numbers events; every event before it must reproduce",
+    )
+    group.add_argument(
+        "--set",
+        metavar="VALUE|@FILE",
+        dest="fork_value",
+        help="what it receives instead: a model call's response text, a tool call's result "
+        "as JSON; @FILE reads it from a file (@@ for a value starting with @)",
+    )
+    group.add_argument(
+        "--fork-provider",
+        metavar="module:ATTR",
+        help="a provider (or a factory of one) for the continuation's model calls the "
+        "snapshot's cache cannot serve; without it such a call ends the fork (exit 3). A "
+        "real one is the only network the run may open",
+    )
+
+
+def fork_options(ns: argparse.Namespace, prog: str = PROG) -> ForkOptions | None:
+    """``--fork N --set VALUE|@FILE [--fork-provider module:ATTR]`` checked, or None."""
+    at = getattr(ns, "fork", None)
+    value = getattr(ns, "fork_value", None)
+    provider = getattr(ns, "fork_provider", None)
+    if at is None:
+        given = [flag for flag, v in (("--set", value), ("--fork-provider", provider)) if v]
+        if given:
+            raise UsageError(
+                f"{' and '.join(given)} belong to a fork: give --fork N (the event to answer "
+                "differently) too",
+                prog,
+            )
+        return None
+    if at < 0:
+        raise UsageError(
+            f"--fork must be an event index (0 or more, as the headless report numbers "
+            f"events), got {at}",
+            prog,
+        )
+    if value is None:
+        raise UsageError(
+            f"--fork {at} needs --set VALUE (or --set @FILE): what event {at} receives instead "
+            "(a model call's response text, a tool call's result as JSON)",
+            prog,
+        )
+    reference = [
+        flag
+        for flag, v in (
+            ("--reference", getattr(ns, "reference", None)),
+            ("--reference-path", getattr(ns, "reference_path", None)),
+        )
+        if v
+    ]
+    if reference:
+        raise UsageError(
+            f"--fork and {' and '.join(reference)} do not go together: a fork compares the "
+            "traced trajectory with a counterfactual, and a reference run proves the traced "
+            "side of a reproduction; run the reference without --fork",
+            prog,
+        )
+    if value.startswith("@@"):
+        return ForkOptions(at=at, value=_argv_bytes(value[1:]), provider=provider)
+    if value.startswith("@"):
+        if value == "@":
+            raise UsageError("--set @ names no file: give --set @FILE, or --set @@ for '@'", prog)
+        return ForkOptions(at=at, value_file=value[1:], provider=provider)
+    return ForkOptions(at=at, value=_argv_bytes(value), provider=provider)
+
+
+def _argv_bytes(text: str) -> bytes:
+    """A command-line argument as the bytes it was given as (undecodable bytes came in as
+    surrogates: ``os.fsencode`` gives them back, so the engine names them)."""
+    return os.fsencode(text)
 
 
 def time_limit(value: str) -> float:
@@ -307,6 +399,13 @@ def replay_options(ns: argparse.Namespace, prog: str = PROG) -> ReplayOptions:
         raise UsageError(
             "--event and --events both name the triggering envelope: give one of them", prog
         )
+    fork = fork_options(ns, prog)
+    if fork is not None and fork.value_file == "-" and stdin_flags:
+        raise UsageError(
+            f"--set @- and {' and '.join(stdin_flags)} all read standard input (-); only one "
+            "input can",
+            prog,
+        )
     return ReplayOptions(
         snapshot=ns.snapshot,
         traces=tuple(ns.traces),
@@ -318,5 +417,6 @@ def replay_options(ns: argparse.Namespace, prog: str = PROG) -> ReplayOptions:
         hitl=ns.hitl,
         what_if=ns.what_if,
         time_limit=ns.time_limit,
+        fork=fork,
         naming=CLI_NAMING,
     )

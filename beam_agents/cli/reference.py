@@ -133,7 +133,12 @@ def bundle_reference_spec(ns: argparse.Namespace, options: ReplayOptions) -> Ref
     else the bundle's own recorded agent when ``--agent`` overrides it."""
     agent = getattr(ns, "reference", None)
     directory = _reference_dir(ns)
-    default = ns.agent is not None and not getattr(ns, "no_reference", False)
+    # A fork runs no reference (docs/replay.md, "A fork"): not even the bundle's own agent.
+    default = (
+        ns.agent is not None
+        and not getattr(ns, "no_reference", False)
+        and getattr(ns, "fork", None) is None
+    )
     if agent is None and directory is None and not default:
         return None
     args = [_absolute(ns.bundle, "BUNDLE"), "--json"]

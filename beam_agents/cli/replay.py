@@ -16,9 +16,11 @@ from beam_agents.cli.parsing import (
     PROG,
     Parser,
     add_export_dir_flag,
+    add_fork_flags,
     add_reference_flags,
     add_time_limit_flag,
     add_value_flags,
+    fork_options,
     replay_options,
 )
 from beam_agents.cli.process import PROCESS_LIFE, cwd_importable, isolate
@@ -92,6 +94,7 @@ def bundle_parser(prog: str, *, headless: bool) -> Parser:
     )
     add_time_limit_flag(parser)
     add_reference_flags(parser, bundle=True)
+    add_fork_flags(parser)
     if headless:
         parser.add_argument("--headless", action="store_true", help="print the report (default)")
         parser.add_argument("--json", action="store_true", help="print one JSON document")
@@ -109,6 +112,7 @@ def bundle_replay_options(
     from beam_agents.replay.incidents.bundle import bundle_options, load_bundle
     from beam_agents.replay.refusal import ReplayRefused
 
+    fork = fork_options(ns)
     try:
         bundle = load_bundle(ns.bundle, naming=CLI_NAMING)
         options = bundle_options(
@@ -119,7 +123,9 @@ def bundle_replay_options(
             import_recorded=ns.import_recorded,
             naming=CLI_NAMING,
         )
-        options = dataclasses.replace(options, what_if=ns.what_if, time_limit=ns.time_limit)
+        options = dataclasses.replace(
+            options, what_if=ns.what_if, time_limit=ns.time_limit, fork=fork
+        )
         return options, tuple(bundle.seqs)
     except ReplayRefused as refused:
         from beam_agents.replay.engine import refused_result

@@ -20,16 +20,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from beam_agents import canonical_json
-from beam_agents._protos import AgentEnvelope, StateSnapshot, TraceEvent
+from beam_agents import _running, canonical_json
+from beam_agents._protos import AgentEnvelope, LlmRequest, LlmResponse, StateSnapshot, TraceEvent
 from beam_agents._version import __version__
 from beam_agents.activation import ActivationCommit, ActivationResult, ReplayHooks, run_activation
 from beam_agents.agent import Agent
 from beam_agents.agent_build import agent_build, build_differences
 from beam_agents.capture import ValueCapture
+from beam_agents.errors import CacheMissError
+from beam_agents.fork_answer import ForkAnswer
 from beam_agents.hitl import DEFAULT_HITL_POLICY, HitlPolicy
 from beam_agents.key_state import KeyState, waiting_text
-from beam_agents.provider import UnservableProvider
+from beam_agents.provider import Provider, UnservableProvider
 from beam_agents.replay.inputs.agent_code import (
     ImportFailed,
     import_object,
@@ -37,10 +39,16 @@ from beam_agents.replay.inputs.agent_code import (
     no_bytecode,
 )
 from beam_agents.replay.inputs.envelopes import load_envelopes, load_event_source
-from beam_agents.replay.inputs.replay_inputs import ReplayInputs
+from beam_agents.replay.inputs.replay_inputs import LoadedFork, ReplayInputs
 from beam_agents.replay.inputs.snapshot import load_snapshot_source
+from beam_agents.replay.inputs.sources import read_source
 from beam_agents.replay.inputs.traces import TracedKey, scan_traces
-from beam_agents.replay.isolation.guard import ExitRefused, NetworkAttempt, block_network
+from beam_agents.replay.isolation.guard import (
+    ExitRefused,
+    NetworkAttempt,
+    block_network,
+    provider_network,
+)
 from beam_agents.replay.isolation.process_exit import run_exit, watch_agent_modules
 from beam_agents.replay.isolation.time_limit import (
     ExitRanPast,
@@ -50,14 +58,15 @@ from beam_agents.replay.isolation.time_limit import (
 )
 from beam_agents.replay.judging.compare import compare_events
 from beam_agents.replay.judging.end_check import EndCheck, check_end
-from beam_agents.replay.judging.judge import Judgement, judge
+from beam_agents.replay.judging.judge import Judgement, fork_outcome, judge, judge_fork
 from beam_agents.replay.judging.state_view import intent_ledger, served_recordings, state_view
 from beam_agents.replay.judging.values import collect_values, freeze_errors
 from beam_agents.replay.naming import Input, Naming
-from beam_agents.replay.options import ReplayOptions, Source
+from beam_agents.replay.options import ForkOptions, ReplayOptions, Source
 from beam_agents.replay.reconstruct.plan import Plan, plan_replay
 from beam_agents.replay.refusal import CannotReproduce, InputError, InternalError, ReplayRefused
 from beam_agents.replay.result import (
+    ForkRun,
     ReplayHeader,
     ReplayResult,
     StopCause,
@@ -65,6 +74,7 @@ from beam_agents.replay.result import (
     Value,
 )
 from beam_agents.tools import ToolRegistry
+from beam_agents.trace_events import kind_name
 from beam_agents.trace_view import ActivationKind, ActivationStart
 
 __all__ = [
@@ -160,7 +170,8 @@ def run(
                 plan = plan_rerun(inputs, header)
                 if on_planned is not None and plan.traced is not None:
                     on_planned(header.header, plan.traced)
-                rerun = rerun_isolated(inputs, plan, header.header.provider)
+                answer = plan_fork(inputs.fork, plan, inputs.naming) if inputs.fork else None
+                rerun = rerun_isolated(inputs, plan, header.header.provider, answer)
             if inputs.process_ends:
                 exit_isolated(inputs, len(rerun.result.trace), attempts)
             # Every attempt counts, also one the agent's module made (and caught) at
@@ -209,16 +220,26 @@ def load_options(options: ReplayOptions, header: HeaderSoFar) -> ReplayInputs:
 
     search = options.code_search
 
-    def import_code() -> tuple[Agent, ToolRegistry, HitlPolicy | None]:
+    fork = options.fork
+    fork_value = _fork_value(fork, naming) if fork is not None else None
+    fork_provider_path = fork.provider if fork is not None else None
+
+    def import_code() -> tuple[Agent, ToolRegistry, HitlPolicy | None, Provider | None]:
         agent = import_object(options.agent, Input.AGENT, Agent, naming, search)
         registry = import_object(options.registry, Input.REGISTRY, ToolRegistry, naming, search)
         hitl = import_object(hitl_path, Input.HITL, HitlPolicy, naming) if hitl_path else None
-        return agent, registry, hitl
+        provider = (
+            _fork_provider(fork_provider_path, naming, search) if fork_provider_path else None
+        )
+        return agent, registry, hitl, provider
 
     # Importing agent code runs it (module bodies): limited like the re-run, unless every
     # module is imported already (check replays many bundles of one agent: no thread then).
-    imported = all(imported_already(p) for p in (options.agent, options.registry, hitl_path))
-    agent, registry, imported_hitl = within_limit(
+    imported = all(
+        imported_already(p)
+        for p in (options.agent, options.registry, hitl_path, fork_provider_path)
+    )
+    agent, registry, imported_hitl, fork_provider = within_limit(
         import_code,
         None if imported else options.time_limit,
         lambda _: ImportRanPast(options.time_limit or 0, naming),
@@ -249,8 +270,151 @@ def load_options(options: ReplayOptions, header: HeaderSoFar) -> ReplayInputs:
         what_if=options.what_if,
         time_limit=options.time_limit,
         naming=naming,
+        fork=None
+        if fork is None or fork_value is None
+        else LoadedFork(
+            at=fork.at,
+            value=fork_value[0],
+            value_source=fork_value[1],
+            provider=fork_provider,
+            provider_path=fork_provider_path or "",
+        ),
         process_ends=options.process_ends,
     )
+
+
+def _fork_value(fork: ForkOptions, naming: Naming) -> tuple[str, str]:
+    """A fork's value as text, and where it came from (``--set``, ``--set @FILE``).
+
+    Raises:
+        InputError: The file cannot be read, is no regular file or over its cap, or the
+            value is not UTF-8.
+    """
+    if fork.value_file is not None:
+        data = read_source(fork.value_file, Input.FORK_VALUE, naming)
+        source = naming.given(Input.FORK_VALUE, describe_path(fork.value_file))
+    else:
+        data = fork.value or b""
+        source = naming.name(Input.FORK_VALUE)
+    try:
+        return data.decode("utf-8"), source
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"{source}: the value is not UTF-8 text (byte {exc.start} is 0x{data[exc.start]:02x})",
+            "a model call's value is its response text and a tool call's is JSON, both UTF-8; "
+            "save the value to a file in UTF-8 and give it as @FILE",
+        ) from None
+
+
+def describe_path(source: Source) -> str:
+    """A file source as a message names it."""
+    if isinstance(source, bytes):
+        return f"<{len(source)} bytes>"
+    return str(source)
+
+
+def _fork_provider(path: str, naming: Naming, search: Sequence[str]) -> Provider:
+    """``--fork-provider module:ATTR``: a provider, or a factory of one (as
+    ``AgentConfig.provider_factory``), called once here.
+
+    Raises:
+        InputError: It does not import, or is neither a provider nor a factory of one.
+    """
+    found = import_object(path, Input.FORK_PROVIDER, object, naming, search)
+    provider: object = found
+    if not isinstance(found, Provider) and callable(found):
+        try:
+            provider = found()
+        except Exception as exc:
+            raise InputError(
+                f"{naming.given(Input.FORK_PROVIDER, path)}: calling it to make the provider "
+                f"raised {type(exc).__name__}: {exc}",
+                "give a provider, or a function of no arguments that returns one",
+            ) from None
+    if not isinstance(provider, Provider):
+        raise InputError(
+            f"{naming.given(Input.FORK_PROVIDER, path)} is a {type(provider).__name__}, not a "
+            "model provider",
+            "give an object with a name and complete(request) -> LlmResponse, or a function of "
+            "no arguments that returns one (e.g. the pipeline's provider_factory)",
+        )
+    return provider
+
+
+def plan_fork(fork: LoadedFork, plan: Plan, naming: Naming) -> ForkAnswer:
+    """What the forked call receives: the traced event at ``fork.at`` must be a model or tool
+    call of the traced activation, and a tool call's value JSON.
+
+    Raises:
+        InputError: No traced activation (a what-if), an index out of range or at no call,
+            or a tool call's value that is not JSON.
+    """
+    flag = naming.given(Input.FORK, fork.at)
+    traced = plan.traced
+    if traced is None:
+        raise InputError(
+            f"{flag}: seq {plan.seq} (a pending {plan.trigger_name}) was never traced, so there "
+            "is no traced call to answer differently",
+            "fork a traced activation (a what-if has no trace to fork from)",
+        )
+    calls = [
+        f"{kind_name(e.kind)} {e.name!r} at {e.index}"
+        for e in traced
+        if e.kind in (TraceEvent.LLM_CALL, TraceEvent.TOOL_CALL)
+    ]
+    listed = "; its calls: " + ", ".join(calls) if calls else "; it made no model or tool call"
+    if fork.at >= len(traced):
+        raise InputError(
+            f"{flag}: seq {plan.seq}'s trace has events 0 to {len(traced) - 1}{listed}",
+            "give the index of a model or tool call, as the headless report numbers events",
+        )
+    event = traced[fork.at]
+    if event.kind not in (TraceEvent.LLM_CALL, TraceEvent.TOOL_CALL):
+        raise InputError(
+            f"{flag}: event {fork.at} is {kind_name(event.kind)} {event.name!r}, not a model or "
+            f"tool call{listed}",
+            "a fork answers one call differently: give the index of an LLM_CALL or a TOOL_CALL",
+        )
+    if event.kind == TraceEvent.LLM_CALL:
+        return ForkAnswer(index=fork.at, model=True, text=fork.value)
+    try:
+        result = canonical_json.loads(fork.value.encode("utf-8"))
+    except (ValueError, RecursionError) as exc:
+        raise InputError(
+            f"{fork.value_source}: event {fork.at} is a tool call, whose value is its result "
+            f"as JSON, and this is not JSON ({type(exc).__name__}: {str(exc)[:80]})",
+            'give a JSON value: a string is quoted (--set \'"text"\'), an object is '
+            '{"key": ...}',
+        ) from None
+    return ForkAnswer(index=fork.at, model=False, result=result)
+
+
+class ForkProvider:
+    """The provider a fork's continuation runs with: ``inner`` (``--fork-provider``) under the
+    traced provider's name (cache keys stay the trace's), answering only after the fork's
+    event, and the only code of the run that may open the network (``provider_network``).
+    """
+
+    def __init__(self, name: str, inner: Provider, after: int) -> None:
+        self.name = name
+        self.inner = inner
+        self.after = after
+        self.calls = 0
+        """Calls it answered (or failed to)."""
+        self.refused = 0
+        """Calls before the fork point, which only the snapshot may serve (each a miss)."""
+
+    def complete(self, request: LlmRequest) -> LlmResponse:
+        ctx = _running.ACTIVATION.get()
+        if ctx is None or len(ctx.events) <= self.after:
+            # Before the fork, a model call the cache cannot serve is a miss, as in any replay.
+            self.refused += 1
+            from beam_agents.cache_key import compute_cache_key
+
+            raise CacheMissError(compute_cache_key(request, provider=self.name), request.model)
+        self.calls += 1
+        with provider_network():
+            return self.inner.complete(request)
 
 
 def plan_rerun(inputs: ReplayInputs, header: HeaderSoFar) -> Plan:
@@ -338,6 +502,9 @@ class Rerun:
     result: ActivationResult
     capture: ValueCapture
     provider_calls: int
+    """Calls that reached the provider that serves nothing (each one a miss)."""
+    fork_provider_calls: int = 0
+    """A fork's: calls its ``--fork-provider`` answered."""
 
     def replayed(self) -> Replayed:
         """What is read of it after the judgement."""
@@ -384,7 +551,9 @@ class AgentExited(ReplayRefused):
         )
 
 
-def rerun_isolated(inputs: ReplayInputs, plan: Plan, provider_name: str) -> Rerun:
+def rerun_isolated(
+    inputs: ReplayInputs, plan: Plan, provider_name: str, fork: ForkAnswer | None = None
+) -> Rerun:
     """The activation re-run by the pipeline's own ``run_activation``, in a thread of its
     own within the time limit, with a provider that serves nothing (``run`` holds the guard).
 
@@ -393,7 +562,9 @@ def rerun_isolated(inputs: ReplayInputs, plan: Plan, provider_name: str) -> Reru
         AgentExited: Agent code called ``os._exit`` (a ``SystemExit`` it raises fails the
             activation, as in the pipeline).
     """
-    provider = UnservableProvider(provider_name)
+    provider: UnservableProvider | ForkProvider = UnservableProvider(provider_name)
+    if fork is not None and inputs.fork is not None and inputs.fork.provider is not None:
+        provider = ForkProvider(provider_name, inputs.fork.provider, fork.index)
     capture = ValueCapture()
     ended: list[Sequence[Any]] = []  # the re-run's trace, once run_activation returned
 
@@ -414,6 +585,7 @@ def rerun_isolated(inputs: ReplayInputs, plan: Plan, provider_name: str) -> Reru
                 capture=capture,
                 encode_cache_cells=False,  # only the memory cell is read (issue 14: memory)
                 compact_trace=True,  # the trace as bytes (issue 14: memory)
+                fork=fork,
                 uncontained=(ExitRefused,),
             ),
         )
@@ -437,7 +609,13 @@ def rerun_isolated(inputs: ReplayInputs, plan: Plan, provider_name: str) -> Reru
     except ExitRefused as exc:
         # run_activation turns everything else agent code raises into a failure.
         raise AgentExited(str(exc)) from None
-    return Rerun(result=result, capture=capture, provider_calls=provider.calls)
+    calls = provider.calls if isinstance(provider, UnservableProvider) else provider.refused
+    return Rerun(
+        result=result,
+        capture=capture,
+        provider_calls=calls,
+        fork_provider_calls=provider.calls if isinstance(provider, ForkProvider) else 0,
+    )
 
 
 def exit_isolated(inputs: ReplayInputs, at_index: int, attempts: list[NetworkAttempt]) -> None:
@@ -458,8 +636,9 @@ def exit_isolated(inputs: ReplayInputs, at_index: int, attempts: list[NetworkAtt
 
 def judge_rerun(
     inputs: ReplayInputs, plan: Plan, rerun: Rerun, attempts: Sequence[NetworkAttempt]
-) -> tuple[Judgement, EndCheck]:
-    """The outputs and memory against the traced ACTIVATION_END, and the verdict."""
+) -> tuple[Judgement, EndCheck, ForkRun | None]:
+    """The outputs and memory against the traced ACTIVATION_END, and the verdict (a fork's:
+    ``judge_fork``, with the fork's facts)."""
     result = rerun.result
     commit = result if isinstance(result, ActivationCommit) else None
     committed = commit.state.memory if commit is not None else None
@@ -475,6 +654,29 @@ def judge_rerun(
         snapshot_seq=inputs.snapshot.seq,
         capture=rerun.capture,
     )
+    if inputs.fork is not None:
+        judgement, ended_at = judge_fork(
+            plan,
+            result,
+            at=inputs.fork.at,
+            provider_path=inputs.fork.provider_path,
+            attempts=attempts,
+            cache=plan.state.cache,
+            tool_cache=plan.state.tool_cache,
+            naming=inputs.naming,
+        )
+        fork = ForkRun(
+            index=inputs.fork.at,
+            kind=kind_name(plan.traced[inputs.fork.at].kind) if plan.traced else "",
+            name=plan.traced[inputs.fork.at].name if plan.traced else "",
+            value=inputs.fork.value,
+            value_source=inputs.fork.value_source,
+            provider_path=inputs.fork.provider_path,
+            provider_calls=rerun.fork_provider_calls,
+            ended_at=ended_at,
+            outcome=fork_outcome(result),
+        )
+        return judgement, end, fork
     judgement = judge(
         plan,
         result,
@@ -485,20 +687,20 @@ def judge_rerun(
         end=end,
         naming=inputs.naming,
     )
-    return judgement, end
+    return judgement, end, None
 
 
 def assemble(
     inputs: ReplayInputs,
     plan: Plan,
     replayed: Replayed,
-    judged: tuple[Judgement, EndCheck],
+    judged: tuple[Judgement, EndCheck, ForkRun | None],
     header: HeaderSoFar,
     attempts: Sequence[NetworkAttempt],
 ) -> ReplayResult:
     """The result: the judgement, and what explains it (values, ledger, state), never
     deciding anything."""
-    judgement, end = judged
+    judgement, end, fork = judged
     trace, served_tool_events = replayed.trace, replayed.served_tool_events
     # Values explain the verdict and never decide it: a value that cannot be decoded
     # must not turn a verdict into an internal error (exit 2).
@@ -556,6 +758,7 @@ def assemble(
         redacted_network_attempts=tuple(a.redacted().describe() for a in attempts),
         redacted_reason=judgement.redacted_reason,
         stop=judgement.stop,
+        fork=fork,
     )
 
 

@@ -48,6 +48,12 @@ class Input(StrEnum):
     ROWS = "rows"
     IMPORT_RECORDED = "import_recorded"
     """Consent to import the code a bundle names (a switch, as ``WHAT_IF``)."""
+    FORK = "fork"
+    """The event a fork answers differently (``--fork N``)."""
+    FORK_VALUE = "fork_value"
+    """What it receives instead (``--set VALUE|@FILE``)."""
+    FORK_PROVIDER = "fork_provider"
+    """The provider the fork's continuation may call (``--fork-provider module:ATTR``)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -61,6 +61,28 @@ def checked_time_limit(value: object) -> float | None:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ForkOptions:
+    """A fork (docs/replay.md, "A fork"): the traced call at event ``at`` receives another
+    answer; nothing is read until the replay runs."""
+
+    at: int
+    """The trace index of the event to answer differently (a model or tool call)."""
+    value: bytes | None = None
+    """What it receives, as given (UTF-8: a model call's response text, a tool call's JSON)."""
+    value_file: Source | None = None
+    """Instead of ``value``: a file holding it (``--set @FILE``), read when the replay runs."""
+    provider: str | None = None
+    """``module:ATTR`` of a provider (or a factory of one) that answers the continuation's
+    model calls the snapshot's cache cannot serve; None: such a call ends the fork."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.at, int) or isinstance(self.at, bool) or self.at < 0:
+            raise ConfigError(f"ForkOptions at= must be an event index (0 or more), got {self.at!r:.80}")
+        if (self.value is None) == (self.value_file is None):
+            raise ConfigError("ForkOptions takes one of value= and value_file=")
+
+
+@dataclass(frozen=True, kw_only=True)
 class ReplayOptions:
     """Everything ``beam_agents.replay.engine.replay`` needs; nothing is read until it runs."""
 
@@ -103,6 +125,9 @@ class ReplayOptions:
     """This process ends after the replay (the console script, a ``check`` worker): what agent
     code would run at interpreter exit (``atexit`` hooks, finalizers) runs before the
     judgement, under the guard, and counts like the re-run (``isolation.process_exit``)."""
+    fork: ForkOptions | None = None
+    """Fork the activation instead of reproducing it (``--fork N --set VALUE``): a
+    counterfactual, whose verdict is ``fork``, never ``reproduced``."""
     naming: Naming = field(default=REPLAY_OPTIONS, repr=False)
     """How refusals name these inputs: by these fields unless the caller says otherwise (the
     command line passes its flags, ``beam_agents.cli.parsing.CLI_NAMING``)."""

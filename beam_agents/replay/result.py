@@ -8,6 +8,7 @@ Verdicts and exit codes are the seed page's table:
 
     REPRODUCED      0  the re-run matched the traced record
     WHAT_IF         0  a pending resume that has not run: no traced outcome to diff
+    FORK            0  a fork that ran to its end: a counterfactual, not a reproduction
     DIVERGED        1  the first diverging event is named in ``first_divergence``
     USAGE_ERROR     2  bad input, inputs that do not belong together, or a snapshot newer than us
     IRREPRODUCIBLE  3  a cache miss, a digest-only entry, a migration gap, a blocked network call,
@@ -41,6 +42,7 @@ def _same_items(mine: Sequence[Any], other: Sequence[Any]) -> bool:
 class Verdict(enum.Enum):
     REPRODUCED = "reproduced"
     WHAT_IF = "what-if"
+    FORK = "fork"
     DIVERGED = "diverged"
     USAGE_ERROR = "error"
     IRREPRODUCIBLE = "irreproducible"
@@ -61,6 +63,7 @@ EXIT_IRREPRODUCIBLE = 3
 _EXIT_CODES = {
     Verdict.REPRODUCED: EXIT_OK,
     Verdict.WHAT_IF: EXIT_OK,
+    Verdict.FORK: EXIT_OK,
     Verdict.DIVERGED: EXIT_DIVERGED,
     Verdict.USAGE_ERROR: EXIT_USAGE,
     Verdict.IRREPRODUCIBLE: EXIT_IRREPRODUCIBLE,
@@ -716,6 +719,34 @@ class ReferenceRun:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ForkRun:
+    """A fork: the traced call at ``index`` received ``value`` instead, the events before it
+    reproduced the trace (verified), and the re-run went on from there: a counterfactual.
+    Decided by ``judging.judge.judge_fork``; renderers show it as it is."""
+
+    index: int
+    """The forked event's trace index."""
+    kind: str
+    """Its kind (``LLM_CALL``, ``TOOL_CALL``)."""
+    name: str
+    """Its name (the model, the tool)."""
+    value: str
+    """What it received: a model call's response text, a tool call's result as JSON."""
+    value_source: str
+    """Where the value came from (``--set``, ``--set @answer.txt``)."""
+    provider_path: str = ""
+    """``module:ATTR`` of the provider that answered the continuation's uncached model calls
+    (empty: none was given; such a call ends the fork)."""
+    provider_calls: int = 0
+    """How many model calls that provider answered."""
+    ended_at: int | None = None
+    """The event where the continuation stopped short of its end (a request nothing could
+    serve, a blocked attempt); None when it ran to its end."""
+    outcome: str = ""
+    """How the forked activation ended (``done``, ``suspended``, ``failed: ErrorType``)."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class ReplayResult:
     """Everything one replay established. Render it; never recompute a verdict from it."""
 
@@ -784,6 +815,9 @@ class ReplayResult:
     (reproduced, diverged, or a what-if that ran to its end)."""
     reference: ReferenceRun | None = None
     """The reference run's proved values beside this replay's (``ReferenceRun``), if one ran."""
+    fork: ForkRun | None = None
+    """A fork's facts (``--fork``): ``events``, ``intents``, ``outputs`` and ``memory_writes``
+    are then the traced trajectory beside the forked one, not a reproduction's."""
 
     @property
     def exit_code(self) -> int:

@@ -17,6 +17,7 @@ from replay_tui.render.literal import literal_text
 VERDICT_STYLES: dict[Verdict, str] = {
     Verdict.REPRODUCED: "bold black on green",
     Verdict.WHAT_IF: "bold black on cyan",
+    Verdict.FORK: "bold white on blue",
     Verdict.DIVERGED: "bold white on red",
     Verdict.IRREPRODUCIBLE: "bold black on yellow",
     Verdict.USAGE_ERROR: "bold white on magenta",

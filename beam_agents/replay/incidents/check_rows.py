@@ -64,6 +64,7 @@ SEVERITY = {
     Verdict.DIVERGED: 1,
     Verdict.IRREPRODUCIBLE: 2,
     Verdict.WHAT_IF: 3,
+    Verdict.FORK: 3,  # check runs no fork; a counterfactual ranks as a what-if would
     Verdict.REPRODUCED: 4,
 }
 """Each verdict's rank in ``check``'s order, worst first."""

@@ -16,7 +16,8 @@ Modules, and what each gives the floors above:
     agent_code     the only place agent code is imported (import_object, imported_already,
                    no_bytecode, ImportFailed), and where a path would import from (locate,
                    import_root, ancestors)
-    replay_inputs  ReplayInputs: one replay's inputs as objects, what the engine runs on
+    replay_inputs  ReplayInputs: one replay's inputs as objects, what the engine runs on;
+                   LoadedFork: a fork's value and provider, read and imported
 
 Nothing here imports another folder of replay: only the vocabulary and the core.
 """

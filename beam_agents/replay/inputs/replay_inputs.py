@@ -13,12 +13,28 @@ from beam_agents._protos import AgentEnvelope, StateSnapshot
 from beam_agents.agent import Agent
 from beam_agents.hitl import HitlPolicy
 from beam_agents.key_state import KeyState
+from beam_agents.provider import Provider
 from beam_agents.replay.inputs.traces import TraceSource
 from beam_agents.replay.naming import Naming
 from beam_agents.replay.options import Source
 from beam_agents.tools import ToolRegistry
 
-__all__ = ["ReplayInputs"]
+__all__ = ["LoadedFork", "ReplayInputs"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadedFork:
+    """A fork's inputs, read and imported (``options.ForkOptions``): what the call at ``at``
+    receives, before the traced event's kind says how to read it."""
+
+    at: int
+    value: str
+    """The value as text (given as UTF-8)."""
+    value_source: str
+    """Where it came from, for the report (``--set``, ``--set @FILE``)."""
+    provider: Provider | None = None
+    """What answers the continuation's uncached model calls (None: nothing does)."""
+    provider_path: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,6 +61,8 @@ class ReplayInputs:
     time_limit: float | None
     naming: Naming
     """How the caller named the inputs: the words refusals use for them."""
+    fork: LoadedFork | None = None
+    """Fork the activation (``--fork``) instead of reproducing it."""
     process_ends: bool = False
     """Run what agent code runs at interpreter exit before the judgement (the process ends
     after this replay: ``ReplayOptions.process_ends``)."""

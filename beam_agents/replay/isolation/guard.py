@@ -87,6 +87,7 @@ __all__ = [
     "keep_blocked",
     "late_attempts",
     "own_file_writes",
+    "provider_network",
     "record_operations",
     "still_running",
     "template_fork",
@@ -326,6 +327,9 @@ _OWN_WRITES: ContextVar[bool] = ContextVar("beam_agents_replay_own_writes", defa
 
 _GUARD = _Guard()
 
+_PROVIDER_NETWORK: ContextVar[bool] = ContextVar("beam_agents_replay_provider_network", default=False)
+"""Set by ``provider_network()``: a fork's ``--fork-provider`` is answering a model call."""
+
 
 def _where() -> tuple[str | None, int | None]:
     """The tool ``ctx.call`` is running and the next event index, from the ContextVars."""
@@ -352,6 +356,8 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
     sanctioned = _GUARD.sanctioned
     if sanctioned is not None and sanctioned == (event, threading.get_ident()):
         return  # a check template forking (or ending) one of its own workers
+    if event in _BLOCKED and _PROVIDER_NETWORK.get():
+        return  # the one network a fork may open: its provider's, named in the header
     describe = _BLOCKED.get(event) or _PROCESS.get(event)
     if event == "ctypes.dlopen" and args and args[0] is None:
         # ``import ctypes`` opens the process itself (``pythonapi``); resolving any symbol
@@ -524,6 +530,18 @@ def block_network() -> Iterator[list[NetworkAttempt]]:
         _running.allow_side_effects()
         with _GUARD.lock:
             _GUARD.collectors = tuple(c for c in _GUARD.collectors if c is not attempts)
+
+
+@contextmanager
+def provider_network() -> Iterator[None]:
+    """Inside: this context may resolve names and open connections (nothing else the guard
+    refuses): a fork's ``--fork-provider`` answering one model call, the only network a
+    replay may open. A thread started inside does not inherit it."""
+    token = _PROVIDER_NETWORK.set(True)
+    try:
+        yield
+    finally:
+        _PROVIDER_NETWORK.reset(token)
 
 
 @contextmanager

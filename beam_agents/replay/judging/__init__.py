@@ -8,7 +8,8 @@ Modules, and what each gives the floors above:
     end_check    outputs, memory and memory writes against the traced ACTIVATION_END
                  (check_end, EndCheck)
     judge        the verdict, from the events, the misses, the blocked attempts, the end
-                 check and the unseen reads, in that order (judge, Judgement)
+                 check and the unseen reads, in that order (judge, Judgement); a fork's
+                 (judge_fork, ForkRefused, fork_outcome)
     values       the plaintext behind every digest, marked (collect_values, freeze_errors,
                  value_text)
     reference    a reference run's values proved production's by the trace's digests

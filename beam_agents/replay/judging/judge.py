@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 
 from beam_agents._protos import TraceEvent
 from beam_agents.activation import ActivationFailure, ActivationResult
-from beam_agents.context import ProviderFailure, ToolMiss
+from beam_agents.context import ProviderFailure, ToolMiss, error_type_name
 from beam_agents.llm_cache import LookupStatus, ReplayCache
 from beam_agents.replay.isolation.guard import (
     NETWORK_OPERATIONS,
@@ -44,6 +44,7 @@ from beam_agents.replay.judging.compare import EventComparison, compare_events, 
 from beam_agents.replay.judging.end_check import EndCheck
 from beam_agents.replay.naming import REPLAYER, Input, Naming
 from beam_agents.replay.reconstruct.plan import Plan
+from beam_agents.replay.refusal import InputError
 from beam_agents.replay.result import (
     CacheMiss,
     Divergence,
@@ -59,7 +60,7 @@ from beam_agents.tool_cache import ToolCache, tool_cache_key
 from beam_agents.trace_events import ATTR_MEMORY_WRITES_SHA256, ATTR_OUTPUTS_SHA256, kind_name
 from beam_agents.trace_view import LlmCall, ToolCall, TraceView, decode
 
-__all__ = ["OTHER_SEQ", "Judgement", "judge"]
+__all__ = ["OTHER_SEQ", "ForkRefused", "Judgement", "fork_outcome", "judge", "judge_fork"]
 
 
 @dataclass(frozen=True)
@@ -802,3 +803,177 @@ def _judge_what_if(
         stop=stop,
         redacted_reason=redacted,
     )
+
+
+# ----------------------------------------------------------------------------------- a fork
+
+
+class ForkRefused(InputError):
+    """A fork that cannot be a fork of the traced activation: the events before the forked
+    one do not reproduce, or the forked call asks something else (exit 2)."""
+
+
+def _fork_label(event: TraceEvent) -> str:
+    return f"event {event.index} ({_event_label(event)})"
+
+
+def _same_request(traced: TraceEvent, replayed: TraceEvent) -> str:
+    """Empty when ``replayed`` asks what ``traced`` asked (the same model request, the same
+    tool with the same arguments), else what differs."""
+    if traced.kind != replayed.kind:
+        return f"the re-run made {_event_label(replayed)} there"
+    if traced.kind == TraceEvent.LLM_CALL:
+        if LlmCall.of(traced).cache_key != LlmCall.of(replayed).cache_key:
+            return "the re-run's model request there has another cache key (another request)"
+        return ""
+    mine, theirs = ToolCall.of(traced), ToolCall.of(replayed)
+    if replayed.name != traced.name:
+        return f"the re-run called tool {replayed.name!r} there"
+    if mine.args_sha256 != theirs.args_sha256:
+        return "the re-run called the tool with other arguments there"
+    return ""
+
+
+def judge_fork(
+    plan: Plan,
+    result: ActivationResult,
+    *,
+    at: int,
+    provider_path: str,
+    attempts: Sequence[NetworkAttempt],
+    cache: ReplayCache,
+    tool_cache: ToolCache,
+    naming: Naming = REPLAYER,
+) -> tuple[Judgement, int | None]:
+    """A fork's verdict, and the event where its continuation stopped (None: it ran to its end).
+
+    The events before ``at`` must reproduce the trace and the call at ``at`` must ask what
+    the traced one asked (else ``ForkRefused``, naming the first difference); after it
+    the continuation runs until a request nothing can serve (a model call the snapshot's
+    cache cannot serve and no ``provider_path`` answered, a recorded tool call its tool
+    cache cannot serve) or a blocked attempt: exit 3 naming it. Otherwise ``fork``
+    (exit 0), never ``reproduced``.
+
+    Raises:
+        ForkRefused: The prefix or the forked call does not reproduce (exit 2).
+    """
+    traced = plan.traced or ()
+    comparison = compare_events(traced, result.trace)
+    fork_flag = naming.given(Input.FORK, at)
+    forked = traced[at]
+    first = comparison.first_difference
+    if first is not None and first < at:
+        divergence = describe_divergence(comparison.pairs[first])
+        raise ForkRefused(
+            f"{fork_flag}: the re-run does not reproduce the events before the fork: "
+            f"{_divergence_reason(divergence)}",
+            "a fork rests on a prefix that reproduces the trace, verified event by event; "
+            "replay without the fork to see this divergence, or fork at an earlier event",
+        )
+    early = [a for a in attempts if not a.at_exit and (a.event_index or 0) <= at]
+    if early:
+        raise ForkRefused(
+            f"{fork_flag}: before the forked call, {_network_reason(early[0], len(early), naming)}",
+            "a fork rests on a prefix that reproduces the trace",
+        )
+    replayed = result.trace[at] if at < len(result.trace) else None
+    differs = (
+        "the re-run ended before it" if replayed is None else _same_request(forked, replayed)
+    )
+    if differs:
+        raise ForkRefused(
+            f"{fork_flag}: traced {_fork_label(forked)} is not the call the re-run made there: "
+            f"{differs}",
+            "a fork answers the traced call differently; it cannot answer another one",
+        )
+    answered = "its provider" if provider_path else "nothing"
+    stops: list[tuple[int, Judgement]] = []
+    failures = [f for f in result.provider_failures if f.event_index > at]
+    if failures:
+        failure = min(failures, key=lambda f: f.event_index)
+        miss = _cache_miss(failure, None, cache)
+        if provider_path:
+            why = (
+                f"the fork provider {provider_path} failed on the model call at event "
+                f"{failure.event_index} ({error_type_name(failure.error)})"
+            )
+        else:
+            why = (
+                f"the model call at event {failure.event_index} (key {failure.cache_key}) is not "
+                f"one the snapshot's cache can serve, and {answered} else may answer it; give "
+                f"{naming.name(Input.FORK_PROVIDER)} module:ATTR for the continuation"
+            )
+        stops.append(
+            (
+                failure.event_index,
+                Judgement(
+                    verdict=Verdict.IRREPRODUCIBLE,
+                    reason=f"the fork ended at event {failure.event_index}: {why}",
+                    comparison=comparison,
+                    cache_miss=miss,
+                    stop=StopCause.CACHE_MISS,
+                ),
+            )
+        )
+    misses = [m for m in result.tool_misses if m.event_index > at]
+    if misses:
+        tool_miss = _tool_miss(min(misses, key=lambda m: m.event_index), None, tool_cache)
+        stops.append(
+            (
+                tool_miss.event_index,
+                Judgement(
+                    verdict=Verdict.IRREPRODUCIBLE,
+                    reason=(
+                        f"the fork ended at event {tool_miss.event_index}: recorded tool "
+                        f"{tool_miss.tool!r} was called with arguments (args sha256 "
+                        f"{tool_miss.args_sha256}) the snapshot's tool cache holds no result "
+                        "for, and a fork runs no recorded tool"
+                    ),
+                    comparison=comparison,
+                    tool_miss=tool_miss,
+                    stop=StopCause.TOOL_MISS,
+                ),
+            )
+        )
+    late = [a for a in attempts if not a.at_exit and (a.event_index or 0) > at]
+    late += [a for a in attempts if a.at_exit]
+    if late:
+        attempt = late[0]
+        index = attempt.event_index if attempt.event_index is not None else len(result.trace)
+        stops.append(
+            (
+                index,
+                Judgement(
+                    verdict=Verdict.IRREPRODUCIBLE,
+                    reason=f"the fork ended at event {index}: "
+                    + _network_reason(attempt, len(late), naming),
+                    comparison=comparison,
+                    stop=StopCause.BLOCKED,
+                    redacted_reason=f"the fork ended at event {index}: "
+                    + _network_reason(attempt.redacted(), len(late), naming),
+                ),
+            )
+        )
+    if stops:
+        index, judgement = min(stops, key=lambda s: s[0])
+        return judgement, index
+    return (
+        Judgement(
+            verdict=Verdict.FORK,
+            reason=(
+                f"a counterfactual, not a reproduction: {_fork_label(forked)} received the "
+                f"given value instead of the traced answer; the {at} event(s) before it "
+                f"reproduced the trace (verified), and the forked activation ran to its end "
+                f"({fork_outcome(result)})"
+            ),
+            comparison=comparison,
+        ),
+        None,
+    )
+
+
+def fork_outcome(result: ActivationResult) -> str:
+    """How a forked activation ended: ``done``, ``suspended``, ``failed: ErrorType``."""
+    if isinstance(result, ActivationFailure):
+        return f"failed: {result.error_type}"
+    return "suspended" if result.suspended else "done"

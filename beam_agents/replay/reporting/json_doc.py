@@ -27,6 +27,7 @@ from beam_agents.replay.result import (
     ContinuationView,
     Divergence,
     EventPair,
+    ForkRun,
     MemoryWritesDigest,
     ReferenceRun,
     ReplayHeader,
@@ -288,6 +289,26 @@ def _fields(result: ReplayResult) -> dict[str, Any]:
         "memory_not_judged": result.memory_not_judged or None,
         "state": _state(result.state),
         "reference": _reference(result.reference),
+        "fork": _fork(result.fork),
+    }
+
+
+def _fork(f: ForkRun | None) -> dict[str, Any] | None:
+    """A fork's facts: the event answered differently, with what, and how it went on."""
+    if f is None:
+        return None
+    return {
+        "counterfactual": True,  # never a reproduction, whatever the exit code
+        "event_index": f.index,
+        "kind": f.kind,
+        "name": f.name,
+        "value": f.value,
+        "value_source": f.value_source,
+        "provider": f.provider_path or None,
+        "provider_calls": f.provider_calls,
+        "network": f"only {f.provider_path}'s model calls" if f.provider_path else "none",
+        "ended_at": f.ended_at,
+        "outcome": f.outcome,
     }
 
 

@@ -17,6 +17,7 @@ __all__ = ["VERDICT_TITLES", "duration", "key_label", "key_text", "not_judged", 
 VERDICT_TITLES: dict[Verdict, str] = {
     Verdict.REPRODUCED: "REPRODUCED",
     Verdict.WHAT_IF: "WHAT-IF",
+    Verdict.FORK: "FORK (a counterfactual, not a reproduction)",
     Verdict.DIVERGED: "DIVERGED",
     Verdict.IRREPRODUCIBLE: "IRREPRODUCIBLE",
     Verdict.USAGE_ERROR: "ERROR",

@@ -23,6 +23,7 @@ from beam_agents.replay.result import (
     BlobDigest,
     ContinuationView,
     Divergence,
+    ForkRun,
     MemoryWritesDigest,
     PendingIntentView,
     ReferenceRun,
@@ -32,6 +33,7 @@ from beam_agents.replay.result import (
     ValueList,
     WriteSet,
     event_values,
+    text_digest,
 )
 
 __all__ = ["REDACTED", "redact"]
@@ -145,6 +147,11 @@ def _reference(r: ReferenceRun | None) -> ReferenceRun | None:
     return replace(r, values={key: _value(v) for key, v in r.values.items()})
 
 
+def _fork(f: ForkRun | None) -> ForkRun | None:
+    """A fork's value (the operator's, but a value all the same) becomes its digest."""
+    return None if f is None else replace(f, value=text_digest(f.value))
+
+
 def redact(result: ReplayResult) -> ReplayResult:
     """``result`` with every value replaced by its digest (see the module docstring)."""
     return replace(
@@ -160,4 +167,5 @@ def redact(result: ReplayResult) -> ReplayResult:
         first_divergence=_divergence(result.first_divergence),
         reference=_reference(result.reference),
         memory_writes=_memory_writes(result.memory_writes),
+        fork=_fork(result.fork),
     )

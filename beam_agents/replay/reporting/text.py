@@ -21,6 +21,7 @@ from beam_agents.replay.result import (
     CacheMiss,
     Divergence,
     EventPairs,
+    ForkRun,
     IntentRow,
     Mark,
     MemoryWritesDigest,
@@ -34,6 +35,7 @@ from beam_agents.replay.result import (
     event_values,
     pair_counts,
 )
+from beam_agents.trace_events import kind_name
 from beam_agents.trace_view import ToolCall
 
 __all__ = [
@@ -42,6 +44,8 @@ __all__ = [
     "both_sides_text",
     "build_skew_line",
     "digest_note",
+    "fork_headline",
+    "fork_lines",
     "mark_text",
     "memory_writes_counts",
     "memory_writes_line",
@@ -102,7 +106,7 @@ def _yes(flag: bool) -> str:
     return "yes" if flag else "no"
 
 
-def _intent_line(row: IntentRow) -> str:
+def _intent_line(row: IntentRow, side: str = "replayed") -> str:
     extra = []
     if row.requires_approval:
         extra.append("approval required")
@@ -120,8 +124,8 @@ def _intent_line(row: IntentRow) -> str:
     tail = f"  ({', '.join(extra)})" if extra else ""
     return (
         f"    {escape(row.intent_id)}  {escape(row.tool)}  "
-        f"staged: traced {_yes(row.traced_staged)} / replayed {_yes(row.replayed_staged)}  "
-        f"released: traced {_yes(row.traced_released)} / replayed {_yes(row.replayed_released)}"
+        f"staged: traced {_yes(row.traced_staged)} / {side} {_yes(row.replayed_staged)}  "
+        f"released: traced {_yes(row.traced_released)} / {side} {_yes(row.replayed_released)}"
         f"{tail}{mark}"
     )
 
@@ -228,9 +232,15 @@ def reference_line(reference: ReferenceRun) -> str:
     )
 
 
-def _failure_lines(result: ReplayResult, *, width: int | None = VALUE_WIDTH) -> list[str]:
-    """A failed re-run: the exception's type, message and the agent-code line that raised it."""
+def _failure_lines(
+    result: ReplayResult, *, width: int | None = VALUE_WIDTH, last_replayed: bool = False
+) -> list[str]:
+    """A failed re-run: the exception's type, message and the agent-code line that raised it
+    (``last_replayed``: at the re-run's last event, which a fork's can reach before the
+    trace's last)."""
     last = result.events[-1] if result.events else None
+    if last_replayed:
+        last = next((p for p in reversed(result.events) if p.replayed is not None), None)
     if last is None or last.replayed is None or last.replayed.kind != TraceEvent.ACTIVATION_FAILED:
         return []
     failed = [
@@ -483,6 +493,68 @@ def _memory_writes_lines(writes: MemoryWritesDigest, *, width: int | None) -> li
     return lines
 
 
+FORK_EVENT_ROWS = 40
+"""How many events after the fork point the report lists, traced beside forked."""
+
+
+def fork_headline(fork: ForkRun) -> str:
+    """The header's plain statement that a fork is a counterfactual, never a reproduction."""
+    return (
+        f"  FORK: a counterfactual, not a reproduction: event {fork.index} ({escape(fork.kind)} "
+        f"{escape(repr(fork.name))}) received the value of {escape(fork.value_source)} instead "
+        "of the traced answer"
+    )
+
+
+def _event_cell(event: TraceEvent | None) -> str:
+    if event is None:
+        return "-"
+    return f"{kind_name(event.kind)} {escape(repr(event.name))}"
+
+
+def fork_lines(result: ReplayResult, fork: ForkRun, *, width: int | None = VALUE_WIDTH) -> list[str]:
+    """The fork's value, what the continuation could call, and the events after the fork
+    point, traced beside forked (the ledger, outputs and memory writes follow as in any report)."""
+    value = escape(fork.value)
+    if width is not None and len(value) > width:
+        value = value[:width] + "…"
+    lines = [
+        f"  fork value: {value}",
+        f"  fork prefix: the {fork.index} event(s) before it reproduced the trace (verified by "
+        "its digests)",
+    ]
+    if fork.provider_path:
+        lines.append(
+            f"  fork continuation: identical requests served from the snapshot's caches; the "
+            f"others answered by {escape(fork.provider_path)} ({fork.provider_calls} call(s)), "
+            "the only network this run may open"
+        )
+    else:
+        lines.append(
+            "  fork continuation: served from the snapshot's caches only (no network); a request "
+            "they cannot serve ends the fork"
+        )
+    if fork.ended_at is not None:
+        lines.append(f"  fork ended at event {fork.ended_at}, short of the activation's end")
+    else:
+        lines.append(f"  fork outcome: {escape(fork.outcome)}")
+    pairs = result.events
+    rows = [p for p in pairs[fork.index :] if p.differs or p.index == fork.index]
+    if rows:
+        lines.append("  events from the fork on (traced | forked):")
+        for pair in rows[:FORK_EVENT_ROWS]:
+            note = "  <- the fork" if pair.index == fork.index else "  <- differs"
+            lines.append(
+                f"    {pair.index}  {_event_cell(pair.traced)} | {_event_cell(pair.replayed)}{note}"
+            )
+        if len(rows) > FORK_EVENT_ROWS:
+            lines.append(f"    … {len(rows) - FORK_EVENT_ROWS} more that differ (--json lists all)")
+    if result.memory_writes is not None and result.memory_writes.differences:
+        lines.append("  memory writes, traced vs forked:")
+        lines.extend(f"    {escape(line)}" for line in result.memory_writes.differences)
+    return lines
+
+
 def render_report(result: ReplayResult, *, full_values: bool = False) -> str:
     """The headless report (stdout) for any verdict but a usage error.
 
@@ -498,6 +570,7 @@ def render_report(result: ReplayResult, *, full_values: bool = False) -> str:
         f"  key:    {h.entity_key.hex() if h.entity_key is not None else '-'}"
         f"  seq: {_unknown(h.seq)}  now_ms: {_unknown(h.now_ms)}",
         f"  kind:   {_unknown(h.kind)}",
+        *([fork_headline(result.fork)] if result.fork is not None else []),
         verdict_line(result),
         f"  provider calls: {result.provider_calls}{_provider_calls_note(result)}",
     ]
@@ -518,13 +591,15 @@ def render_report(result: ReplayResult, *, full_values: bool = False) -> str:
         lines.append(reference_line(result.reference))
     # A refusal (migration gap, continuation gone) carries its advice in ``error``.
     lines.append(f"  reason: {escape(result.error or result.reason)}")
-    lines.extend(_failure_lines(result, width=width))
+    if result.fork is not None:
+        lines.extend(fork_lines(result, result.fork, width=width))
+    lines.extend(_failure_lines(result, width=width, last_replayed=result.fork is not None))
     if result.values_error:
         lines.append(
             f"  values: not shown — decoding them failed ({escape(result.values_error)}); "
             "the verdict does not depend on them. Please report this"
         )
-    if result.first_divergence is not None:
+    if result.first_divergence is not None and result.fork is None:
         lines.extend(_divergence_lines(result.first_divergence, result, width=width))
     if result.cache_miss is not None:
         lines.extend(_miss_lines(result.cache_miss, result, width=width))
@@ -591,8 +666,9 @@ def render_report(result: ReplayResult, *, full_values: bool = False) -> str:
         else:
             lines.append(f"  events: {traced} traced, {replayed} replayed, {differing} differ")
     if result.intents:
-        lines.append("  intents:")
-        lines.extend(_intent_line(row) for row in result.intents)
+        side = "replayed" if result.fork is None else "forked"
+        lines.append("  intents:" if result.fork is None else "  intents (the ledger, traced | forked):")
+        lines.extend(_intent_line(row, side) for row in result.intents)
     return escape_lines(lines)
 
 
