@@ -553,3 +553,247 @@ def test_the_doctor_names_v3s_two_faults_at_their_lines_and_nothing_in_v1(
     ), v3
     assert "| 2 finding(s)" in v3 and "exit code 1   ok" in v3
     assert "| clean: no finding" in v1 and "exit code 0   ok" in v1
+
+
+# --------------------------------------------------------------------------------- the fork
+
+_TRIAGE_OTHER = '{"intent": "other", "order_id": "B-2001"}'
+"""A triage answer that is not a refund (the demo's model answers ``"intent": "refund"``)."""
+_SCRIPTED_MODEL = ("--fork-provider", "examples.support_desk.model:make_provider")
+
+
+def _replay_refund_v1(out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    """The refund incident (Bob's refund replayed with agent v1, the one that ran)."""
+    snapshot = out / "snapshots" / f"{b'customer-bob'.hex()}-3-incident-refund-bob.pb"
+    argv = [
+        str(Path(sys.executable).parent / "beam-agents-replay"),
+        "--snapshot", str(snapshot),
+        "--traces", str(out / "traces"),
+        "--event", str(out / "events" / "msg-bob-1.pb"),
+        "--agent", "examples.support_desk.agent:AGENT",
+        "--registry", "examples.support_desk.tools:TOOLS",
+        "--seq", "1",
+    ]  # fmt: skip
+    return subprocess.run(
+        [*argv, *extra], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+def _ledger(stdout: str) -> dict[str, str]:
+    section = stdout.split("  intents (the ledger, traced | forked):\n", 1)[1]
+    return {line.split()[0]: line for line in section.splitlines() if line.startswith("    in-")}
+
+
+def test_a_fork_of_the_refund_incident_at_its_model_call_with_deny_drops_the_refund_intent(
+    demo: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    from examples.support_desk.stream import BOB_REFUND_INTENT
+
+    out, _ = demo
+    # Unforked, the same activation reproduces and stages the refund (the control).
+    plain = json.loads(_replay_refund_v1(out, "--json").stdout)
+    assert plain["verdict"] == "reproduced"
+    refund = {row["intent_id"]: row for row in plain["intents"]}[BOB_REFUND_INTENT]
+    assert refund["tool"] == "issue_refund" and refund["replayed_staged"]
+
+    headless = _replay_refund_v1(out, "--fork", "1", "--set", "deny")
+    assert headless.returncode == 0, headless.stderr
+    lines = headless.stdout.splitlines()
+    assert lines[4].startswith("  FORK: a counterfactual, not a reproduction: event 1 (LLM_CALL")
+    assert lines[5] == "fork"
+    assert "reproduced" not in (lines[5], lines[6]) and "REPRODUCED" not in headless.stdout
+    ledger = _ledger(headless.stdout)
+    assert "issue_refund  staged: traced yes / forked no" in ledger[BOB_REFUND_INTENT]
+    assert ledger[BOB_REFUND_INTENT].endswith("<- differs")
+    assert "  fork value: deny" in lines
+    assert "  fork outcome: failed: json.decoder.JSONDecodeError" in lines  # v1 parses triage
+
+    document = json.loads(_replay_refund_v1(out, "--json", "--fork", "1", "--set", "deny").stdout)
+    assert (document["verdict"], document["exit_code"]) == ("fork", 0)
+    fork = document["fork"]
+    assert fork["counterfactual"] and fork["event_index"] == 1 and fork["kind"] == "LLM_CALL"
+    assert (fork["value"], fork["network"], fork["ended_at"]) == ("deny", "none", None)
+    refund = {row["intent_id"]: row for row in document["intents"]}[BOB_REFUND_INTENT]
+    assert refund["traced_staged"] and not refund["replayed_staged"]
+    forked_response = next(
+        v for v in document["values"] if (v["event_index"], v["path"]) == (1, "response.text")
+    )
+    assert forked_response["value"] == "deny" and forked_response["mark"] == "differs"
+
+    redacted = _replay_refund_v1(out, "--redact", "--fork", "1", "--set", "deny")
+    assert redacted.returncode == 0
+    assert "deny" not in redacted.stdout and "  fork value: sha256:" in redacted.stdout
+
+
+def test_a_forks_continuation_ends_at_an_uncached_model_call_unless_a_fork_provider_answers(
+    demo: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    from examples.support_desk.stream import BOB_REFUND_INTENT
+
+    out, _ = demo
+    ended = _replay_refund_v1(out, "--fork", "1", "--set", _TRIAGE_OTHER)
+    assert ended.returncode == 3, ended.stderr
+    assert ended.stdout.splitlines()[5] == "irreproducible"
+    assert "  reason: the fork ended at event 3: the model call at event 3 (key " in ended.stdout
+    assert "give --fork-provider module:ATTR for the continuation" in ended.stdout
+
+    ran = _replay_refund_v1(out, "--fork", "1", "--set", _TRIAGE_OTHER, *_SCRIPTED_MODEL)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.splitlines()[5] == "fork"
+    assert (
+        "answered by examples.support_desk.model:make_provider (1 call(s)), the only network "
+        "this run may open" in ran.stdout
+    )
+    assert "  fork outcome: done" in ran.stdout
+    assert "staged: traced yes / forked no" in _ledger(ran.stdout)[BOB_REFUND_INTENT]
+    document = json.loads(
+        _replay_refund_v1(out, "--json", "--fork", "1", "--set", _TRIAGE_OTHER, *_SCRIPTED_MODEL)
+        .stdout
+    )
+    assert document["fork"]["provider_calls"] == 1 and document["fork"]["outcome"] == "done"
+    # The traced activation suspended with no output; the fork replied and ended.
+    assert len(document["outputs"]) == 1
+    reply = json.loads(bytes.fromhex(document["outputs"][0]["hex"]))
+    assert reply["text"].startswith("You're welcome, Bob!")
+    writes = document["memory_writes"]
+    assert writes["mark"] == "differs"
+    said = "\n".join(writes["differences"])
+    assert "changed: 'turn.000001'" in said and "root['refund_intent']" in said
+
+
+def test_a_fork_at_a_tool_call_hands_the_agent_the_given_result(
+    demo: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    from examples.support_desk.stream import BOB_REFUND_INTENT
+
+    out, _ = demo
+    not_found = '{"found": false}'
+    done = _replay_refund_v1(out, "--fork", "2", "--set", not_found, *_SCRIPTED_MODEL)
+    assert done.returncode == 0, done.stderr
+    assert "event 2 (TOOL_CALL 'lookup_order') received the value of --set" in done.stdout
+    assert "staged: traced yes / forked no" in _ledger(done.stdout)[BOB_REFUND_INTENT]
+    document = json.loads(
+        _replay_refund_v1(out, "--json", "--fork", "2", "--set", not_found, *_SCRIPTED_MODEL).stdout
+    )
+    result = next(v for v in document["values"] if (v["event_index"], v["path"]) == (2, "result"))
+    assert result["value"] == {"found": False} and result["mark"] == "differs"
+    reply = json.loads(bytes.fromhex(document["outputs"][0]["hex"]))
+    assert "I couldn't find an order B-2001" in reply["text"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (("--fork", "99", "--set", "x"), "--fork 99: seq 1's trace has events 0 to 8; its calls: "),
+        (("--fork", "3", "--set", "x"), "--fork 3: event 3 is INTENT_STAGED 'issue_refund', not a"),
+        (("--fork", "0", "--set", "x"), "event 0 is ACTIVATION_START"),
+        (("--fork", "2", "--set", "not json"), "event 2 is a tool call, whose value is its result"),
+        (("--fork", "-1", "--set", "x"), "--fork must be an event index (0 or more"),
+        (("--fork", "1"), "--fork 1 needs --set VALUE (or --set @FILE)"),
+        (("--set", "x"), "--set belongs to a fork: give --fork N"),
+        (("--fork", "1", "--set", "@/dev/zero"), "--set @/dev/zero is a device, not a regular"),
+        (("--fork", "1", "--set", "@"), "--set @ names no file"),
+        (("--fork", "1", "--set", "x", "--reference", "examples.support_desk.agent:AGENT"),
+         "--fork and --reference do not go together"),
+        (("--fork", "1", "--set", "x", "--fork-provider", "examples.support_desk.tools:TOOLS"),
+         "is a ToolRegistry, not a model provider"),
+    ],
+)  # fmt: skip
+def test_a_fork_refuses_what_it_cannot_fork_in_one_paragraph(
+    demo: tuple[Path, subprocess.CompletedProcess[str]], extra: tuple[str, ...], said: str
+) -> None:
+    out, _ = demo
+    done = _replay_refund_v1(out, *extra)
+    assert done.returncode == 2 and done.stdout == ""
+    assert said in done.stderr and "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1  # one paragraph
+
+
+def test_a_forks_value_file_is_refused_when_special_huge_or_not_utf8(
+    demo: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
+    out, _ = demo
+    fifo = tmp_path / "answer.fifo"
+    os.mkfifo(fifo)
+    done = _replay_refund_v1(out, "--fork", "1", "--set", f"@{fifo}")  # would block if opened
+    assert done.returncode == 2 and "is a FIFO (named pipe), not a regular file" in done.stderr
+    latin1 = tmp_path / "answer.txt"
+    latin1.write_bytes(b"caf\xe9")
+    done = _replay_refund_v1(out, "--fork", "1", "--set", f"@{latin1}")
+    assert done.returncode == 2
+    assert f"--set @{latin1}: the value is not UTF-8 text (byte 3 is 0xe9)" in done.stderr
+    big = tmp_path / "big.txt"
+    big.write_bytes(b"x" * 64)
+    env_done = subprocess.run(
+        [sys.executable, "-c", "import sys; from beam_agents.cli import main; sys.exit(main())",
+         "--snapshot", str(out / "snapshots" / f"{b'customer-bob'.hex()}-3-incident-refund-bob.pb"),
+         "--traces", str(out / "traces"), "--event", str(out / "events" / "msg-bob-1.pb"),
+         "--agent", "examples.support_desk.agent:AGENT",
+         "--registry", "examples.support_desk.tools:TOOLS", "--seq", "1",
+         "--fork", "1", "--set", f"@{big}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "BEAM_AGENTS_REPLAY_MAX_FORK_VALUE_BYTES": "16"},
+    )  # fmt: skip
+    assert env_done.returncode == 2
+    assert "is larger than the 16-byte cap for --set inputs" in env_done.stderr
+    assert "BEAM_AGENTS_REPLAY_MAX_FORK_VALUE_BYTES" in env_done.stderr
+    # Undecodable bytes on the command line itself are named too (argv arrives as bytes).
+    raw = subprocess.run(
+        [os.fsencode(str(Path(sys.executable).parent / "beam-agents-replay")),
+         b"--snapshot", os.fsencode(out / "snapshots" / f"{b'customer-bob'.hex()}-3-incident-refund-bob.pb"),
+         b"--traces", os.fsencode(out / "traces"), b"--event", os.fsencode(out / "events" / "msg-bob-1.pb"),
+         b"--agent", b"examples.support_desk.agent:AGENT",
+         b"--registry", b"examples.support_desk.tools:TOOLS", b"--seq", b"1",
+         b"--fork", b"1", b"--set", b"caf\xe9"],
+        cwd=ROOT, capture_output=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert raw.returncode == 2
+    assert b"--set: the value is not UTF-8 text (byte 3 is 0xe9)" in raw.stderr
+
+
+def test_a_fork_whose_prefix_does_not_reproduce_is_refused_naming_the_first_difference(
+    demo: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    out, _ = demo
+    done = _replay_refund_v2(out, "--fork", "4", "--set", "hello")  # v2 diverges at event 2
+    assert done.returncode == 2 and done.stdout == ""
+    assert (
+        "--fork 4: the re-run does not reproduce the events before the fork: event 2 "
+        "(TOOL_CALL 'lookup_order') differs: attributes['beam_agents.args_sha256']" in done.stderr
+    )
+    # At the divergence itself the call asks something else: no fork of another call either.
+    done = _replay_refund_v2(out, "--fork", "2", "--set", "{}")
+    assert done.returncode == 2
+    assert "is not the call the re-run made there: the re-run called the tool with other" in (
+        done.stderr
+    )
+
+
+def test_check_refuses_a_fork_and_a_bundle_forks_with_consent(
+    demo: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    out, _ = demo
+    program = str(Path(sys.executable).parent / "beam-agents-replay")
+    check = subprocess.run(
+        [program, "check", str(out / "bundles"), "--fork", "1", "--set", "deny"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert check.returncode == 2 and "check does not fork (--fork, --set)" in check.stderr
+    bundle = [program, str(out / "bundles" / "refund-v1.bundle"), "--seq", "1"]
+    fork = ["--fork", "1", "--set", "deny"]
+    refused = subprocess.run(
+        [*bundle, *fork], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert refused.returncode == 2 and "--import-recorded" in refused.stderr
+    ran = subprocess.run(
+        [*bundle, *fork, "--import-recorded"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.splitlines()[5] == "fork"
+    # With --agent the bundle's recorded agent would be the reference; a fork runs none.
+    other = subprocess.run(
+        [*bundle, *fork, "--agent", "examples.support_desk.agent:AGENT", "--import-recorded"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert other.returncode == 0 and "reference:" not in other.stdout

@@ -255,7 +255,8 @@ def fork_options(ns: argparse.Namespace, prog: str = PROG) -> ForkOptions | None
         given = [flag for flag, v in (("--set", value), ("--fork-provider", provider)) if v]
         if given:
             raise UsageError(
-                f"{' and '.join(given)} belong to a fork: give --fork N (the event to answer "
+                f"{' and '.join(given)} {'belongs' if len(given) == 1 else 'belong'} to a "
+                "fork: give --fork N (the event to answer "
                 "differently) too",
                 prog,
             )

@@ -139,3 +139,21 @@ def test_an_attempt_inside_a_tool_names_the_tool_and_its_event(listener: socket.
     assert result.trace[1].name == "fetch_rate"
     assert "tool 'fetch_rate'" in attempts[0].describe()
     assert not received_connection(listener)
+
+
+def test_a_forks_provider_may_connect_and_only_inside_its_call(listener: socket.socket) -> None:
+    # docs/replay.md, "A fork": a real --fork-provider is the only network a replay may open.
+    from beam_agents.replay.isolation.guard import provider_network
+
+    host, port = address(listener)
+    with block_network() as attempts:
+        with provider_network(), socket.create_connection((host, port), timeout=2):
+            assert received_connection(listener, wait_s=2)
+        with socket.socket() as client, pytest.raises(NetworkBlockedError):
+            client.connect((host, port))  # the provider's call is over: blocked again
+        with provider_network(), pytest.raises(PermissionError):
+            import subprocess
+
+            subprocess.run(["true"], check=False)  # network only, never a process
+    assert [a.operation for a in attempts][:1] == ["socket.connect"]
+    assert all(a.operation != "socket.getaddrinfo" for a in attempts)
