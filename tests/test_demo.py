@@ -797,3 +797,46 @@ def test_check_refuses_a_fork_and_a_bundle_forks_with_consent(
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert other.returncode == 0 and "reference:" not in other.stdout
+
+
+async def test_the_tui_opens_a_fork_with_its_verdict_and_the_ledger_traced_beside_forked(
+    demo: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    import html
+
+    from beam_agents.cli.parsing import CLI_NAMING
+    from beam_agents.replay.engine import replay
+    from beam_agents.replay.options import ForkOptions, ReplayOptions
+    from examples.support_desk.stream import BOB_REFUND_INTENT
+    from replay_tui.app import ReplayApp
+
+    out, _ = demo
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))  # examples.support_desk, as the CLI imports it
+    options = ReplayOptions(
+        snapshot=str(out / "snapshots" / f"{b'customer-bob'.hex()}-3-incident-refund-bob.pb"),
+        traces=(str(out / "traces"),),
+        event=str(out / "events" / "msg-bob-1.pb"),
+        agent="examples.support_desk.agent:AGENT",
+        registry="examples.support_desk.tools:TOOLS",
+        seq=1,
+        fork=ForkOptions(at=1, value=b"deny"),
+        naming=CLI_NAMING,
+    )
+    result = replay(options)
+    assert result.exit_code == 0 and result.fork is not None
+
+    def screen_text(app: ReplayApp) -> str:
+        svg = app.export_screenshot()
+        return html.unescape(re.sub(r"<[^>]+>", "", svg)).replace("\xa0", " ")
+
+    app = ReplayApp(result)
+    async with app.run_test(size=(180, 48)) as pilot:
+        await pilot.pause()
+        screen = screen_text(app)
+        assert "FORK (a counterfactual, not a reproduction)" in screen and "REPRODUCED" not in screen
+        assert "fork: a counterfactual, not a reproduction" in screen
+        await pilot.press("i")
+        await pilot.pause()
+        row = next(r for r in screen_text(app).splitlines() if BOB_REFUND_INTENT in r)
+        assert "≠" in row and re.search(r"issue_refund\s+yes\s+no\s", row)

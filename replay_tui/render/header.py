@@ -11,7 +11,7 @@ from rich.text import Text
 from beam_agents.agent_build import describe_build
 from beam_agents.replay.reporting.escape import escape
 from beam_agents.replay.reporting.labels import VERDICT_TITLES, key_text, utc_time
-from beam_agents.replay.result import ReferenceRun, ReplayHeader, ReplayResult, Verdict
+from beam_agents.replay.result import ForkRun, ReferenceRun, ReplayHeader, ReplayResult, Verdict
 from replay_tui.render.literal import literal_text
 
 VERDICT_STYLES: dict[Verdict, str] = {
@@ -112,6 +112,22 @@ def reference_header_line(reference: ReferenceRun) -> Text:
         )
         line.append(f"{escape(reference.verdict)}{where} itself", style="bold yellow")
         line.append(f": only the {len(reference.values)} values it proves are shown")
+    return line
+
+
+def fork_header_line(fork: ForkRun) -> Text:
+    """A fork: which event received what, and that the replayed column is the forked run."""
+    line = Text()
+    line.append("fork: a counterfactual, not a reproduction", style="bold blue")
+    _field(line, "event", f"{fork.index} {fork.kind} {fork.name!r}")
+    _field(line, "received", fork.value if len(fork.value) <= 60 else fork.value[:60] + "…")
+    line.append(f" ({escape(fork.value_source)})", style=DIM)
+    _field(
+        line,
+        "continuation",
+        f"caches, then {fork.provider_path}" if fork.provider_path else "the snapshot's caches only",
+    )
+    line.append("   the replayed column is the forked run", style=DIM)
     return line
 
 

@@ -8,6 +8,7 @@ from textual.widgets import Static
 from beam_agents.replay.result import ReplayResult
 from replay_tui.render.header import (
     build_skew_header_line,
+    fork_header_line,
     header_lines,
     reference_header_line,
     verdict_banner,
@@ -23,6 +24,8 @@ class ReplayHeaderPanel(Static):
             lines.append(build_skew_header_line(result.header))
         if result.reference is not None:
             lines.append(reference_header_line(result.reference))
+        if result.fork is not None:
+            lines.append(fork_header_line(result.fork))
         super().__init__(Text("\n").join(lines), id=id)
 
 
