@@ -57,13 +57,14 @@ CLI_NAMING = Naming(
 (the replay package takes this from its caller; docs/index.md, "How the code is laid out")."""
 EXIT_CODES_HELP = f"""\
 exit codes:
-  0  reproduced: the re-run matched the traced record (also: a what-if of a pending resume)
+  0  reproduced: the re-run matched the traced record (also: a what-if of a pending resume,
+     and a fork run to its end: verdict fork, a counterfactual, never "reproduced")
   1  diverged: the first diverging event is printed as a structured diff
   2  usage or configuration error, inputs that do not belong together, or a snapshot
      newer than the installed package
   3  irreproducible: a cache miss, a digest-only entry, a migration gap, a blocked network
      call, a resume whose continuation is no longer in the snapshot, or agent code that ran
-     past --time-limit
+     past --time-limit; a fork whose continuation met a request nothing may serve
 137 (killed by SIGKILL, no verdict): agent code held the interpreter past twice
      --time-limit; replay's watchdog said so on standard error and ended the process
 

@@ -113,6 +113,7 @@ def open_tui(
             ("--event", options.event),
             *(("--traces", t) for t in options.traces),
             *(("--events", e) for e in options.events),
+            ("--set @", options.fork.value_file if options.fork is not None else None),
         )
         if isinstance(value, str) and value == "-"
     ]
@@ -140,7 +141,9 @@ def open_tui(
             "JSON document)",
             f"{PROG} tui",
         )
-    if seqs is None:
+    if options.fork is not None:
+        seqs = ()  # a fork is of one activation: its event index means nothing in another
+    elif seqs is None:
         seqs = _replayable_seqs(options)
     switch_fd = os.environ.pop(SWITCH_FD_ENV, None)
     if len(seqs) > 1 and switch_fd is None and PROCESS_LIFE["isolate"]:

@@ -130,6 +130,30 @@ def report_markdown(result: ReplayResult, *, selected: int | None = None) -> str
     lines += [
         "",
     ]
+    fork = result.fork
+    if fork is not None:
+        continuation = (
+            f"the snapshot's caches, then {fork.provider_path} ({fork.provider_calls} call(s))"
+            if fork.provider_path
+            else "the snapshot's caches only (no network)"
+        )
+        ended = (
+            f"ended at event {fork.ended_at}" if fork.ended_at is not None else fork.outcome
+        )
+        lines += [
+            "## Fork: a counterfactual, not a reproduction",
+            "",
+            "| | |",
+            "| --- | --- |",
+            f"| event | {fork.index} {_md(fork.kind)} {_md(fork.name)} |",
+            f"| received | {_md(fork.value)} ({_md(fork.value_source)}) |",
+            f"| before it | the {fork.index} event(s) reproduced the trace (verified) |",
+            f"| continuation | {_md(continuation)} |",
+            f"| outcome | {_md(ended)} |",
+            "",
+            "The replayed side below is the forked run.",
+            "",
+        ]
     if result.error:
         lines += ["## Error", "", *md_fence(result.error), ""]
     div = result.first_divergence

@@ -643,7 +643,12 @@ def render_report(result: ReplayResult, *, full_values: bool = False) -> str:
     if h.continuation_source:
         trigger += f"  continuation: {escape(h.continuation_source)}"
     lines.append(trigger)
-    if h.provider:
+    if h.provider and result.fork is not None and result.fork.provider_path:
+        lines.append(
+            f"  provider: {escape(h.provider)} (the cache keys' name; the fork's uncached model "
+            f"calls went to {escape(result.fork.provider_path)})"
+        )
+    elif h.provider:
         lines.append(
             f"  provider: {escape(h.provider)} (replay's provider of that name serves nothing)"
         )
