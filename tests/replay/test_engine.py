@@ -8,6 +8,7 @@ import json
 import select
 import socket
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import replay_agents as ra
@@ -697,3 +698,52 @@ def test_a_snapshot_exported_while_the_key_waits_says_so_in_the_header_and_ls() 
     assert "1 envelope in its inbox" in render_report(result)
     listing = render_listing(list_activations([history.trace_bytes()], snapshot=snapshot))
     assert f"snapshot at seq 1; waiting: {said}" in listing.splitlines()[0]
+
+
+def test_a_fork_provider_answers_only_after_the_fork_and_only_there_opens_the_network() -> None:
+    # docs/replay.md, "A fork": before the forked event only the snapshot serves.
+    from beam_agents._protos import LlmResponse
+    from beam_agents.replay.engine import ForkProvider
+    from beam_agents.replay.isolation import guard
+    from beam_agents.testing import chat_request
+
+    seen: list[bool] = []
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+
+    class Inner:
+        name = "real"
+
+        def complete(self, request: object) -> LlmResponse:
+            with socket.create_connection(server.getsockname()[:2], timeout=5):
+                seen.append(True)  # the guard let the provider's own connection through
+            return LlmResponse(text="live")
+
+    provider = ForkProvider("traced-name", Inner(), after=3)
+    request = chat_request("m", ("user", "hi"))
+    with guard.block_network() as attempts:
+        _complete_at(provider, request, ((2, False), (3, False), (4, True)))
+    server.close()
+    assert attempts == []
+    assert (provider.refused, provider.calls, seen) == (2, 1, [True])
+    assert provider.name == "traced-name"  # the cache keys stay the trace's
+
+
+def _complete_at(provider: Any, request: Any, calls: Any) -> None:
+    """``provider.complete(request)`` as if the activation had recorded so many events."""
+    from types import SimpleNamespace
+
+    from beam_agents import _running
+    from beam_agents.errors import CacheMissError as Miss
+
+    for events, answered in calls:
+        token = _running.ACTIVATION.set(SimpleNamespace(events=[None] * events))
+        try:
+            if answered:
+                assert provider.complete(request).text == "live"
+            else:
+                with pytest.raises(Miss):
+                    provider.complete(request)
+        finally:
+            _running.ACTIVATION.reset(token)
