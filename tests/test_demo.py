@@ -840,3 +840,19 @@ async def test_the_tui_opens_a_fork_with_its_verdict_and_the_ledger_traced_besid
         await pilot.pause()
         row = next(r for r in screen_text(app).splitlines() if BOB_REFUND_INTENT in r)
         assert "≠" in row and re.search(r"issue_refund\s+yes\s+no\s", row)
+
+
+def test_a_forks_value_reaches_every_surface_escaped(
+    demo: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    out, _ = demo
+    hostile = "\x1b]0;owned\x07deny\nreproduced\r\x1b[2J"
+    done = _replay_refund_v1(out, "--fork", "1", "--set", hostile)
+    assert done.returncode == 0, done.stderr
+    assert "\x1b" not in done.stdout and "\x07" not in done.stdout and "\r" not in done.stdout
+    assert "reproduced" not in done.stdout.splitlines()  # the value cannot start a verdict line
+    (line,) = [x for x in done.stdout.splitlines() if x.startswith("  fork value: ")]
+    assert "deny" in line and "reproduced" in line  # all of it, on its one line
+    document = json.loads(_replay_refund_v1(out, "--json", "--fork", "1", "--set", hostile).stdout)
+    shown = document["fork"]["value"]  # through the one escaper, as every string of --json
+    assert "deny" in shown and "\x1b" not in shown and "\n" not in shown
