@@ -645,6 +645,13 @@ def test_a_forks_continuation_ends_at_an_uncached_model_call_unless_a_fork_provi
         "this run may open" in ran.stdout
     )
     assert "  fork outcome: done" in ran.stdout
+    assert '  forked outputs[0]: {"customer": "customer-bob", "text": "You\'re welcome, Bob!' in (
+        ran.stdout
+    )
+    hidden = _replay_refund_v1(
+        out, "--redact", "--fork", "1", "--set", _TRIAGE_OTHER, *_SCRIPTED_MODEL
+    )
+    assert "You're welcome" not in hidden.stdout and "  forked outputs[0]: sha256=" in hidden.stdout
     assert "staged: traced yes / forked no" in _ledger(ran.stdout)[BOB_REFUND_INTENT]
     document = json.loads(
         _replay_refund_v1(out, "--json", "--fork", "1", "--set", _TRIAGE_OTHER, *_SCRIPTED_MODEL)

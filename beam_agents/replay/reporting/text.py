@@ -549,6 +549,15 @@ def fork_lines(result: ReplayResult, fork: ForkRun, *, width: int | None = VALUE
             )
         if len(rows) > FORK_EVENT_ROWS:
             lines.append(f"    … {len(rows) - FORK_EVENT_ROWS} more that differ (--json lists all)")
+    for i, output in enumerate(result.outputs):
+        # What the fork emitted (the trace holds only digests of production's outputs).
+        if output.size and not output.payload:  # --redact kept only the digest
+            lines.append(f"  forked outputs[{i}]: sha256={output.sha256}")
+            continue
+        text = escape(output.payload.decode("utf-8", "backslashreplace"))
+        if width is not None and len(text) > width:
+            text = text[:width] + "…"
+        lines.append(f"  forked outputs[{i}]: {text}")
     if result.memory_writes is not None and result.memory_writes.differences:
         lines.append("  memory writes, traced vs forked:")
         lines.extend(f"    {escape(line)}" for line in result.memory_writes.differences)
