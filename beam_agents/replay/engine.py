@@ -383,8 +383,8 @@ def plan_fork(fork: LoadedFork, plan: Plan, naming: Naming) -> ForkAnswer:
         raise InputError(
             f"{fork.value_source}: event {fork.at} is a tool call, whose value is its result "
             f"as JSON, and this is not JSON ({type(exc).__name__}: {str(exc)[:80]})",
-            'give a JSON value: a string is quoted (--set \'"text"\'), an object is '
-            '{"key": ...}',
+            f"give a JSON value: a string is quoted ({naming.name(Input.FORK_VALUE)} "
+            "'\"text\"'), an object is {\"key\": ...}",
         ) from None
     return ForkAnswer(index=fork.at, model=False, result=result)
 

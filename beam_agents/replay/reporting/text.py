@@ -548,7 +548,7 @@ def fork_lines(result: ReplayResult, fork: ForkRun, *, width: int | None = VALUE
                 f"    {pair.index}  {_event_cell(pair.traced)} | {_event_cell(pair.replayed)}{note}"
             )
         if len(rows) > FORK_EVENT_ROWS:
-            lines.append(f"    … {len(rows) - FORK_EVENT_ROWS} more that differ (--json lists all)")
+            lines.append(f"    … {len(rows) - FORK_EVENT_ROWS} more that differ (the JSON report lists all)")
     for i, output in enumerate(result.outputs):
         # What the fork emitted (the trace holds only digests of production's outputs).
         if output.size and not output.payload:  # --redact kept only the digest
