@@ -185,6 +185,8 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
         self._started_lock = threading.Lock()
         self._run_activation: Activate | None = None
         self._step: KeyStep | None = None
+        self._waited_in_bundle = False
+        """Whether a firing of ``in_flight`` in the current bundle waited already."""
 
     def __getstate__(self) -> dict[str, Any]:
         # The provider is built per instance in setup() and is never shipped to workers.
@@ -234,6 +236,9 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
             retry=self._config.retry,
             agent_build=agent_build(self._agent),
         )
+
+    def start_bundle(self) -> None:
+        self._waited_in_bundle = False
 
     def teardown(self) -> None:
         # A provider holding connections (beam_agents.providers) offers close().
@@ -440,8 +445,15 @@ class AgentDoFn(beam.DoFn):  # type: ignore[misc]
             )
             self._track(flight)
             self._restarts.inc()
+        if not flight.future.done() and not self._waited_in_bundle:
+            # Nothing of this key's to commit yet. Wait (once per bundle, and only while no
+            # other activation's result is waiting to be committed) so that a runner firing
+            # the timer at once does not spin; never per key: a bundle firing N keys' timers
+            # would hold the runner's thread N x the wait (it did: 50 ms per unfinished key).
+            self._waited_in_bundle = True
+            flights.wait_for_any(_COMMIT_POLL_S)
         try:
-            outcome = flight.wait(_COMMIT_POLL_S)
+            outcome = flight.wait(0)
         except BaseException:
             flights.discard(key, flight)  # the retried bundle starts it again
             raise
@@ -770,8 +782,10 @@ class _CellStore:
 # for (its bundle was retried elsewhere) is dropped with the entry of the next SEQ.
 
 _COMMIT_POLL_S = 0.05
-"""How long one firing of the in-flight timer waits for an unfinished activation before it
-sets the timer again (bounds the busy-looking of a runner that fires timers at once)."""
+"""How long a bundle's first firing of the in-flight timer that finds its activation
+unfinished waits for any activation to finish before it sets the timer again (bounds the
+busy-looping of a runner that fires timers at once); later firings of the bundle do not
+wait."""
 
 _ASAP = Timestamp(micros=0)
 """A processing-time timer target already passed on every runner's clock (the streaming
@@ -794,6 +808,8 @@ class _Flight:
 
     def wait(self, timeout_s: float) -> Any | None:
         """Its outcome (re-raising a bug), or None if it has not finished within ``timeout_s``."""
+        if timeout_s <= 0 and not self.future.done():
+            return None
         try:
             return self.future.result(timeout=timeout_s)
         except FutureTimeout:
@@ -812,7 +828,10 @@ class _Flights:
             max_workers=size, thread_name_prefix="beam-agents-activation"
         )
         self._by_key: dict[bytes, _Flight] = {}
+        self._ready: set[_Flight] = set()
+        """Finished flights not yet taken for their commit (``wait_for_any`` waits on it)."""
         self._lock = threading.Lock()
+        self._finished = threading.Condition(self._lock)
 
     def start(self, key: bytes, seq: int, now_ms: int, run: Callable[[], Any]) -> _Flight:
         """Start activation ``seq`` of ``key`` (the same one already started: kept, not run
@@ -821,8 +840,23 @@ class _Flights:
             found = self._by_key.get(key)
             if found is not None and found.seq == seq and found.now_ms == now_ms:
                 return found
+            if found is not None:
+                self._ready.discard(found)
             flight = self._by_key[key] = _Flight(seq, now_ms, self._pool.submit(run))
-            return flight
+
+        def finished(_: Future[Any]) -> None:
+            with self._lock:
+                if self._by_key.get(key) is flight:
+                    self._ready.add(flight)
+                    self._finished.notify_all()
+
+        flight.future.add_done_callback(finished)  # at once if it finished already
+        return flight
+
+    def wait_for_any(self, timeout_s: float) -> None:
+        """Return once some activation's result waits for its commit, or after ``timeout_s``."""
+        with self._finished:
+            self._finished.wait_for(lambda: bool(self._ready), timeout=timeout_s)
 
     def get(self, key: bytes, seq: int) -> _Flight | None:
         with self._lock:
@@ -834,11 +868,13 @@ class _Flights:
         with self._lock:
             if self._by_key.get(key) is flight:
                 del self._by_key[key]
+            self._ready.discard(flight)
 
     def forget_all(self) -> None:
         """Forget every activation, as a worker process that died would (tests)."""
         with self._lock:
             self._by_key.clear()
+            self._ready.clear()
 
     def __len__(self) -> int:
         with self._lock:
