@@ -4,15 +4,27 @@ and by how the input arrives (bundles of 1, 10 or 100 elements).
 Usage (from the repository root):
 
     .venv/bin/python bench/pipeline_throughput.py [--keys 200,1000] [--latency-ms 200]
-        [--limits 16,64,256] [--bundles 1,10,100] [--runners streaming,fnapi] [--repeat 1]
+        [--limits 16,64,256] [--bundles 1,10,100] [--runners streaming,fnapi,fnapi-nocache]
+        [--repeat 1]
 
 Each run feeds ``keys`` keys x 1 event to RunAgent; every activation makes one model call
 to a ScriptedProvider that sleeps ``--latency-ms`` before answering (a remote model's wait,
 no CPU). Streaming (the BundleBasedDirectRunner fed by a TestStream) the input arrives in
 bundles of ``--bundles`` elements (one ``add_elements`` each); on the FnApiRunner it is
 one ``Create`` (one bundle: the in-process FnApiRunner cannot be made to cut a source into
-small bundles). Activations are in flight across bundles: a bundle only starts them, later
-bundles commit them.
+small bundles), with Beam's default state cache (``fnapi``) and with it off
+(``fnapi-nocache``): the in-process worker sizes every value it caches with ``objsize``,
+which walks the globals of every loaded module each time (milliseconds per state write,
+most of such a run's time). Activations are in flight across bundles: a bundle only starts
+them, later bundles commit them.
+
+Why the TestStream rows stay far below the bound with small bundles: the DirectRunner's
+monitor adds the stream's next event only in a pass where no timer fired and nothing else
+runs (``_MonitorTask._add_work_if_necessary`` in ``runners/direct/executor.py``), and the
+key's ``in_flight`` timer, due at once, fires in every pass while an activation is in
+flight. So each ``add_elements`` waits until every activation before it is committed:
+with bundles of ``b`` elements at most ``b`` are in flight. That is the test harness's
+scheduling, not a runner's: see docs/pipeline.md, *What a production runner needs*.
 
 For each run it prints activations/s (keys / the time from the first model call's start to
 the last one's end, *span act/s*; and keys / wall time of the whole pipeline run, start-up
@@ -34,7 +46,7 @@ import time
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
-from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner, worker_handlers
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.transforms.window import TimestampedValue
 from core_activation import T0, CachedCallAgent
@@ -43,6 +55,10 @@ from beam_agents import AgentConfig, RunAgent, ToolRegistry
 from beam_agents._protos import LlmRequest
 from beam_agents.testing import ScriptedProvider, event_envelope
 
+STATE_CACHE_MB = worker_handlers.STATE_CACHE_SIZE_MB
+"""The in-process FnApiRunner's state cache size, Beam's default (100 MB)."""
+TARGET = 0.8
+"""The fraction of the latency's bound to reach (issue 29)."""
 LATENCY_S = 0.2
 """Set from ``--latency-ms`` before any pipeline is built (the provider reads it)."""
 CALLS: list[tuple[float, float]] = []
@@ -91,16 +107,20 @@ def run(runner: str, data: list[bytes], config: AgentConfig, bundle: int) -> flo
         with beam.Pipeline(runner=BundleBasedDirectRunner(), options=options) as p:
             _ = p | stream | RunAgent(agent, ToolRegistry([]), config)
     else:
+        # The in-process worker's state cache is sized at construction from this module
+        # global; 0 turns it off (see the module docstring for why that is measured too).
+        worker_handlers.STATE_CACHE_SIZE_MB = 0 if runner == "fnapi-nocache" else STATE_CACHE_MB
         with beam.Pipeline(runner=FnApiRunner(), options=PipelineOptions(flags=[])) as p:
             _ = p | beam.Create(data, reshuffle=False) | RunAgent(agent, ToolRegistry([]), config)
     return time.perf_counter() - started
 
 
-def target(keys: int, limit: int) -> tuple[float, str]:
-    """The activations/s to reach (0.8 of the bound), and which bound it is."""
+def bound(keys: int, limit: int) -> tuple[float, str]:
+    """The activations/s the model's latency allows (the target is 0.8 of it), and which
+    bound it is."""
     if keys > limit:
-        return 0.8 * limit / LATENCY_S, "0.8 x max_in_flight/latency"
-    return 0.8 * keys / math.ceil(keys / limit) / LATENCY_S, "0.8 x capacity bound"
+        return limit / LATENCY_S, "max_in_flight/latency"
+    return keys / math.ceil(keys / limit) / LATENCY_S, "capacity bound"
 
 
 def main() -> int:
@@ -110,7 +130,7 @@ def main() -> int:
     parser.add_argument("--latency-ms", type=int, default=200)
     parser.add_argument("--limits", default="16,64,256")
     parser.add_argument("--bundles", default="1,10,100")
-    parser.add_argument("--runners", default="streaming,fnapi")
+    parser.add_argument("--runners", default="streaming,fnapi,fnapi-nocache")
     parser.add_argument("--repeat", type=int, default=1)
     args = parser.parse_args()
     LATENCY_S = args.latency_ms / 1000
@@ -137,17 +157,20 @@ def main() -> int:
             spans[(runner, bundle, keys, limit)].append(keys / span)
             walls[(runner, bundle, keys, limit)].append(keys / wall)
     print(
-        f"\n{'runner':<10} {'bundle':>6} {'keys':>5} {'in flight':>9} {'span act/s':>10}"
-        f" {'wall act/s':>10} {'target':>7} {'span/target':>11}  target is"
+        f"\n{'runner':<13} {'bundle':>6} {'keys':>5} {'in flight':>9} {'span act/s':>10}"
+        f" {'wall act/s':>10} {'bound':>7} {'span/bound':>10} {'wall/bound':>10}"
+        f"  target: span/bound >= {TARGET}"
     )
     for key in configs:
         runner, bundle, keys, limit = key
         rate = statistics.median(spans[key])
-        goal, what = target(keys, limit)
+        wall_rate = statistics.median(walls[key])
+        limit_rate, what = bound(keys, limit)
         print(
-            f"{runner:<10} {bundle or 'all':>6} {keys:>5} {limit:>9} {rate:>10.1f}"
-            f" {statistics.median(walls[key]):>10.1f} {goal:>7.1f} {rate / goal:>11.2f}  {what}"
-            + ("" if rate >= goal else "   BELOW TARGET")
+            f"{runner:<13} {bundle or 'all':>6} {keys:>5} {limit:>9} {rate:>10.1f}"
+            f" {wall_rate:>10.1f} {limit_rate:>7.1f} {rate / limit_rate:>10.2f}"
+            f" {wall_rate / limit_rate:>10.2f}  of {what}"
+            + ("" if rate >= TARGET * limit_rate else "   BELOW TARGET")
         )
     print(f"\nload average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
