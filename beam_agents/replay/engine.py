@@ -280,6 +280,7 @@ def load_options(options: ReplayOptions, header: HeaderSoFar) -> ReplayInputs:
             provider_path=fork_provider_path or "",
         ),
         process_ends=options.process_ends,
+        divergence_detail=options.divergence_detail,
     )
 
 
@@ -686,6 +687,7 @@ def judge_rerun(
         tool_cache=plan.state.tool_cache,
         end=end,
         naming=inputs.naming,
+        divergence_detail=inputs.divergence_detail,
     )
     return judgement, end, None
 

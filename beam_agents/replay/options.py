@@ -128,6 +128,10 @@ class ReplayOptions:
     fork: ForkOptions | None = None
     """Fork the activation instead of reproducing it (``--fork N --set VALUE``): a
     counterfactual, whose verdict is ``fork``, never ``reproduced``."""
+    divergence_detail: bool = True
+    """Render the first divergence's detail with DeepDiff (``Divergence.detail``). False: the
+    differing fields as plain rows, and DeepDiff is not imported (``check``, whose rows never
+    show the detail: importing and running DeepDiff was about a fifth of a worker's cost)."""
     naming: Naming = field(default=REPLAY_OPTIONS, repr=False)
     """How refusals name these inputs: by these fields unless the caller says otherwise (the
     command line passes its flags, ``beam_agents.cli.parsing.CLI_NAMING``)."""

@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import importlib
 import json
 import os
 import signal
@@ -132,6 +131,9 @@ BACKSTOP_GRACE = 30.0
 """Seconds past twice the time limit after which ``check`` kills a worker that neither
 finished an activation nor reported it ran past the limit."""
 
+EXIT_GRACE = 5.0
+"""Seconds a worker that said its task is over has to end before ``check`` kills it."""
+
 MAX_TEMPLATES = 4
 """Templates alive at once (one per set of code); the least recently used goes first."""
 
@@ -161,7 +163,12 @@ def _replay_row(bundle: Any, path: str, seq: int, settings: CheckSettings) -> Ch
         naming=settings.naming,
     )
     result = replay(
-        replace(options, time_limit=settings.time_limit, process_ends=settings.process_ends)
+        replace(
+            options,
+            time_limit=settings.time_limit,
+            process_ends=settings.process_ends,
+            divergence_detail=False,  # a row never shows it: no DeepDiff in a worker
+        )
     )
     seconds = time.perf_counter() - started
     return result_row(path, seq, bundle.entity_key, result, seconds, time_limit=settings.time_limit)
@@ -711,6 +718,10 @@ class _Pool:
         self.tasks: deque[Task] = deque((path, None) for path in files)
         self.rows: list[CheckRow] = []
         self.workers: list[_Worker] = []
+        self.exiting: list[tuple[Any, float]] = []
+        """Workers that said their task is over, and when they are killed if still alive:
+        their exit is not waited for before the next worker starts (under load, waiting for
+        each end serialized the pool: ``--jobs 2`` ran no faster than ``--jobs 1``)."""
         self.templates: dict[_Code, _Template] = {}
         self.codes: dict[str, _Code | None] = {}
         self.next_id = 0
@@ -740,9 +751,14 @@ class _Pool:
                         self._receive(worker, now)
                     elif self._stuck(worker, now):
                         self._kill_stuck(worker, now)
+                self._reap(now)
         finally:
             for worker in self.workers:
                 worker.process.kill()
+            for process, due in self.exiting:
+                process.join(max(0.0, due - time.monotonic()))
+                if process.is_alive():
+                    process.kill()
             for template in self.templates.values():
                 self._stop(template)
         return self.rows
@@ -902,12 +918,15 @@ class _Pool:
     # -- what workers say ------------------------------------------------------------------
 
     def _timeout(self, busy: Sequence[_Worker]) -> float | None:
-        """How long to wait for a message: until the first replaying worker's backstop."""
+        """How long to wait for a message: until the first replaying worker's backstop, or
+        the first exiting worker's kill."""
         running = [w for w in busy if w.replaying]
-        if self.backstop is None or not running:
+        dues = [due for _, due in self.exiting]
+        if self.backstop is not None and running:
+            dues.append(min(w.seq_started for w in running) + self.backstop)
+        if not dues:
             return None
-        due = min(w.seq_started for w in running) + self.backstop
-        return max(0.0, due - time.monotonic())
+        return max(0.0, min(dues) - time.monotonic())
 
     def _stuck(self, worker: _Worker, now: float) -> bool:
         return (
@@ -950,12 +969,25 @@ class _Pool:
             self._retire(worker)
 
     def _retire(self, worker: _Worker) -> None:
+        """The worker's task is over: the next one may start now; it ends on its own (it
+        is killed if it has not within ``EXIT_GRACE``)."""
         self.workers.remove(worker)
         worker.conn.close()
         worker.task = None
-        worker.process.join(5)
-        if worker.process.is_alive():
-            worker.process.kill()
+        self.exiting.append((worker.process, time.monotonic() + EXIT_GRACE))
+
+    def _reap(self, now: float) -> None:
+        """Forget the exiting workers that have ended; kill those past their grace."""
+        still: list[tuple[Any, float]] = []
+        for process, due in self.exiting:
+            if not process.is_alive():
+                process.join(0)
+            elif now >= due:
+                process.kill()
+                process.join(0)
+            else:
+                still.append((process, due))
+        self.exiting = still
 
     def _kill_stuck(self, worker: _Worker, now: float) -> None:
         worker.process.kill()
@@ -1033,27 +1065,34 @@ def _context() -> BaseContext:
 
 
 def _warm() -> None:
-    """Import and first use what every forked worker needs before forking them (never
-    agent code: the workers and templates import that, each isolated first).
+    """First use what every forked worker needs before forking them (never agent code: the
+    workers and templates import that, each isolated first).
 
-    The engine and the bundle loader are imported already (this module imports them);
-    the divergence detail's differ is not: it pulls in numpy, and every worker that
-    meets a divergence would import it on its own, ~0.3 s of CPU each. Then a replay of
-    an agent of replay's own (``_warm_engine``), reproduced and diverged, so that each
-    worker does not pay the engine's first-use costs again (lazy imports, compiled
-    patterns: half of a small activation's replay).
+    The engine and the bundle loader are imported already (this module imports them).
+    The divergence detail's differ (DeepDiff) is not, and is never needed: a row does not
+    show that detail, so workers replay with ``divergence_detail=False``. Importing it
+    here made every template and worker carry numpy and pydantic (27 MB, 200 modules):
+    each fork and each page a worker touched cost more (docs/incidents.md, "Speed"). Then
+    a replay of an agent of replay's own (``_warm_engine``), reproduced and diverged, so
+    that each worker does not pay the engine's first-use costs again (lazy imports,
+    compiled patterns: half of a small activation's replay).
     """
-    with contextlib.suppress(ImportError):
-        importlib.import_module("deepdiff")
     _warm_engine()
 
 
 def _warm_engine() -> None:
     """One small replay, reproduced, then diverged, of an agent defined here (replay's own
-    code: nothing of the operator's runs), its bundle loaded as a worker loads one."""
+    code: nothing of the operator's runs), its bundle loaded as a worker loads one, each
+    replayed as a worker replays (no DeepDiff detail)."""
     from beam_agents import AgentConfig, Done, tool
+    from beam_agents._version import __version__
+    from beam_agents.hitl import DEFAULT_HITL_POLICY
+    from beam_agents.replay.engine import HeaderSoFar, run
     from beam_agents.replay.incidents.bundle import make_bundle
-    from beam_agents.replay.replayer import Replayer
+    from beam_agents.replay.inputs.replay_inputs import ReplayInputs
+    from beam_agents.replay.inputs.snapshot import load_snapshot_source
+    from beam_agents.replay.naming import REPLAYER
+    from beam_agents.replay.result import ReplayHeader
     from beam_agents.testing import (
         PipelineKey,
         ScriptedProvider,
@@ -1090,19 +1129,37 @@ def _warm_engine() -> None:
     envelope = event_envelope(key.entity_key, "warm", b"", time_ms=1)
     [ran] = key.send(envelope).activations
     [snapshot] = key.send(export_request_envelope(key.entity_key, "warm", time_ms=2)).snapshots
-    trace = list(ran.trace)
+    stream = b"".join(_frame(e) for e in ran.trace)
     with contextlib.suppress(ReplayRefused):
         load_bundle(
             make_bundle(
                 snapshot=snapshot,
-                traces=[b"".join(_frame(e) for e in trace)],
+                traces=[stream],
                 event=envelope.SerializeToString(),
                 agent="beam_agents:Agent",
                 registry="beam_agents:ToolRegistry",
             )
         )
     for tools in (registry, ToolRegistry([look_elsewhere])):
-        result = Replayer(agent=agent, registry=tools).replay(snapshot, trace, envelope)
+        loaded, state, blob_versions = load_snapshot_source(snapshot, REPLAYER)
+        inputs = ReplayInputs(
+            snapshot=loaded,
+            state=state,
+            blob_versions=blob_versions,
+            event=envelope,
+            events=(),
+            traces=(stream,),
+            agent=agent,
+            registry=tools,
+            hitl=DEFAULT_HITL_POLICY,
+            seq=None,
+            what_if=False,
+            time_limit=DEFAULT_TIME_LIMIT,
+            naming=REPLAYER,
+            divergence_detail=False,
+        )
+        header = ReplayHeader(version=__version__, agent_path="warm", registry_path="warm")
+        result = run(HeaderSoFar(header), lambda i=inputs: i)
         result_row("warm", 1, b"", result, 0.0, time_limit=None).document()
 
 

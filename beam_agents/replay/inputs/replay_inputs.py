@@ -66,3 +66,5 @@ class ReplayInputs:
     process_ends: bool = False
     """Run what agent code runs at interpreter exit before the judgement (the process ends
     after this replay: ``ReplayOptions.process_ends``)."""
+    divergence_detail: bool = True
+    """Render the first divergence's DeepDiff detail (``ReplayOptions.divergence_detail``)."""

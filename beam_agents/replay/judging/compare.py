@@ -261,6 +261,11 @@ def _lines(data: Mapping[str, Any], indent: str = "  ") -> list[str]:
     return out
 
 
+def _rows_detail(rows: Sequence[FieldDiff]) -> str:
+    """The field rows as text: what the DeepDiff rendering says, less prettily."""
+    return "\n".join(f"{row.path}: traced {row.traced}, replayed {row.replayed}" for row in rows)
+
+
 def _deepdiff_detail(traced: TraceEvent, replayed: TraceEvent, rows: Sequence[FieldDiff]) -> str:
     normalized = _pair_for_comparison(traced, replayed)
     left = event_to_dict(normalized[0])
@@ -268,15 +273,14 @@ def _deepdiff_detail(traced: TraceEvent, replayed: TraceEvent, rows: Sequence[Fi
     try:
         from deepdiff import DeepDiff
     except ImportError:  # a stripped install: the field rows say the same, less prettily
-        return "\n".join(
-            f"{row.path}: traced {row.traced}, replayed {row.replayed}" for row in rows
-        )
+        return _rows_detail(rows)
     pretty = DeepDiff(left, right, verbose_level=2).pretty()
     return "traced → replayed (root is the event):\n" + (pretty or "(no field differs)")
 
 
-def describe_divergence(pair: EventPair) -> Divergence:
-    """The structured diff of one differing pair (the first divergence), with a DeepDiff rendering."""
+def describe_divergence(pair: EventPair, *, detail: bool = True) -> Divergence:
+    """The structured diff of one differing pair (the first divergence), with a DeepDiff
+    rendering (``detail`` False: the field rows as text; DeepDiff is not imported)."""
     if pair.traced is None and pair.replayed is not None:
         ev = pair.replayed
         return Divergence(
@@ -314,5 +318,5 @@ def describe_divergence(pair: EventPair) -> Divergence:
         kind=kind_name(pair.traced.kind),
         name=pair.traced.name,
         fields=tuple(rows),
-        detail=_deepdiff_detail(pair.traced, pair.replayed, rows),
+        detail=_deepdiff_detail(pair.traced, pair.replayed, rows) if detail else _rows_detail(rows),
     )

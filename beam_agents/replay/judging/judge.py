@@ -93,8 +93,8 @@ def _divergence_reason(divergence: Divergence) -> str:
     return f"{where} differs: {fields}"
 
 
-def _diverged(comparison: EventComparison, index: int) -> Judgement:
-    divergence = describe_divergence(comparison.pairs[index])
+def _diverged(comparison: EventComparison, index: int, detail: bool) -> Judgement:
+    divergence = describe_divergence(comparison.pairs[index], detail=detail)
     return Judgement(
         verdict=Verdict.DIVERGED,
         reason=_divergence_reason(divergence),
@@ -218,6 +218,7 @@ def judge(
     tool_cache: ToolCache | None = None,
     end: EndCheck | None = None,
     naming: Naming = REPLAYER,
+    divergence_detail: bool = True,
 ) -> Judgement:
     """Judge the re-run (see the module docstring for the rules, in order).
 
@@ -232,6 +233,8 @@ def judge(
         end: The outputs and memory against the traced ACTIVATION_END (``check_end``);
             None: not checked.
         naming: How the caller named the inputs (for the messages).
+        divergence_detail: Render the first divergence's DeepDiff detail (False: its
+            field rows, as text; ``ReplayOptions.divergence_detail``).
     """
     judgement = _judge_events(
         plan,
@@ -241,6 +244,7 @@ def judge(
         cache=cache,
         tools=tool_cache if tool_cache is not None else ToolCache(),
         naming=naming,
+        divergence_detail=divergence_detail,
     )
     judgement = judgement if end is None else _with_end_check(judgement, end, plan.seq)
     return _with_exit_attempts(judgement, [a for a in attempts if a.at_exit], naming)
@@ -425,6 +429,7 @@ def _judge_events(
     cache: ReplayCache,
     tools: ToolCache,
     naming: Naming,
+    divergence_detail: bool,
 ) -> Judgement:
     """The verdict from the events, the cache misses and the attempts (the module's rules)."""
     traced = plan.traced
@@ -480,9 +485,13 @@ def _judge_events(
                 ),
                 comparison=comparison,
             )
-        return _diverged_or_other_answer(plan, comparison, first, result, tools)
+        return _diverged_or_other_answer(
+            plan, comparison, first, result, tools, divergence_detail
+        )
     if first is not None and first < stop:
-        return _diverged_or_other_answer(plan, comparison, first, result, tools)
+        return _diverged_or_other_answer(
+            plan, comparison, first, result, tools, divergence_detail
+        )
     if attempt_index is not None and attempt_index == stop and first_attempt is not None:
         return Judgement(
             verdict=Verdict.IRREPRODUCIBLE,
@@ -503,7 +512,7 @@ def _judge_events(
             or traced_tool.kind != TraceEvent.TOOL_CALL
             or traced_tool.name != first_tool_miss.tool
         ):
-            return _diverged(comparison, at)
+            return _diverged(comparison, at, divergence_detail)
         served_miss = _tool_miss(first_tool_miss, traced_tool, tools)
         return Judgement(
             verdict=Verdict.IRREPRODUCIBLE,
@@ -523,7 +532,7 @@ def _judge_events(
         traced[first_failure.event_index] if first_failure.event_index < len(traced) else None
     )
     if traced_event is None or traced_event.kind != TraceEvent.LLM_CALL:
-        return _diverged(comparison, first_failure.event_index)
+        return _diverged(comparison, first_failure.event_index, divergence_detail)
     miss = _cache_miss(first_failure, traced_event, cache)
     return Judgement(
         verdict=Verdict.IRREPRODUCIBLE,
@@ -540,6 +549,7 @@ def _diverged_or_other_answer(
     index: int,
     result: ActivationResult,
     tools: ToolCache,
+    divergence_detail: bool,
 ) -> Judgement:
     """``diverged`` at ``index``, unless the difference is a recorded tool's answer that the
     tool cache holds from another seq: then the answer this activation got is simply not in
@@ -547,7 +557,7 @@ def _diverged_or_other_answer(
     served another one — irreproducible, not a change of the agent."""
     other = _other_seq_answer(plan, comparison, index, result, tools)
     if other is None:
-        return _diverged(comparison, index)
+        return _diverged(comparison, index, divergence_detail)
     miss, reason = other
     return Judgement(
         verdict=Verdict.IRREPRODUCIBLE,
@@ -863,7 +873,7 @@ def judge_fork(
     forked = traced[at]
     first = comparison.first_difference
     if first is not None and first < at:
-        divergence = describe_divergence(comparison.pairs[first])
+        divergence = describe_divergence(comparison.pairs[first], detail=False)  # its reason
         raise ForkRefused(
             f"{fork_flag}: the re-run does not reproduce the events before the fork: "
             f"{_divergence_reason(divergence)}",

@@ -129,3 +129,28 @@ def test_in_one_interpreter_the_verdicts_depend_on_what_ran_before(
     assert shared["b-primed"] == 0  # primed by a-primer's activation: "reproduced"
     assert [shared[name] for name in ("c-first", "d-first", "e-first")] == [1, 1, 1]
     assert shared["g-leak"] == 3  # f-leak's thread connected during g-leak's re-run
+
+
+def test_checks_processes_never_import_the_divergence_differ(folder: Path, listener: str) -> None:
+    """A row never shows the DeepDiff rendering of a divergence, so neither ``check`` nor
+    the templates it forks workers from import DeepDiff (with it came numpy and pydantic:
+    every fork and every page a worker touched cost more). The row of a bundle that
+    diverges still names the differing fields."""
+    code = (
+        "import json, sys\n"
+        "from beam_agents.replay.incidents.check import check_bundles\n"
+        "report = check_bundles([sys.argv[1]], import_recorded=True, jobs=2, isolate=True)\n"
+        "print(json.dumps({'modules': sorted(m for m in ('deepdiff', 'numpy', 'pydantic')\n"
+        "                                      if m in sys.modules),\n"
+        "                  'rows': {r.path: [r.verdict.value, r.cause] for r in report.rows}}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(folder)],
+        capture_output=True, text=True, env=_env(listener), cwd=AGENTS, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["modules"] == []
+    rows = {Path(path).stem: row for path, row in seen["rows"].items()}
+    verdict, cause = rows["b-primed"]
+    assert verdict == "diverged" and "ACTIVATION_END" in cause, cause

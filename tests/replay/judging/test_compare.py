@@ -175,6 +175,32 @@ def test_the_first_divergence_names_the_event_and_renders_both_values() -> None:
     assert "cache_hit" not in divergence.detail  # normalized: not shown as a difference
 
 
+def test_a_divergence_without_its_detail_names_the_same_fields_without_deepdiff() -> None:
+    """``detail=False`` (check's workers, whose rows never show the detail): the same
+    divergence, its detail the field rows as text, and DeepDiff is not imported."""
+    code = (
+        "import sys\n"
+        "from beam_agents import trace_events as te\n"
+        "from beam_agents._protos import TraceEvent\n"
+        "from beam_agents.replay.judging.compare import compare_events, describe_divergence\n"
+        "from beam_agents.trace_events import make_event\n"
+        "def call(digest):\n"
+        "    return make_event(entity_key=b'k', seq=1, index=0, kind=TraceEvent.TOOL_CALL, name='t',\n"
+        "                      now_ms=1, attributes={te.ATTR_RESULT_SHA256: digest})\n"
+        "pair = compare_events([call('11' * 32)], [call('22' * 32)]).pairs[0]\n"
+        "plain = describe_divergence(pair, detail=False)\n"
+        "print('deepdiff' in sys.modules)\n"
+        "rendered = describe_divergence(pair)\n"
+        "print(plain.fields == rendered.fields, plain.index == rendered.index)\n"
+        "print(plain.detail)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    imported, same, detail = out.stdout.split("\n", 2)
+    assert imported == "False" and same == "True True"
+    path = f"attributes[{te.ATTR_RESULT_SHA256!r}]"
+    assert detail.strip() == f'{path}: traced "{"11" * 32}", replayed "{"22" * 32}"'
+
+
 def test_comparing_equal_events_does_not_import_deepdiff() -> None:
     code = (
         "import sys\n"
