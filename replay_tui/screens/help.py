@@ -71,6 +71,13 @@ HELP: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         ),
     ),
     (
+        "values (v)",
+        (
+            ("m", "load the next part of a long value (scrolling past the end does too)"),
+            ("escape v", "back to the main screen"),
+        ),
+    ),
+    (
         "outputs",
         (
             ("t / enter", "show the selected payload as text (controls escaped)"),

@@ -16,6 +16,7 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual.geometry import Size
+from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
@@ -47,6 +48,9 @@ class LinesPane(ScrollView, can_focus=True):
     }
     """
 
+    class ScrolledToEnd(Message):
+        """The pane was scrolled down to its last line (a screen may load more)."""
+
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self._build: LinesBuilder | None = None
@@ -71,6 +75,17 @@ class LinesPane(ScrollView, can_focus=True):
         from replay_tui.render.layout import wrap
 
         self.set_content(lambda width: wrap(text, width))
+
+    def refresh_content(self) -> None:
+        """Ask the builder again at the same width, keeping the scroll position (the
+        builder has more to show)."""
+        self._built_width = -1
+        self._relayout()
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        if new_value > old_value and new_value >= self.max_scroll_y > 0:
+            self.post_message(self.ScrolledToEnd())
 
     def _relayout(self, *, resized: bool = False) -> None:
         width = self.scrollable_content_region.width

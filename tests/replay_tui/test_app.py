@@ -20,6 +20,7 @@ from replay_tui.screens.outputs import OutputsScreen
 from replay_tui.screens.state import StateScreen
 from replay_tui.screens.values import ValuesScreen
 from replay_tui.widgets.detail import DetailPane
+from replay_tui.widgets.lines_pane import LinesPane
 from replay_tui.widgets.step import StepPane
 from replay_tui.widgets.timeline import Timeline
 
@@ -220,7 +221,7 @@ async def test_v_shows_the_selected_events_values_whole(real: Real) -> None:
         await pilot.press("d", "v")
         await pilot.pause()
         assert isinstance(app.screen, ValuesScreen)
-        body = static_text(app.screen.query_one("#values-body", Static))
+        body = "\n".join(line.plain for line in app.screen.query_one("#values", LinesPane).lines)
         assert "result" in body and "lost in transit" in body and "≠ differs" in body
         await pilot.press("escape")
         assert isinstance(app.screen, MainScreen)
