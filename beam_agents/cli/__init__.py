@@ -78,8 +78,8 @@ def _build() -> tuple[Parser, argparse._SubParsersAction[Parser]]:
         prog=PROG,
         usage=(
             f"{replay_usage(PROG, headless=True)}\n"
-            f"       {PROG} BUNDLE [--seq N] [--json] ...  (an incident bundle's replay; "
-            "see BUNDLE --help)\n"
+            f"       {PROG} BUNDLE [--seq N] [--import-recorded] [--json] ...  (an incident "
+            "bundle's replay; see BUNDLE --help)\n"
             f"       {PROG} COMMAND ...  (COMMAND --help for its flags)\n"
             f"       {PROG} -V | --version | --help"
         ),

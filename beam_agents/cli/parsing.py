@@ -132,8 +132,28 @@ def replay_usage(prog: str, *, headless: bool) -> str:
     )
 
 
+IMPORT_RECORDED_HELP = (
+    "import (and so run) the agent and registry the bundle records, where "
+    "--agent/--registry do not replace them; without it the command names that code and "
+    "imports nothing"
+)
+"""``--import-recorded`` of a bundle's replay (``BUNDLE``, ``tui BUNDLE``)."""
+
+
 def add_replay_flags(parser: Parser, *, headless: bool) -> None:
-    """The flags naming one activation's inputs (--snapshot, --traces, --agent, --registry required)."""
+    """The flags naming one activation's inputs (--snapshot, --traces, --agent, --registry
+    required), and, listed apart, ``--import-recorded`` of a bundle's replay: the same
+    command on a BUNDLE takes it (its ``--help`` lists every flag), and ``--help`` here is
+    where an operator looks for it."""
+    bundle = parser.add_argument_group(
+        "with an incident BUNDLE instead of --snapshot and --traces (BUNDLE --help: all its flags)"
+    )
+    bundle.add_argument(
+        "--import-recorded",
+        action="store_true",
+        help=f"{IMPORT_RECORDED_HELP}; every replay of a bundle needs it, or --agent and "
+        "--registry naming the code to replay",
+    )
     required = parser.add_argument_group("required flags")
     required.add_argument(
         "--snapshot",
@@ -374,6 +394,14 @@ def replay_options(ns: argparse.Namespace, prog: str = PROG) -> ReplayOptions:
         )
         if not value
     ]
+    if getattr(ns, "import_recorded", False):
+        raise UsageError(
+            "--import-recorded consents to importing the code an incident bundle records; "
+            "with --snapshot and --traces the code replayed is the --agent and --registry "
+            "given: drop --import-recorded, or name the bundle first "
+            f"({prog} FILE --import-recorded)",
+            prog,
+        )
     if missing:
         raise UsageError(
             f"missing {', '.join(missing)}: a replay needs --snapshot, --traces, --agent and "

@@ -13,6 +13,7 @@ from beam_agents.cli.output import silence_stdout
 from beam_agents.cli.parsing import (
     CLI_NAMING,
     EXIT_CODES_HELP,
+    IMPORT_RECORDED_HELP,
     PROG,
     Parser,
     add_export_dir_flag,
@@ -82,13 +83,7 @@ def bundle_parser(prog: str, *, headless: bool) -> Parser:
     parser.add_argument(
         "--registry", metavar="module:ATTR", help="and this registry instead of the recorded one"
     )
-    parser.add_argument(
-        "--import-recorded",
-        action="store_true",
-        help="import (and so run) the agent and registry the bundle records, where "
-        "--agent/--registry do not replace them; without it the command names that code and "
-        "imports nothing",
-    )
+    parser.add_argument("--import-recorded", action="store_true", help=IMPORT_RECORDED_HELP)
     parser.add_argument(
         "--what-if", action="store_true", help="allow a pending resume's what-if (see --help)"
     )

@@ -33,7 +33,8 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
         "tui",
         usage=(
             f"{replay_usage(f'{PROG} tui', headless=False)}\n"
-            f"       {PROG} tui BUNDLE [--seq N] ...  (an incident bundle; see BUNDLE --help)"
+            f"       {PROG} tui BUNDLE [--seq N] [--import-recorded] ...  (an incident "
+            "bundle; see BUNDLE --help)"
         ),
         help="open the replay of one activation in the terminal UI (the same flags, "
         "without --headless/--json)",

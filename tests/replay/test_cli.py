@@ -142,6 +142,42 @@ def test_each_command_has_its_own_help(
         assert needle not in out
 
 
+@pytest.mark.parametrize("command", [[], ["tui"]])
+def test_the_replay_help_lists_import_recorded_and_the_flags_refuse_it(
+    command: list[str], tmp_path: Path
+) -> None:
+    """Every replay of a bundle needs ``--import-recorded`` (or --agent and --registry):
+    ``tui --help`` (and the top-level ``--help``) lists it, as ``check --help`` and
+    ``BUNDLE --help`` do (it was only in ``tui FILE --help``). With the input flags it
+    means nothing (the code is the --agent and --registry given): refused, exit 2, one
+    paragraph that says what to do."""
+    helped = subprocess.run(
+        [SCRIPT, *command, "--help"], capture_output=True, text=True, check=False
+    )
+    assert helped.returncode == 0
+    usage, _, flags = helped.stdout.partition("\n\n")
+    assert "BUNDLE [--seq N] [--import-recorded]" in usage
+    listed = re.search(r"^  --import-recorded +(.+?)\n\n", flags, re.M | re.S)
+    assert listed is not None, flags
+    assert "import (and so run) the agent and registry the bundle records" in " ".join(
+        listed.group(1).split()
+    )
+    refused = subprocess.run(
+        [
+            SCRIPT, *command, "--snapshot", str(tmp_path / "s.pb"), "--traces",
+            str(tmp_path), "--agent", "a:B", "--registry", "a:C", "--import-recorded",
+        ],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert refused.returncode == 2
+    assert refused.stdout == "" and "Traceback" not in refused.stderr
+    assert refused.stderr.count("\n") == 1
+    assert "--import-recorded consents to importing the code an incident bundle records" in (
+        refused.stderr
+    )
+    assert "FILE --import-recorded" in refused.stderr
+
+
 def test_ls_help_names_every_replay_word_of_the_listing(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
