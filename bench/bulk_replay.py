@@ -5,6 +5,8 @@ Prints, measured side by side in one run:
   1. the in-process cost of replaying one demo bundle (``load_bundle`` + ``engine.replay``,
      a loop in one process: the floor any bulk runner can reach per bundle), and the same
      without the time limit (the agent code on the calling thread, not a thread of its own);
+     then what a fork of a process holding what a ``check`` template holds costs, doing
+     nothing (the floor of a fresh process per activation);
   2. ``beam-agents-replay check DIR --jobs 2`` over N demo-sized bundles (the console script,
      start-up and worker processes included): bundles/s, and its CPU per bundle against
      (1), with start-up and without it (the marginal cost of N more bundles) (target:
@@ -98,6 +100,38 @@ def in_process_loop(bundle: Path, rounds: int) -> tuple[tuple[float, float], tup
             totals[limit][1] += time.process_time() - cpu
     (w, c), (bw, bc) = totals[60.0], totals[None]
     return (w / rounds, c / rounds), (bw / rounds, bc / rounds)
+
+
+_FORK_FLOOR = """
+import gc, os, resource, sys, time
+sys.path.insert(0, {root!r})
+from beam_agents.replay.incidents import check_workers
+check_workers._warm()
+import examples.support_desk.agent, examples.support_desk.tools  # what a template imports
+gc.freeze()
+N = {count}
+cpu = time.process_time()
+for _ in range(N):
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+own = time.process_time() - cpu
+child = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(own / N, (child.ru_utime + child.ru_stime) / N, child.ru_minflt / N)
+"""
+
+
+def fork_floor(count: int = 200) -> tuple[float, float, float]:
+    """(CPU s in the forking process, CPU s in the child, minor faults of the child) of one
+    fork-and-exit of a process holding what a ``check`` template holds: the least a fresh
+    process per activation costs before it does anything."""
+    done = subprocess.run(
+        [sys.executable, "-c", _FORK_FLOOR.format(root=str(ROOT), count=count)],
+        env=env(), cwd=ROOT, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    own, child, faults = done.stdout.split()
+    return float(own), float(child), float(faults)
 
 
 def script_root(script: str) -> Path:
@@ -273,6 +307,14 @@ def main() -> int:
         f"     the same without the time limit (agent code on the calling thread), interleaved: "
         f"{bare_wall * 1000:.2f} ms wall, {bare_cpu * 1000:.2f} ms CPU; the limit costs "
         f"{floor_wall / bare_wall:.3f}x wall, {floor_cpu / bare_cpu:.3f}x CPU"
+    )
+    own, child, faults = fork_floor()
+    print(
+        f"     a fork of a template-like process and its exit, doing nothing: {own * 1000:.2f} ms "
+        f"CPU to fork + {child * 1000:.2f} ms in the child ({faults:.0f} minor faults) = "
+        f"{(own + child) * 1000:.2f} ms, the floor per activation of a fresh process; 200 "
+        f"bundles/s on {os.cpu_count()} cores allows {(os.cpu_count() or 1) / 200 * 1000:.1f} "
+        "ms of CPU per bundle, everything included"
     )
     double = out / "bundles-2x"
     double.mkdir()

@@ -1073,10 +1073,10 @@ def _warm() -> None:
     The divergence detail's differ (DeepDiff) is not, and is never needed: a row does not
     show that detail, so workers replay with ``divergence_detail=False``. Importing it
     here made every template and worker carry numpy and pydantic (27 MB, 200 modules):
-    each fork and each page a worker touched cost more (docs/incidents.md, "Speed"). Then
-    a replay of an agent of replay's own (``_warm_engine``), reproduced and diverged, so
-    that each worker does not pay the engine's first-use costs again (lazy imports,
-    compiled patterns: half of a small activation's replay).
+    each fork and each page a worker touched cost more (docs/incidents.md, "What it
+    costs"). Then a replay of an agent of replay's own (``_warm_engine``), reproduced and
+    diverged, so that each worker does not pay the engine's first-use costs again (lazy
+    imports, compiled patterns: half of a small activation's replay).
     """
     _warm_engine()
 
