@@ -35,6 +35,7 @@ from beam_agents.trace_events import serialize_trace_event
 __all__ = [
     "MAX_FRAME_BYTES",
     "iter_frames",
+    "read_activation_frames",
     "read_trace_frames",
     "read_trace_stream",
     "trace_stream_files",
@@ -450,7 +451,9 @@ def read_trace_stream(
             ``TraceEvent``, or the source cannot be read.
     """
     keys = None if entity_key is None else (bytes(entity_key),)
-    return (event for event, _ in read_trace_frames(source, entity_keys=keys, chunk_size=chunk_size))
+    return (
+        event for event, _ in read_trace_frames(source, entity_keys=keys, chunk_size=chunk_size)
+    )
 
 
 def read_trace_frames(
@@ -468,6 +471,75 @@ def read_trace_frames(
     if entity_keys is None:
         return _all_frames(chunks)
     return _key_frames(chunks, tuple(dict.fromkeys(bytes(k) for k in entity_keys)))
+
+
+def read_activation_frames(
+    source: StreamSource,
+    *,
+    entity_key: bytes,
+    seq: int,
+    chunk_size: int = _DEFAULT_CHUNK,
+) -> Generator[tuple[TraceEvent, bytes], None, None]:
+    """``read_trace_frames`` of one key's activation ``seq`` only, the other activations'
+    frames skipped unparsed too (what the TUI paints before the replay has read the whole
+    trace: a 100,000-event activation after another is found without parsing the first).
+
+    ``serialize_trace_event`` writes field 2 (``seq``) right after field 1, so a frame of
+    that activation starts with the key's prefix, ``b"\\x10"`` and ``varint(seq)``; a
+    frame of the key whose prefix is followed by another ``seq`` is of another activation.
+    Any other frame of the key (seq 0, which is not written, or a foreign field order) is
+    parsed and compared, as every frame that is yielded is: the events are those that
+    parsing every frame and comparing key and seq would give (for frames that hold fields
+    1 and 2 at most once, as every protobuf writer produces them).
+    """
+    key = bytes(entity_key)
+    key_prefix = b"\x0a" + varint(len(key)) + key
+    prefix = key_prefix + b"\x10" + varint(seq)
+    seq_tag = len(key_prefix)
+    chunks = _Chunks(source, _check_chunk_size(chunk_size))
+    try:
+        # The splitting loop of _frames, as _key_frames has it: a frame of another
+        # activation costs a startswith or two, no slice and no parse.
+        buf: bytes | None = chunks.first()
+        while buf is not None:
+            startswith = buf.startswith
+            end = len(buf)
+            pos = 0
+            need = 0
+            try:
+                while True:
+                    b = buf[pos]
+                    if b < 0x80:
+                        p = pos + 1
+                        q = p + b
+                    else:
+                        b2 = buf[pos + 1]
+                        if b2 < 0x80:
+                            p = pos + 2
+                            q = p + ((b & 0x7F) | (b2 << 7))
+                        else:
+                            n, p = _varint_tail(buf, pos, chunks)
+                            q = p + n
+                    if q > end:
+                        need = q - pos
+                        break
+                    if not startswith(prefix, p, q) and p < q and buf[p] == 0x0A:
+                        if not startswith(key_prefix, p, q):
+                            pos = q  # another key
+                            continue
+                        if startswith(b"\x10", p + seq_tag, q):
+                            pos = q  # another activation of the key
+                            continue
+                    frame = buf[p:q]
+                    event = _parse(frame, chunks, chunks.base + pos)
+                    if event.entity_key == key and event.seq == seq:
+                        yield event, frame
+                    pos = q
+            except IndexError:
+                pass
+            buf = chunks.refill(buf, pos, need)
+    finally:
+        chunks.close()
 
 
 def _all_frames(chunks: _Chunks) -> Generator[tuple[TraceEvent, bytes], None, None]:
@@ -569,8 +641,6 @@ def _key_frames(
             buf = chunks.refill(buf, pos, need)
     finally:
         chunks.close()
-
-
 
 
 def _keys_frames(

@@ -1,7 +1,8 @@
 """Benchmark: ``ls`` over large trace streams, with and without ``--key`` (not a test).
 
 For each size (default 100 MB and 1 GB) a stream of many keys' activations is written
-once under ``--dir`` (kept between runs): ``KEYS`` keys, each with activations of a
+under ``--dir`` (a fresh folder in /tmp by default, deleted afterwards; ``--keep`` keeps
+it, and a stream already there is reused): ``KEYS`` keys, each with activations of a
 start, model and tool calls, a staged intent and an end, in interleaved order as a sink
 writes them. Then, side by side in one run:
 
@@ -9,19 +10,23 @@ writes them. Then, side by side in one run:
                (the floor: reading and splitting, nothing parsed);
   ls --key     the console script, the key given as text (resolved before the scan:
                only its frames are parsed); target <= 1.5x the bare split, <= 64 MB;
-  ls           every key: linear in the activations (it was quadratic in keys).
+  ls           every key: linear in the activations (it was quadratic in keys): its
+               seconds per 100 MB at each size, and the largest size's over the smallest's
+               (target: about 1; quadratic would grow with the size).
 
 Each runs in its own process; peak RSS from ``getrusage(RUSAGE_CHILDREN)`` of a
 one-child wrapper. Prints seconds, MB, and the ratio to the bare split.
 
-    .venv/bin/python bench/ls_scan.py [--sizes 100,1000] [--dir /tmp/beam-agents-bench-ls]
+    .venv/bin/python bench/ls_scan.py [--sizes 100,1000] [--dir DIR] [--keep]
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from beam_agents._protos import TraceEvent
@@ -89,22 +94,34 @@ def measure(argv: list[str]) -> tuple[float, float, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="100,1000", help="stream sizes in MB")
-    parser.add_argument("--dir", default="/tmp/beam-agents-bench-ls")
+    parser.add_argument("--dir", help="where the streams are written (default: a new /tmp folder)")
+    parser.add_argument("--keep", action="store_true", help="keep the streams afterwards")
     args = parser.parse_args()
-    folder = Path(args.dir)
+    folder = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="beam-agents-bench-ls-"))
     folder.mkdir(parents=True, exist_ok=True)
+    try:
+        run(folder, [int(s) for s in args.sizes.split(",")])
+    finally:
+        if not args.keep:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def run(folder: Path, sizes: list[int]) -> None:
     script = str(Path(sys.executable).parent / "beam-agents-replay")
     split = (
         "import sys; from beam_agents.trace_stream import iter_frames\n"
         "print(sum(1 for _ in iter_frames(sys.argv[1])))"
     )
-    for size in (int(s) for s in args.sizes.split(",")):
+    per_100mb: list[float] = []
+    for size in sizes:
         path = folder / f"traces-{size}mb.pb"
         if not path.exists():
             write_stream(path, size)
         actual = path.stat().st_size / MB
         bare_s, bare_mb, _ = measure([sys.executable, "-c", split, str(path)])
-        key_s, key_mb, key_code = measure([script, "ls", "--traces", str(path), "--key", "key-00042"])
+        key_s, key_mb, key_code = measure(
+            [script, "ls", "--traces", str(path), "--key", "key-00042"]
+        )
         all_s, all_mb, all_code = measure([script, "ls", "--traces", str(path)])
         print(f"{actual:7.0f} MB stream, {KEYS} keys:")
         print(f"    bare frame split   {bare_s:7.2f} s  {bare_mb:6.0f} MB")
@@ -115,6 +132,14 @@ def main() -> None:
         print(
             f"    ls (every key)     {all_s:7.2f} s  {all_mb:6.0f} MB  ratio {all_s / bare_s:5.2f} "
             f"(linear in activations)  exit {all_code}"
+        )
+        per_100mb.append(all_s / actual * 100)
+    if len(per_100mb) > 1:
+        growth = per_100mb[-1] / per_100mb[0]
+        print(
+            "ls (every key), seconds per 100 MB: "
+            + ", ".join(f"{s} MB {t:.2f} s" for s, t in zip(sizes, per_100mb, strict=True))
+            + f";  {sizes[-1]} MB over {sizes[0]} MB: {growth:.2f} (target: about 1, linear)"
         )
 
 

@@ -27,7 +27,7 @@ from beam_agents._protos import TraceEvent
 from beam_agents.replay.options import ReplayOptions
 from beam_agents.replay.result import ReplayHeader, ReplayResult, Verdict
 from replay_tui.export import export_report
-from replay_tui.messages import ReplayCrashed, ReplayLoaded, ReplayPlanned
+from replay_tui.messages import ReplayCrashed, ReplayLoaded, ReplayPlanned, ReplayPreviewed
 from replay_tui.render.monochrome import ReadableMonochrome
 from replay_tui.screens.error import USAGE_EXIT_CODE, ErrorScreen
 from replay_tui.screens.help import HelpScreen
@@ -146,15 +146,21 @@ class ReplayApp(App[int]):
 
     def _replay_in_thread(self) -> None:
         try:
+            assert self.options is not None
+            # The first rows before the engine is even imported: it reads the traces whole
+            # before it reports them (seconds for a large activation).
+            from replay_tui.preview import read_first_rows
+
+            first, options = read_first_rows(self.options)
+            if first is not None:
+                self.post_message(ReplayPreviewed(first))
             # Imported here, in the thread: the engine imports the operator's agent code.
             from beam_agents.replay import engine
-
-            assert self.options is not None
 
             def planned(header: ReplayHeader, traced: Sequence[TraceEvent]) -> None:
                 self.post_message(ReplayPlanned(header, traced))
 
-            result = engine.replay(self.options, on_planned=planned)
+            result = engine.replay(options, on_planned=planned)
             if self.complete is not None:
                 result = self.complete(result)
         except BaseException as exc:  # shown on the error screen, never lost
@@ -168,6 +174,10 @@ class ReplayApp(App[int]):
         if self.opened is None:
             self.opened = message.result
         self.push_screen(self._result_screen(message.result))
+
+    def on_replay_previewed(self, message: ReplayPreviewed) -> None:
+        if isinstance(self.screen, LoadingScreen):
+            self.screen.show_first(message.rows)
 
     def on_replay_planned(self, message: ReplayPlanned) -> None:
         if isinstance(self.screen, LoadingScreen):

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from textual.message import Message
 
 from beam_agents._protos import TraceEvent
 from beam_agents.replay.result import ReplayHeader, ReplayResult
+
+if TYPE_CHECKING:  # the preview's readers load in the replay thread, not at start-up
+    from replay_tui.preview import FirstRows
 
 
 class ReplayLoaded(Message):
@@ -16,6 +20,15 @@ class ReplayLoaded(Message):
     def __init__(self, result: ReplayResult) -> None:
         super().__init__()
         self.result = result
+
+
+class ReplayPreviewed(Message):
+    """The first traced events of the activation, read before the replay started
+    (``preview.read_first_rows``): painted until ``ReplayPlanned`` brings them all."""
+
+    def __init__(self, rows: FirstRows) -> None:
+        super().__init__()
+        self.rows = rows
 
 
 class ReplayPlanned(Message):

@@ -21,6 +21,7 @@ from beam_agents.trace_events import make_event, serialize_trace_event
 from beam_agents.trace_stream import (
     MAX_FRAME_BYTES,
     iter_frames,
+    read_activation_frames,
     read_trace_stream,
     trace_stream_files,
     write_trace_stream,
@@ -201,6 +202,51 @@ def test_filtering_is_exact_when_later_keys_vary_where_the_first_keys_did_not() 
     for key in (b"x0-eu", b"x0-e5", b"x5-eu", b"x0-e"):
         got = read_trace_stream(data, entity_key=key)
         assert _serialized(got) == _serialized(e for e in events if e.entity_key == key)
+
+
+@pytest.mark.parametrize("key", [*KEYS, b"absent"])
+@pytest.mark.parametrize("seq", [0, 1, 2, 200])
+@pytest.mark.parametrize("chunk_size", [1, 7, 1 << 20])
+def test_reading_one_activation_yields_what_parsing_every_frame_would(
+    key: bytes, seq: int, chunk_size: int
+) -> None:
+    # seq 0 is not written at all (proto3): those frames are parsed and compared.
+    events = _events(activations=3) + [
+        TraceEvent(entity_key=k, seq=200, index=i, kind=TraceEvent.TOOL_CALL, name="t")
+        for k in KEYS
+        for i in range(2)
+    ]
+    data = _stream(events)
+    got = [
+        e for e, _ in read_activation_frames(data, entity_key=key, seq=seq, chunk_size=chunk_size)
+    ]
+    assert _serialized(got) == _serialized(
+        e for e in events if e.entity_key == key and e.seq == seq
+    )
+
+
+def test_reading_one_activation_skips_the_others_unparsed() -> None:
+    # Another activation's frame is told apart by its prefix: a body that would not even
+    # parse is skipped (what makes a 100,000-event activation after another quick to find).
+    wanted = TraceEvent(entity_key=b"k1", seq=2, index=0, kind=TraceEvent.ACTIVATION_START)
+    other = b"\x0a\x02k1\x10\x01" + b"\xff" * 20  # key k1, seq 1, then garbage
+    data = _frame(other) + _frame(serialize_trace_event(wanted))
+    got = [e for e, _ in read_activation_frames(data, entity_key=b"k1", seq=2)]
+    assert _serialized(got) == _serialized([wanted])
+    with pytest.raises(TraceStreamError):
+        list(read_trace_stream(data, entity_key=b"k1"))
+
+
+def test_reading_one_activation_parses_a_frame_whose_seq_does_not_follow_the_key() -> None:
+    event = TraceEvent(entity_key=b"k1", seq=2, index=4, kind=TraceEvent.TOOL_CALL, name="t")
+    canonical = serialize_trace_event(event)
+    key_field = b"\x0a\x02k1"
+    seq_field = b"\x10\x02"
+    assert canonical.startswith(key_field + seq_field)
+    # the seq field moved to the end, as a foreign writer may order fields
+    reordered = key_field + canonical[len(key_field + seq_field) :] + seq_field
+    got = [e for e, _ in read_activation_frames(_frame(reordered), entity_key=b"k1", seq=2)]
+    assert [(e.seq, e.index) for e in got] == [(2, 4)]
 
 
 # --------------------------------------------------------------------------- chunking

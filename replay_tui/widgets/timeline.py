@@ -95,6 +95,16 @@ class Timeline(ScrollView, can_focus=True):
     def filtered(self) -> bool:
         return len(self._positions) != len(self.model)
 
+    def replace_model(self, model: TimelineRows) -> None:
+        """Show ``model``'s rows instead (more of the same activation's, as the loading
+        screen learns them), the cursor kept on its row where the new model has it."""
+        self.model = model
+        self._positions = range(len(model))
+        self._cursor = min(self._cursor, max(0, len(model) - 1))
+        self._idx_width = index_width(len(model))
+        self._update_virtual_size()
+        self.refresh()
+
     def set_positions(self, positions: Sequence[int] | None) -> None:
         """Show only ``positions`` (None: every row), keeping the selection when it is kept."""
         selected = self.position

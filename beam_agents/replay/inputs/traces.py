@@ -44,7 +44,12 @@ from beam_agents.trace_events import (
     kind_name,
     serialize_trace_event,
 )
-from beam_agents.trace_stream import read_trace_frames, trace_stream_files
+from beam_agents.trace_stream import (
+    StreamSource,
+    read_activation_frames,
+    read_trace_frames,
+    trace_stream_files,
+)
 from beam_agents.trace_view import IntentStaged, LlmCall, attribute_kind
 
 __all__ = [
@@ -56,6 +61,7 @@ __all__ = [
     "TracedKey",
     "TracedSeq",
     "check_complete",
+    "first_events",
     "scan_traces",
     "seq_ranges",
     "trace_events",
@@ -234,27 +240,37 @@ text), or None for every key."""
 
 
 def _streams(
-    sources: Sequence[TraceSource], entity_keys: EntityKeys, naming: Naming
+    sources: Sequence[TraceSource], entity_keys: EntityKeys, naming: Naming, seq: int | None
 ) -> Iterator[tuple[str, Iterable[tuple[TraceEvent, bytes]]]]:
-    """Each source's name and its events with their frames (of ``entity_keys`` only)."""
+    """Each source's name and its events with their frames (of ``entity_keys`` only, and
+    of activation ``seq`` only unless it is None: then ``entity_keys`` is one key)."""
     keys = (entity_keys,) if isinstance(entity_keys, bytes) else entity_keys
+
+    def read(source: StreamSource) -> Iterable[tuple[TraceEvent, bytes]]:
+        if seq is not None and isinstance(entity_keys, bytes):
+            return read_activation_frames(source, entity_key=entity_keys, seq=seq)
+        return read_trace_frames(source, entity_keys=keys)
+
     for source in sources:
         if isinstance(source, TraceMessages):
             events = source.events
             wanted = None if keys is None else frozenset(keys)
-            yield source.name, (
-                (e, serialize_trace_event(e))
-                for e in events
-                if wanted is None or e.entity_key in wanted
+            yield (
+                source.name,
+                (
+                    (e, serialize_trace_event(e))
+                    for e in events
+                    if (wanted is None or e.entity_key in wanted) and (seq is None or e.seq == seq)
+                ),
             )
             continue
         if isinstance(source, bytes):
-            yield describe_source(source), read_trace_frames(source, entity_keys=keys)
+            yield describe_source(source), read(source)
             continue
         if os.fspath(source) == STDIN:
             # Read as a stream, in chunks, like a file: a piped trace dump can be large.
             stdin = CappedReader(sys.stdin.buffer, Input.TRACES, naming, "<stdin>")
-            yield "<stdin>", read_trace_frames(stdin, entity_keys=keys)
+            yield "<stdin>", read(stdin)
             continue
         files = trace_stream_files(source)
         if not files:
@@ -268,14 +284,20 @@ def _streams(
             # Regular files only (no FIFO, no /dev/zero), each within the traces' cap.
             with open_regular(str(path), Input.TRACES, naming) as stream:
                 capped = CappedReader(stream, Input.TRACES, naming, str(path))
-                yield str(path), read_trace_frames(capped, entity_keys=keys)
+                yield str(path), read(capped)
 
 
 def trace_events(
-    sources: Sequence[TraceSource], entity_key: EntityKeys, naming: Naming = REPLAYER
+    sources: Sequence[TraceSource],
+    entity_key: EntityKeys,
+    naming: Naming = REPLAYER,
+    *,
+    seq: int | None = None,
 ) -> Iterator[tuple[str, TraceEvent, bytes]]:
     """Every event of ``entity_key`` (a key, several, or None: every key) in ``sources``,
     each position once: ``(the source's name, the event, its frame)``, in reading order.
+    With ``seq`` (and one key), only that activation's events: the others' frames are
+    skipped unparsed (``read_activation_frames``).
 
     The frame is the event's bytes as the stream holds them (beam-agents writes
     ``serialize_trace_event``'s deterministic bytes; messages given as such are
@@ -297,7 +319,7 @@ def trace_events(
     seen: dict[bytes, dict[int, int]] = {}
     """Per key: ``seq << 32 | index`` (index is 32 bits) -> the hash of its first frame."""
     try:
-        for name, events in _streams(sources, entity_key, naming):
+        for name, events in _streams(sources, entity_key, naming, seq):
             for event, frame in events:
                 if len(event.attributes) > MAX_EVENT_ATTRIBUTES:
                     raise _too_many_attributes(event, name)
@@ -320,6 +342,41 @@ def trace_events(
                     )
     except TraceStreamError as exc:
         raise InputError(f"{naming.about(Input.TRACES)} {exc}", _STREAM_ADVICE) from None
+
+
+def first_events(
+    sources: Sequence[TraceSource],
+    entity_key: bytes,
+    seq: int,
+    count: int,
+    naming: Naming = REPLAYER,
+) -> list[TraceEvent]:
+    """The first ``count`` traced events of activation ``seq`` of ``entity_key``, by index
+    (what the TUI paints while the replay reads the traces whole and re-runs them).
+
+    Reading stops as soon as indices ``0 .. count - 1`` are all found, or the activation's
+    closing event and every index before it; otherwise at the end of the traces. Only the
+    unbroken run from index 0 is returned, so a row shown is the row at its place (an
+    activation whose index 3 is missing shows 0 to 2). Nothing is judged here: the
+    duplicate rule applies to what was read, and a refusal is ``scan_traces``' to make.
+
+    Raises:
+        InputError: As ``trace_events`` (for what was read).
+    """
+    found: dict[int, TraceEvent] = {}
+    end: int | None = None
+    for _, event, _ in trace_events(sources, entity_key, naming, seq=seq):
+        if event.index < count:
+            found[event.index] = event
+        if event.kind in _TERMINAL:
+            end = event.index if end is None else min(end, event.index)
+        wanted = count if end is None else min(count, end + 1)
+        if len(found) >= wanted and all(i in found for i in range(wanted)):
+            break
+    run: list[TraceEvent] = []
+    while len(run) in found and (end is None or len(run) <= end):
+        run.append(found[len(run)])
+    return run
 
 
 MAX_ACTIVATIONS_PER_KEY = 1_000_000
@@ -370,9 +427,7 @@ def scan_traces(
     return found
 
 
-def _take(
-    found: TracedKey, event: TraceEvent, data: bytes, wanted: int | None, name: str
-) -> None:
+def _take(found: TracedKey, event: TraceEvent, data: bytes, wanted: int | None, name: str) -> None:
     seq, index = event.seq, event.index
     if seq not in found.seqs:
         if len(found.seqs) >= MAX_ACTIVATIONS_PER_KEY:

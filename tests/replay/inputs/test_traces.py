@@ -14,6 +14,7 @@ from beam_agents.replay.incidents.listing import list_activations
 from beam_agents.replay.inputs.traces import (
     MAX_EVENT_ATTRIBUTES,
     TraceMessages,
+    first_events,
     scan_traces,
     trace_events,
 )
@@ -98,3 +99,44 @@ def test_messages_are_scanned_as_they_are_and_read_as_the_stream_of_them(
     other.send(event_envelope(b"someone-else", "ask", b"hi", time_ms=T0))
     mixed = TraceMessages((*other.trace, *history.trace))
     assert scan_traces([mixed], KEY, seq=None).event_bytes == as_stream.event_bytes
+
+
+def _activation_frames(seq: int, count: int, *, skip: int | None = None) -> bytes:
+    from beam_agents._wire import varint
+    from beam_agents.trace_events import serialize_trace_event
+
+    out = b""
+    for index in range(count):
+        if index == skip:
+            continue
+        kind = TraceEvent.ACTIVATION_START if index == 0 else TraceEvent.TOOL_CALL
+        if index == count - 1:
+            kind = TraceEvent.ACTIVATION_END
+        data = serialize_trace_event(
+            TraceEvent(entity_key=KEY, seq=seq, index=index, kind=kind, name=f"e{index}")
+        )
+        out += varint(len(data)) + data
+    return out
+
+
+def test_first_events_stop_reading_once_the_first_rows_are_found() -> None:
+    """The TUI's first rows: seq 2's first events, the trace read no further (a corrupt
+    frame after them, which the whole scan refuses, is never reached)."""
+    corrupt = b"\x05\xff\xff\xff\xff\xff"
+    traces = _activation_frames(1, 50) + _activation_frames(2, 50) + corrupt
+    got = first_events((traces,), KEY, 2, 10)
+    assert [(e.seq, e.index) for e in got] == [(2, i) for i in range(10)]
+    with pytest.raises(InputError):
+        scan_traces((traces,), KEY, seq=2)
+
+
+def test_first_events_of_a_short_activation_are_all_of_it() -> None:
+    got = first_events((_activation_frames(1, 4),), KEY, 1, 500)
+    assert [e.index for e in got] == [0, 1, 2, 3]
+    assert got[-1].kind == TraceEvent.ACTIVATION_END
+
+
+def test_first_events_are_the_unbroken_run_from_index_0() -> None:
+    """An event missing from the trace: the rows before it only, none shown out of place."""
+    got = first_events((_activation_frames(1, 20, skip=3),), KEY, 1, 10)
+    assert [e.index for e in got] == [0, 1, 2]
