@@ -29,8 +29,13 @@ is built meanwhile), ``enter``: the time from ``enter`` to the status line's ans
 ``bench/hostile.py``'s activation of 1,000, 10,000 and 100,000 events (seq 2 of a trace
 that holds seq 1 too): from the process's start, when the loading screen is up, when
 the first timeline rows reach the terminal (target <= 0.5 s), and the verdict; then,
-the app left alone for 5 s, the bytes and write bursts per second it sends the terminal
-(target: none) and the share of a core it uses.
+once the app has settled (no write for 1 s after the verdict), the app left alone for
+5 s: the bytes and write bursts per second it sends the terminal (target: none) and the
+share of a core it uses. Beside them, in the same run, the floor on this machine now:
+a bare ``python -c 'import textual.app'``, and a minimal Textual app's first paint in
+the same pseudo-terminal (one Static), so the first rows' ratio to the floor means
+something on a loaded machine. Our packages are byte-compiled first (``compileall``,
+as a wheel install does): without it each run compiles every module of ours again.
 
     .venv/bin/python bench/tui_open.py [--events 50,100000] [--presses 40] [--size 160x48] [--engine]
     .venv/bin/python bench/tui_open.py --cli [--events 1000,10000,100000] [--size 160x48]
@@ -75,7 +80,9 @@ class TimedApp(ReplayApp):
         self.frame_event.set()
 
 
-async def measure(result: ReplayResult, presses: int, size: tuple[int, int]) -> tuple[float, list[float]]:
+async def measure(
+    result: ReplayResult, presses: int, size: tuple[int, int]
+) -> tuple[float, list[float]]:
     app = TimedApp(result)
     started = time.perf_counter()
     async with app.run_test(size=size) as pilot:
@@ -191,6 +198,54 @@ async def measure_typed_search(result: ReplayResult, size: tuple[int, int]) -> f
 
 
 IDLE_SECONDS = 5.0
+SETTLE_QUIET_S = 1.0
+
+_MINIMAL_APP = """
+from textual.app import App
+from textual.widgets import Static
+
+class Minimal(App):
+    BINDINGS = [("q", "quit", "Quit")]
+
+    def compose(self):
+        yield Static("MINIMAL-READY")
+
+Minimal().run()
+"""
+
+
+def _floor(size: tuple[int, int]) -> tuple[float, float | None]:
+    """Seconds, now: a bare ``import textual.app``; a minimal app's first paint (pty)."""
+    import subprocess
+
+    from terminal import Terminal
+
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import textual.app"], check=True)
+    bare = time.perf_counter() - started
+    term = Terminal.start([sys.executable, "-c", _MINIMAL_APP], size=size)
+    painted = term.wait_for(b"MINIMAL-READY", 60)
+    term.stop()
+    return bare, painted
+
+
+def _settle(term: Any, quiet: float, longest: float) -> float:
+    """Read until ``quiet`` seconds pass with no write (at most ``longest``); seconds read."""
+    started = time.perf_counter()
+    while time.perf_counter() - started < longest:
+        count = len(term.chunks)
+        term.read(quiet)
+        if len(term.chunks) == count:
+            break
+    return time.perf_counter() - started
+
+
+def _compile_ours() -> None:
+    import compileall
+
+    root = Path(__file__).resolve().parent.parent
+    for package in ("beam_agents", "replay_tui", "bench"):
+        compileall.compile_dir(str(root / package), quiet=1)
 
 
 def measure_cli(counts: list[int], size: tuple[int, int]) -> None:
@@ -205,6 +260,8 @@ def measure_cli(counts: list[int], size: tuple[int, int]) -> None:
     from beam_agents.testing import ScriptedProvider
 
     script = str(Path(sys.executable).parent / "beam-agents-replay")
+    _compile_ours()
+    print(f"load average now: {', '.join(f'{v:.2f}' for v in os.getloadavg())}")
     with tempfile.TemporaryDirectory() as tmp:
         for count in counts:
             os.environ[hostile.CALLS_ENV] = str(count)
@@ -227,9 +284,10 @@ def measure_cli(counts: list[int], size: tuple[int, int]) -> None:
             loading = term.wait_for(b"Replaying the activation", 120)
             rows = term.wait_for(b"START", 300)
             verdict = term.wait_for(b"REPRODUCED", 300)
-            term.read(1.0)  # the last layout and notices settle
+            settled = _settle(term, SETTLE_QUIET_S, 20.0)  # the last layout and notices
             per_s, bursts, cpu = term.idle(IDLE_SECONDS)
             code = term.stop()
+            bare, minimal = _floor(size)
 
             def ms(value: float | None) -> str:
                 return "  never" if value is None else f"{value * 1000:7.0f}"
@@ -238,8 +296,22 @@ def measure_cli(counts: list[int], size: tuple[int, int]) -> None:
                 f"{count:>7} events, as the CLI runs it: loading screen {ms(loading)} ms, "
                 f"first rows {ms(rows)} ms (target {FIRST_PAINT_TARGET_S * 1000:.0f} ms"
                 + (f", ratio {rows / FIRST_PAINT_TARGET_S:.2f}" if rows else "")
-                + f"), verdict {ms(verdict)} ms;  idle: {per_s:8.0f} B/s, "
-                f"{bursts:4.1f} writes/s (target 0), {cpu * 100:4.1f}% of a core;  exit {code}"
+                + f"), verdict {ms(verdict)} ms;  idle (settled {settled:.1f} s after the "
+                f"verdict): {per_s:6.0f} B/s, {bursts:4.1f} writes/s (target 0), "
+                f"{cpu * 100:4.1f}% of a core;  exit {code}"
+            )
+            over = (
+                f", first rows over it {ms(rows - minimal)} ms "
+                f"(ratio to the target {(rows - minimal) / FIRST_PAINT_TARGET_S:.2f})"
+                if rows is not None and minimal is not None
+                else ""
+            )
+            print(
+                f"{'':>7}  floor now: python -c 'import textual.app' {ms(bare)} ms, a minimal "
+                f"Textual app's first paint {ms(minimal)} ms; first rows / minimal app "
+                + (f"{rows / minimal:.2f}" if rows and minimal else "n/a")
+                + over
+                + f";  load {os.getloadavg()[0]:.2f}"
             )
 
 

@@ -12,10 +12,11 @@ Tests (and anyone holding a result already) open ``ReplayApp(result)`` directly.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
@@ -26,26 +27,39 @@ from textual.screen import Screen
 from beam_agents._protos import TraceEvent
 from beam_agents.replay.options import ReplayOptions
 from beam_agents.replay.result import ReplayHeader, ReplayResult, Verdict
-from replay_tui.export import export_report
 from replay_tui.messages import ReplayCrashed, ReplayLoaded, ReplayPlanned, ReplayPreviewed
 from replay_tui.render.monochrome import ReadableMonochrome
 from replay_tui.screens.error import USAGE_EXIT_CODE, ErrorScreen
 from replay_tui.screens.help import HelpScreen
-from replay_tui.screens.intents import IntentsScreen
 from replay_tui.screens.loading import LoadingScreen
-from replay_tui.screens.main import MainScreen
-from replay_tui.screens.outputs import OutputsScreen
-from replay_tui.screens.state import StateScreen
 from replay_tui.terminal_safety import install as install_terminal_safety
 
 INTERRUPTED_EXIT_CODE = 130
 """``q`` before the replay finished: there is no verdict, so no verdict's code (as for Ctrl+C)."""
 
-_SUBSCREENS: dict[str, type[StateScreen | IntentsScreen | OutputsScreen]] = {
-    "state": StateScreen,
-    "intents": IntentsScreen,
-    "outputs": OutputsScreen,
-}
+if TYPE_CHECKING:
+    from replay_tui.screens.intents import IntentsScreen
+    from replay_tui.screens.outputs import OutputsScreen
+    from replay_tui.screens.state import StateScreen
+
+# The result's screens (and the report's writer) are imported when first needed, not at
+# start-up: the loading screen and the first rows are painted without them (a quarter of
+# the app's imports), and the replay thread imports them while the replay runs.
+_RESULT_MODULES = (
+    "replay_tui.screens.main",
+    "replay_tui.screens.state",
+    "replay_tui.screens.intents",
+    "replay_tui.screens.outputs",
+    "replay_tui.export",
+)
+
+
+def _subscreens() -> dict[str, type[StateScreen | IntentsScreen | OutputsScreen]]:
+    from replay_tui.screens.intents import IntentsScreen
+    from replay_tui.screens.outputs import OutputsScreen
+    from replay_tui.screens.state import StateScreen
+
+    return {"state": StateScreen, "intents": IntentsScreen, "outputs": OutputsScreen}
 
 
 class ReplayApp(App[int]):
@@ -135,6 +149,8 @@ class ReplayApp(App[int]):
     def _result_screen(self, result: ReplayResult) -> Screen[Any]:
         if result.verdict is Verdict.USAGE_ERROR:
             return ErrorScreen(result=result)
+        from replay_tui.screens.main import MainScreen
+
         return MainScreen(result)
 
     def on_mount(self) -> None:
@@ -154,6 +170,8 @@ class ReplayApp(App[int]):
             first, options = read_first_rows(self.options)
             if first is not None:
                 self.post_message(ReplayPreviewed(first))
+            for module in _RESULT_MODULES:  # before the engine, outside its guard
+                importlib.import_module(module)
             # Imported here, in the thread: the engine imports the operator's agent code.
             from beam_agents.replay import engine
 
@@ -238,14 +256,15 @@ class ReplayApp(App[int]):
         """Open the state, intents or outputs screen; the same key closes it again."""
         if self.result is None:
             return
-        wanted = _SUBSCREENS[name]
+        subscreens = _subscreens()
+        wanted = subscreens[name]
         current = self.screen
         if isinstance(current, HelpScreen):
             self.pop_screen()
             current = self.screen
         if isinstance(current, wanted):
             self.pop_screen()
-        elif isinstance(current, tuple(_SUBSCREENS.values())):
+        elif isinstance(current, tuple(subscreens.values())):
             self.switch_screen(wanted(self.result))
         else:
             self.push_screen(wanted(self.result))
@@ -278,6 +297,9 @@ class ReplayApp(App[int]):
     def action_export(self) -> None:
         if self.result is None:
             return
+        from replay_tui.export import export_report
+        from replay_tui.screens.main import MainScreen
+
         selected = None
         if isinstance(self.screen, MainScreen) and self.screen.timeline.position is not None:
             selected = self.result.events[self.screen.timeline.position].index
@@ -307,6 +329,8 @@ class ReplayApp(App[int]):
         """The command palette's own commands on ``screen``: ``(title, what it does, its key,
         what it runs)``, one for every key of the screen and of the app that applies there
         (docs/tui.md: the palette holds every action; a test checks it against the keys)."""
+        from replay_tui.screens.main import MainScreen
+
         commands: list[tuple[str, str, str, Callable[[], Any]]] = []
         if isinstance(screen, MainScreen):
             main = screen

@@ -12,7 +12,8 @@ Modules, and what each gives the floors above:
                    (load_event_source, load_event_message, load_envelopes, write_envelope_stream)
     traces         THE one trace scanner (trace_events, with one duplicate-event rule), what
                    it says about one key (scan_traces, TracedKey, TracedSeq), whether a traced
-                   activation is whole (check_complete); TraceMessages, TraceSource, seq_ranges
+                   activation is whole (check_complete), the first events of one activation
+                   read before the rest (first_events); TraceMessages, TraceSource, seq_ranges
     agent_code     the only place agent code is imported (import_object, imported_already,
                    no_bytecode, ImportFailed), and where a path would import from (locate,
                    import_root, ancestors)
