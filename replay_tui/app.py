@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.filter import Monochrome
+from textual.message import Message
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
@@ -38,6 +39,7 @@ INTERRUPTED_EXIT_CODE = 130
 """``q`` before the replay finished: there is no verdict, so no verdict's code (as for Ctrl+C)."""
 
 if TYPE_CHECKING:
+    from replay_tui.preview import FirstRows
     from replay_tui.screens.intents import IntentsScreen
     from replay_tui.screens.outputs import OutputsScreen
     from replay_tui.screens.state import StateScreen
@@ -138,6 +140,11 @@ class ReplayApp(App[int]):
         verdict is the exit code, whichever activation ``[`` / ``]`` show when ``q`` quits."""
         self.complete = complete
         self.switch_to = switch_to
+        self.first_rows: FirstRows | None = None
+        """The first traced rows, once the replay thread has read them (the loading screen
+        paints them as it mounts when they are ready by then)."""
+        self._replay_started = False
+        self._mounted = threading.Event()
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -153,12 +160,27 @@ class ReplayApp(App[int]):
 
         return MainScreen(result)
 
-    def on_mount(self) -> None:
-        if self.result is None:
+    def start_replay(self) -> None:
+        """Start replaying ``options`` in its thread, if it has not started: ``run_tui``
+        calls this before Textual starts, so the first rows are read while it starts up
+        (and are on the loading screen's first frame when they are ready by then);
+        ``on_mount`` calls it otherwise."""
+        if self.result is None and not self._replay_started:
+            self._replay_started = True
             # A daemon thread, not a thread worker: Textual's workers run on the default
             # executor, which the interpreter joins at exit, so `q` during a replay stuck
             # in agent code would hang the terminal. Results still arrive by message.
             threading.Thread(target=self._replay_in_thread, name="replay", daemon=True).start()
+
+    def on_mount(self) -> None:
+        self._mounted.set()
+        self.start_replay()
+
+    def _post(self, message: Message) -> None:
+        """``post_message`` from the replay thread, once the app runs (before, it has no
+        event loop to hand the message to safely)."""
+        self._mounted.wait()
+        self.post_message(message)
 
     def _replay_in_thread(self) -> None:
         try:
@@ -168,23 +190,24 @@ class ReplayApp(App[int]):
             from replay_tui.preview import read_first_rows
 
             first, options = read_first_rows(self.options)
+            self.first_rows = first
             if first is not None:
-                self.post_message(ReplayPreviewed(first))
+                self._post(ReplayPreviewed(first))
             for module in _RESULT_MODULES:  # before the engine, outside its guard
                 importlib.import_module(module)
             # Imported here, in the thread: the engine imports the operator's agent code.
             from beam_agents.replay import engine
 
             def planned(header: ReplayHeader, traced: Sequence[TraceEvent]) -> None:
-                self.post_message(ReplayPlanned(header, traced))
+                self._post(ReplayPlanned(header, traced))
 
             result = engine.replay(options, on_planned=planned)
             if self.complete is not None:
                 result = self.complete(result)
         except BaseException as exc:  # shown on the error screen, never lost
-            self.post_message(ReplayCrashed(type(exc).__qualname__, str(exc)))
+            self._post(ReplayCrashed(type(exc).__qualname__, str(exc)))
         else:
-            self.post_message(ReplayLoaded(result))
+            self._post(ReplayLoaded(result))
 
     # Pushed over the loading screen (the default screen cannot be switched away).
     def on_replay_loaded(self, message: ReplayLoaded) -> None:
@@ -292,6 +315,7 @@ class ReplayApp(App[int]):
         if isinstance(self.screen, LoadingScreen):
             self.screen.restart(self.options)
         self.notify(f"replaying seq {target}", timeout=3)
+        self.first_rows = None
         threading.Thread(target=self._replay_in_thread, name="replay", daemon=True).start()
 
     def action_export(self) -> None:
@@ -401,6 +425,7 @@ def run_tui(
     app = ReplayApp(
         options=options, seqs=seqs, export_dir=export_dir, complete=complete, switch_to=switch_to
     )
+    app.start_replay()
     app.run()
     if app.exit_code is not None:
         return app.exit_code

@@ -45,7 +45,8 @@ def read_first_rows(options: ReplayOptions) -> tuple[FirstRows | None, ReplayOpt
     Never raises for bad input: an input the preview cannot read is the replay's to
     refuse, with its own words, a moment later.
     """
-    if options.seq is None or not options.traces:
+    seq = options.seq
+    if seq is None or not options.traces:
         return None, options
     try:
         loaded = options.loaded_snapshot
@@ -53,11 +54,11 @@ def read_first_rows(options: ReplayOptions) -> tuple[FirstRows | None, ReplayOpt
             loaded = load_snapshot_source(options.snapshot, options.naming)
             options = dataclasses.replace(options, loaded_snapshot=loaded)
         key = loaded[0].entity_key
-        events = first_events(options.traces, key, options.seq, PREVIEW_EVENTS, options.naming)
+        events = first_events(options.traces, key, seq, PREVIEW_EVENTS, options.naming)
     except ReplayRefused:
         return None, options
     except Exception:  # a preview never stops the replay, which reports what this met
         return None, options
     if not events:
         return None, options
-    return FirstRows(key, options.seq, events), options
+    return FirstRows(key, seq, events), options

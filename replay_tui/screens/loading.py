@@ -57,6 +57,7 @@ class LoadingScreen(Screen[None]):
         self._started = time.monotonic()
         self._planned: tuple[ReplayHeader, Sequence[TraceEvent]] | None = None
         self._first: FirstRows | None = None
+        self._first_shown: FirstRows | None = None
         self._shown: str | None = None
         """Which rows the timeline shows: None, "first" (the preview's: the replay is still
         reading the traces) or "planned" (every traced event)."""
@@ -87,8 +88,9 @@ class LoadingScreen(Screen[None]):
             self._first = rows
             return
         self._first = None
-        if self._shown == "planned":
-            return  # the plan came first: every traced event is shown already
+        if self._shown == "planned" or (self._shown == "first" and rows is self._first_shown):
+            return  # the plan came first (every traced event is shown), or these are shown
+        self._first_shown = rows
         count = len(rows.events)
         ended = rows.events[-1].kind in (TraceEvent.ACTIVATION_END, TraceEvent.ACTIVATION_FAILED)
         what = f"{count} traced event{'' if count == 1 else 's'}"
@@ -138,6 +140,9 @@ class LoadingScreen(Screen[None]):
         timeline.border_title = title
 
     def on_mount(self) -> None:
+        ready = getattr(self.app, "first_rows", None)  # read while Textual started up
+        if ready is not None and self._first is None:
+            self._first = ready
         self._tick()
         self._clock = self.set_interval(0.1, self._tick)
         if self._first is not None:
