@@ -144,7 +144,10 @@ class ReplayApp(App[int]):
         """The first traced rows, once the replay thread has read them (the loading screen
         paints them as it mounts when they are ready by then)."""
         self._replay_started = False
-        self._mounted = threading.Event()
+        self._post_lock = threading.Lock()
+        self._running = False
+        self._early: list[Message] = []
+        """What the replay thread posted before the app ran (``on_mount`` posts it)."""
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -173,13 +176,21 @@ class ReplayApp(App[int]):
             threading.Thread(target=self._replay_in_thread, name="replay", daemon=True).start()
 
     def on_mount(self) -> None:
-        self._mounted.set()
+        with self._post_lock:
+            self._running = True
+            early, self._early = self._early, []
+            for message in early:  # in order, before any the thread posts from now on
+                self.post_message(message)
         self.start_replay()
 
     def _post(self, message: Message) -> None:
-        """``post_message`` from the replay thread, once the app runs (before, it has no
-        event loop to hand the message to safely)."""
-        self._mounted.wait()
+        """``post_message`` from the replay thread; held until the app runs (before, it has
+        no event loop to hand a message to safely). Never waits: ``planned`` posts from
+        inside the engine's guard, which must not be held open by an app that never ran."""
+        with self._post_lock:
+            if not self._running:
+                self._early.append(message)
+                return
         self.post_message(message)
 
     def _replay_in_thread(self) -> None:

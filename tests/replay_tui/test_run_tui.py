@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -133,3 +136,21 @@ def test_run_tui_never_reports_a_verdict_code_when_textual_stops_on_its_own(
     monkeypatch.setattr(ReplayApp, "run", lambda self, **kwargs: None)
     assert run_tui(real_results.reproduced_inputs().options()) == 2
     assert app_module.USAGE_EXIT_CODE == 2
+
+
+def test_an_app_that_never_ran_leaves_no_replay_holding_the_guard(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """run_tui starts the replay before Textual runs. When Textual stops on its own, the
+    replay still ends: its messages are kept for an app that never runs, never waited on
+    from inside the engine's guard (which blocks processes for the whole interpreter: the
+    guard held open by a waiting thread made every later subprocess in the suite fail)."""
+    monkeypatch.setattr(ReplayApp, "run", lambda self, **kwargs: None)
+    inputs = dataclasses.replace(real_results.reproduced_inputs(), seq=2)
+    assert run_tui(inputs.options()) == 2
+    replays = [t for t in threading.enumerate() if t.name == "replay"]
+    for thread in replays:
+        thread.join(60)
+    assert not any(t.is_alive() for t in replays)
+    # processes are allowed again: the guard is down
+    assert subprocess.run([sys.executable, "-c", "pass"], check=False).returncode == 0
