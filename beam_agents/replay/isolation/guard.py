@@ -204,8 +204,13 @@ _FILE_CHANGES = frozenset(
         "os.chown",
         "os.utime",
         "os.chflags",
+        # No audit event of their own (CPython raises none for them): the guard wraps
+        # them (``_install``) to raise these. A FIFO, a device node and a POSIX shared
+        # memory object (a file under /dev/shm) are file-system changes like a mkdir.
         "os.mkfifo",
         "os.mknod",
+        "_posixshmem.shm_open",
+        "_posixshmem.shm_unlink",
         "os.removexattr",
         "os.setxattr",
         "shutil.copyfile",
@@ -468,6 +473,55 @@ def _audited_raise_signal(signalnum: int) -> None:
 _REAL_RAISE_SIGNAL = signal.raise_signal
 
 
+def _audited_mkfifo(path: Any, mode: int = 0o666, *, dir_fd: int | None = None) -> None:
+    """``os.mkfifo`` with the audit event CPython does not raise for it: it made a FIFO
+    in a re-run judged ``reproduced``."""
+    sys.audit("os.mkfifo", path, mode, -1 if dir_fd is None else dir_fd)
+    _REAL_MKFIFO(path, mode, dir_fd=dir_fd)
+
+
+_REAL_MKFIFO = getattr(os, "mkfifo", None)
+
+
+def _audited_mknod(
+    path: Any, mode: int = 0o600, device: int = 0, *, dir_fd: int | None = None
+) -> None:
+    """``os.mknod`` with the audit event CPython does not raise for it (it made a file)."""
+    sys.audit("os.mknod", path, mode, -1 if dir_fd is None else dir_fd)
+    _REAL_MKNOD(path, mode, device, dir_fd=dir_fd)
+
+
+_REAL_MKNOD = getattr(os, "mknod", None)
+
+
+def _audited_shm_open(path: str, flags: int, mode: int = 0o777) -> int:
+    """``_posixshmem.shm_open`` with an audit event where it can create or write the shared
+    memory object (a file under /dev/shm); opening one read-only is a read."""
+    if flags & _WRITE_FLAGS:
+        sys.audit("_posixshmem.shm_open", _shm_path(path), flags)
+    return int(_REAL_SHM_OPEN(path, flags, mode))
+
+
+def _audited_shm_unlink(path: str) -> None:
+    """``_posixshmem.shm_unlink`` with an audit event: it removes a file under /dev/shm."""
+    sys.audit("_posixshmem.shm_unlink", _shm_path(path))
+    _REAL_SHM_UNLINK(path)
+
+
+def _shm_path(name: object) -> str:
+    """Where Linux keeps the POSIX shared memory object ``name`` (the path reported)."""
+    return "/dev/shm/" + str(name).lstrip("/")
+
+
+try:
+    import _posixshmem
+
+    _REAL_SHM_OPEN: Callable[..., Any] = _posixshmem.shm_open
+    _REAL_SHM_UNLINK: Callable[..., Any] = _posixshmem.shm_unlink
+except ImportError:  # not POSIX
+    _posixshmem = None  # type: ignore[assignment]
+
+
 def _audited_fork_exec(*args: Any, **kwargs: Any) -> Any:
     """``_posixsubprocess.fork_exec`` with an audit event: called directly (not through
     ``subprocess.Popen``, which raises its own first) it started any process unseen."""
@@ -500,6 +554,15 @@ def _install() -> None:
             for module in (signal, sys.modules.get("_signal")):
                 if module is not None:
                     module.raise_signal = _audited_raise_signal  # type: ignore[attr-defined]
+            # File-system changes with no audit event, under both their modules' names.
+            for module in (os, sys.modules.get(os.name)):
+                if module is not None and _REAL_MKFIFO is not None:
+                    module.mkfifo = _audited_mkfifo  # type: ignore[attr-defined]
+                if module is not None and _REAL_MKNOD is not None:
+                    module.mknod = _audited_mknod  # type: ignore[attr-defined]
+            if _posixshmem is not None:
+                _posixshmem.shm_open = _audited_shm_open
+                _posixshmem.shm_unlink = _audited_shm_unlink
             if _posixsubprocess is not None:
                 _posixsubprocess.fork_exec = _audited_fork_exec
                 # subprocess binds it at import: its name too, should agent code call that.

@@ -146,7 +146,12 @@ def run_exit() -> None:
     finalizers of agent-defined objects still alive are called. Nothing is printed.
     """
     previous, previous_thread_hook = sys.unraisablehook, threading.excepthook
+    previous_excepthook = sys.excepthook
     sys.unraisablehook = _quiet
+    # ``weakref.finalize`` runs its callbacks at exit from one atexit callback of its own,
+    # and hands what one raised to ``sys.excepthook`` itself (the traceback a refused
+    # finalizer printed): quiet too, as the guard recorded what it refused.
+    sys.excepthook = _quiet_excepthook
 
     def quiet_refusals(args: Any) -> None:
         # A thread waited for here that let the guard's refusal through: the attempt is
@@ -166,8 +171,13 @@ def run_exit() -> None:
         gc.collect()
     finally:
         sys.unraisablehook, threading.excepthook = previous, previous_thread_hook
+        sys.excepthook = previous_excepthook
 
 
 def _quiet(info: Any) -> None:
     """An exception in an ``atexit`` callback or a finalizer: ignored, as at exit, but not
     printed (the guard recorded anything it refused)."""
+
+
+def _quiet_excepthook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+    """What a ``weakref.finalize`` callback raised at exit: ignored, as ``_quiet``."""
