@@ -16,12 +16,15 @@ operation before it happens:
   called directly), sending a signal
   (``os.kill``, ``os.killpg``, ``signal.pthread_kill``,
   ``signal.pidfd_send_signal``, ``signal.raise_signal``), setting another process's resource limits
-  (``resource.prlimit``) and loading native code
+  (``resource.prlimit``), loading native code
   or resolving a native symbol through ``ctypes`` (``ctypes.dlopen``,
-  ``ctypes.dlsym``): ``PermissionError``;
+  ``ctypes.dlsym``) and calling native code through ``ctypes`` at all (``ctypes.call``,
+  raised by ``_audit_ctypes_calls``'s call: a pointer made from an address needs
+  neither): ``PermissionError``;
 - in the activation's own context (agent code, tools it calls) and while a module of
   agent code is imported, opening a file for writing, changing the file system
-  (``os.remove``, ``os.rename``, ``os.mkdir``, ``shutil.rmtree``, ...) or opening a
+  (``os.remove``, ``os.rename``, ``os.mkdir``, ``shutil.rmtree``, ``os.mkfifo``, ``os.mknod``,
+  ``_posixshmem.shm_open``: the last three wrapped to raise an event) or opening a
   database through ``sqlite3`` (which creates and writes files in native code):
   ``PermissionError``. Under ``isolate_process()`` these are refused in every
   thread and at every moment of the process's life (an ``atexit`` hook, a
@@ -184,6 +187,12 @@ _PROCESS: dict[str, Callable[[tuple[Any, ...]], str]] = {
     "_winapi.CreateProcess": lambda args: _command(args[1] or args[0]),
     "ctypes.dlopen": lambda args: str(args[0]),
     "ctypes.dlsym": lambda args: f"{args[1]}" if len(args) > 1 else str(args[0]),
+    # Calling native code through ctypes, whatever the function pointer was made from (an
+    # address read from /proc/self/maps needs no dlopen or dlsym): the guard cannot see
+    # what the called code does (it made a directory and a connection). ``_ctypes.
+    # call_function`` raises the first; every other call the second (``_audited_call``).
+    "ctypes.call_function": lambda args: f"native function at {args[0]:#x}",
+    "ctypes.call": lambda args: str(args[0]),
     # Loads native code into the database connection (any shared library).
     "sqlite3.enable_load_extension": lambda args: "a native sqlite3 extension",
 }
@@ -247,6 +256,8 @@ _WHAT = {
     "resource.prlimit": "",
     "ctypes.dlopen": "native library ",
     "ctypes.dlsym": "native symbol ",
+    "ctypes.call_function": "",
+    "ctypes.call": "",
     "open": "file write ",
     "sqlite3.connect": "sqlite3 database ",
     "os._exit": "ending the process with ",
@@ -522,6 +533,60 @@ except ImportError:  # not POSIX
     _posixshmem = None  # type: ignore[assignment]
 
 
+def _audited_call(self: Any, *args: Any, **kwargs: Any) -> Any:
+    """A ctypes function pointer's call, with the audit event CPython raises for none of
+    them (the guard refuses it: ``ctypes.call``)."""
+    name = getattr(self, "__name__", None)
+    if isinstance(name, str):
+        what = f"native function {name}"
+    else:
+        import ctypes
+
+        what = f"native function at {ctypes.c_void_p.from_buffer(self).value or 0:#x}"
+    sys.audit("ctypes.call", what)
+    return _REAL_CFUNCPTR_CALL(self, *args, **kwargs)
+
+
+def _audit_ctypes_calls() -> None:
+    """Make every call through a ctypes function pointer raise ``ctypes.call``.
+
+    ``_ctypes.CFuncPtr``, the base of every function type ctypes makes, is a static type
+    whose call cannot be replaced; so its name (in ``_ctypes``, and in ``ctypes`` when that
+    is imported already) is given a subclass whose call audits, which the function types
+    made from now on derive from (``CFUNCTYPE``, ``CDLL``'s, ctypes's own ``memmove``,
+    ``cast``...), and the subclasses made before are given that call too.
+    """
+    global _REAL_CFUNCPTR_CALL
+    try:
+        import _ctypes
+    except ImportError:  # built without ctypes: nothing to call native code through
+        return
+    real = _ctypes.CFuncPtr
+    if getattr(real, "_beam_agents_audited", False):
+        return
+    _REAL_CFUNCPTR_CALL = real.__call__
+    audited = type(real)(
+        "CFuncPtr",
+        (real,),
+        {"_flags_": _ctypes.FUNCFLAG_CDECL, "__call__": _audited_call, "_beam_agents_audited": True},
+    )
+    pending = list(real.__subclasses__())
+    while pending:
+        subclass = pending.pop()
+        pending.extend(subclass.__subclasses__())
+        with suppress(TypeError):  # a static type: none but ctypes's own base
+            subclass.__call__ = _audited_call
+    _ctypes.CFuncPtr = audited
+    imported = sys.modules.get("ctypes")
+    if imported is not None:
+        imported._CFuncPtr = audited  # type: ignore[attr-defined]
+        # Function types it made and keeps for CFUNCTYPE(...) to hand out again were given
+        # the audited call above; the caches may stay.
+
+
+_REAL_CFUNCPTR_CALL: Callable[..., Any] = lambda self, *args, **kwargs: None  # noqa: E731
+
+
 def _audited_fork_exec(*args: Any, **kwargs: Any) -> Any:
     """``_posixsubprocess.fork_exec`` with an audit event: called directly (not through
     ``subprocess.Popen``, which raises its own first) it started any process unseen."""
@@ -563,6 +628,7 @@ def _install() -> None:
             if _posixshmem is not None:
                 _posixshmem.shm_open = _audited_shm_open
                 _posixshmem.shm_unlink = _audited_shm_unlink
+            _audit_ctypes_calls()
             if _posixsubprocess is not None:
                 _posixsubprocess.fork_exec = _audited_fork_exec
                 # subprocess binds it at import: its name too, should agent code call that.

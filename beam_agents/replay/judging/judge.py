@@ -741,12 +741,15 @@ def _network_reason(attempt: NetworkAttempt, count: int, naming: Naming) -> str:
                 "keeps for replay (docs/agent-api.md, Tools)"
             )
         )
-    if attempt.operation == "open" or (attempt.operation.startswith(("os.", "shutil.")) and (
-        attempt.operation not in PROCESS_OPERATIONS
-    )):
+    if attempt.operation == "open" or (
+        attempt.operation.startswith(("os.", "shutil.", "_posixshmem."))
+        and attempt.operation not in PROCESS_OPERATIONS
+    ):
         what = f"write the file {attempt.address}"
     elif attempt.operation == "sqlite3.connect":
         what = f"open the sqlite3 database {attempt.address} (which creates and writes it)"
+    elif attempt.operation in ("ctypes.call", "ctypes.call_function"):
+        what = f"call the {attempt.address} through ctypes (native code replay cannot see into)"
     elif attempt.operation.startswith("ctypes.") or attempt.operation.startswith("sqlite3."):
         what = f"load native code {attempt.address}"
     elif attempt.operation in (

@@ -21,6 +21,12 @@ replay must not allow, swallowing the error as careless tool code would:
     TOOLS_KILL        os.kill(own pid, SIGKILL) (audited: refused)
     TOOLS_DIE         os.abort() with no core file (not audited: the process dies of
                       SIGABRT, as native code crashing would end it)
+    TOOLS_MKFIFO, TOOLS_MKNOD  os.mkfifo / os.mknod of the write target (no audit event)
+    TOOLS_SHM_OPEN    _posixshmem.shm_open creating /dev/shm/<shm_name(target)>
+    TOOLS_ATEXIT_MKFIFO  an atexit hook making a FIFO at the write target
+    TOOLS_FINALIZE_WRITE  a weakref.finalize callback writing the target at exit
+    TOOLS_CTYPES_ADDRESS  libc's mkdir of the target through ctypes.CFUNCTYPE(address),
+                      the address read from /proc/self/maps (no dlopen, no dlsym)
     TOOLS_PIPE_*      writes to a check worker's pipe to its parent: junk, a pickle that
                       runs code where it is loaded (``UNPICKLED_IN``), a row of another bundle
 
@@ -355,3 +361,80 @@ TOOLS_SQLITE = _variant(_sqlite)
 TOOLS_ATEXIT_WRITE = _variant(lambda: atexit.register(_write))
 TOOLS_FINALIZER = _variant(_finalizer)
 TOOLS_LOG_AT_EXIT = _variant(_late_log_file)
+
+
+# -- file-system changes and native calls with no audit event (issue 23, hostile pass) ------
+
+
+def _mkfifo() -> None:
+    os.mkfifo(os.environ[WRITE_TARGET_ENV])
+
+
+def _mknod() -> None:
+    os.mknod(os.environ[WRITE_TARGET_ENV])
+
+
+def shm_name(target: str) -> str:
+    """The POSIX shared memory object ``TOOLS_SHM_OPEN`` creates for a write target."""
+    return "/beam-agents-test-" + os.path.basename(target)
+
+
+def _shm_open() -> None:
+    import _posixshmem
+
+    _posixshmem.shm_open(shm_name(os.environ[WRITE_TARGET_ENV]), os.O_CREAT | os.O_RDWR, 0o600)
+
+
+class _Kept:
+    pass
+
+
+def _finalize_write() -> None:
+    import weakref
+
+    kept = _Kept()
+    _KEPT.append(kept)  # alive at exit: weakref.finalize then runs its callback (atexit)
+    weakref.finalize(kept, _write)
+
+
+def _libc_symbol(name: str) -> int:
+    """The address of libc's ``name``, from /proc/self/maps and libc's ELF symbol table:
+    both are reads, and neither is ``ctypes.dlopen`` nor ``ctypes.dlsym``."""
+    import struct
+
+    path = base = None
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            parts = line.split()
+            if len(parts) >= 6 and "libc.so" in parts[5] and parts[2] == "00000000":
+                path, base = parts[5], int(parts[0].split("-")[0], 16)
+                break
+    assert path is not None and base is not None
+    with open(path, "rb") as f:
+        data = f.read()
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    dynsym = next(s for s in sections if s[1] == 11)  # SHT_DYNSYM
+    dynstr = sections[dynsym[6]]
+    for offset in range(dynsym[4], dynsym[4] + dynsym[5], 24):
+        st_name, _info, _other, _shndx, value, _size = struct.unpack_from("<IBBHQQ", data, offset)
+        start = dynstr[4] + st_name
+        if data[start : data.index(b"\0", start)] == name.encode() and value:
+            return base + value
+    raise LookupError(name)
+
+
+def _ctypes_by_address() -> None:
+    import ctypes
+
+    mkdir = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.c_int)(_libc_symbol("mkdir"))
+    mkdir(os.environ[WRITE_TARGET_ENV].encode(), 0o755)
+
+
+TOOLS_MKFIFO = _variant(_mkfifo)
+TOOLS_MKNOD = _variant(_mknod)
+TOOLS_SHM_OPEN = _variant(_shm_open)
+TOOLS_ATEXIT_MKFIFO = _variant(lambda: atexit.register(os.mkfifo, os.environ[WRITE_TARGET_ENV]))
+TOOLS_FINALIZE_WRITE = _variant(_finalize_write)
+TOOLS_CTYPES_ADDRESS = _variant(_ctypes_by_address)
