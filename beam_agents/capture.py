@@ -20,10 +20,11 @@ it, ``len``, ``to_dict``, ``repr``), with the keys written before it.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, SupportsIndex
 
 from beam_agents.memory import JsonMemory
 
@@ -105,7 +106,20 @@ class MemoryScan:
 
 
 class _TrackedMemory(JsonMemory):
-    """A ``JsonMemory`` noting the top-level keys read and written into a ``ValueCapture``."""
+    """A ``JsonMemory`` noting the top-level keys read and written into a ``ValueCapture``.
+
+    Every way Python has to read a mapping's contents goes through a method noted here: the
+    mapping protocol (``Mapping``'s mixins and ``==`` use ``__getitem__``, ``__iter__``,
+    ``__len__``), ``repr``/``str``/``format``, and the copy and pickle protocols
+    (``__copy__``, ``__deepcopy__``, ``__reduce__``, ``__reduce_ex__``, ``__getstate__``),
+    which read the memory as a whole and hand back a plain ``JsonMemory`` copy (whose own
+    reads are then not the memory's; its writes are not the activation's). The slots leave
+    no ``__dict__`` for ``vars()``. What is left is reading the private attributes, or
+    ``gc.get_referents``: interpreter internals, not a way to read a mapping
+    (docs/agent-api.md).
+    """
+
+    __slots__ = ("_capture", "_position")
 
     def __init__(
         self, initial: dict[str, Any], capture: ValueCapture, position: Callable[[], int]
@@ -158,3 +172,24 @@ class _TrackedMemory(JsonMemory):
     def __repr__(self) -> str:
         self._scan()
         return super().__repr__()
+
+    # The copy and pickle protocols: object's own read the slots (the whole dict, and this
+    # capture) untracked, and a deep copy's reads then went to a copy of the capture.
+    def __copy__(self) -> JsonMemory:
+        self._scan()
+        return JsonMemory(dict(self._data))
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> JsonMemory:
+        self._scan()
+        return JsonMemory(copy.deepcopy(self._data, memo))
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> tuple[Any, ...]:
+        return self.__reduce__()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        self._scan()
+        return (JsonMemory, (dict(self._data),))
+
+    def __getstate__(self) -> dict[str, Any]:
+        self._scan()
+        return dict(self._data)

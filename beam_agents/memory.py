@@ -29,6 +29,11 @@ class JsonMemory(MutableMapping[str, Any]):
     whole memory is checked again when the activation commits.
     """
 
+    # No instance ``__dict__``: ``vars(ctx.memory)`` read the underlying dict past every
+    # read replay tracks (``capture._TrackedMemory``), and ``__class__`` cannot be set to
+    # a class of another layout.
+    __slots__ = ("_assigned", "_data", "_exposed", "_handed")
+
     def __init__(self, initial: dict[str, Any]) -> None:
         self._data = initial
         self._assigned: set[str] = set()

@@ -247,6 +247,21 @@ def test_a_read_of_a_key_a_later_seq_rewrote_is_named_and_not_judged(root: Path)
     assert report.splitlines()[4] == f"irreproducible (not judged: {read})"
 
 
+@pytest.mark.parametrize("how", ["DEEPCOPY", "COPY", "PICKLE", "VARS", "REDUCE_EX", "GETSTATE"])
+def test_a_read_of_the_memory_through_copy_or_pickling_is_a_whole_memory_read(
+    root: Path, how: str
+) -> None:
+    """Hostile pass (issue 23): a deep copy, ``vars()``, ``__reduce_ex__(2)`` and
+    ``__getstate__()`` read the later memory untracked, and an agent answering from it what
+    seq 3 answered read ``reproduced``. Each is now a read of the memory as a whole (or, for
+    ``vars()``, has nothing to read), never ``reproduced``."""
+    code, doc, report = replay(root, "peek", seq=SEQ["peek"], agent=f"READS_BY_{how}")
+    assert (code, doc["verdict"]) == (3, "irreproducible"), doc["reason"]
+    assert doc["memory_reads_unseen"], doc
+    assert "profile" in doc["reason"], doc["reason"]
+    assert report.splitlines()[4].startswith("irreproducible (not judged: ")
+
+
 # --------------------------------------------------------------------------- 3. recorded tools
 
 

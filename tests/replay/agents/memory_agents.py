@@ -21,12 +21,21 @@ stay the same):
     DROPS_A_WRITE    leaves out ``last_note``
     ADDS_A_WRITE     also writes ``note_count``
     CHANGES_A_WRITE  writes ``last_note`` upper-cased
+
+Readers that see the memory another way than by key (issue 23, hostile pass), each
+``READS_BY_<HOW>``: ``peek`` reads ``profile`` from what ``how`` hands it (a deep copy, a
+pickle round trip, ``vars()``, ``__reduce_ex__(2)``, ``__getstate__()``), and answers
+"gold" when it finds "platinum", which only a later seq wrote. Replayed from the final
+snapshot, an untracked read of that later memory answers what seq 3 answered.
 """
 
 from __future__ import annotations
 
+import copy
 import json
+import pickle
 import urllib.request
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from loopback_service import JsonService
@@ -116,7 +125,50 @@ class ChangesAWrite(MemoryAgent):
         ctx.memory["last_note"] = text.upper()
 
 
+def _by_vars(memory: Any) -> Mapping[str, Any]:
+    try:
+        return vars(memory)["_data"]  # type: ignore[no-any-return]
+    except TypeError:  # no __dict__ to read: the memory itself, by key
+        return memory  # type: ignore[no-any-return]
+
+
+def _by_getstate(memory: Any) -> Mapping[str, Any]:
+    state = memory.__getstate__()
+    return state["_data"] if isinstance(state, dict) and "_data" in state else state  # type: ignore[no-any-return]
+
+
+def _by_reduce(memory: Any) -> Mapping[str, Any]:
+    return copy._reconstruct(memory, None, *memory.__reduce_ex__(2))  # type: ignore[attr-defined,no-any-return]
+
+
+_READERS: dict[str, Callable[[Any], Mapping[str, Any]]] = {
+    "deepcopy": copy.deepcopy,
+    "copy": copy.copy,
+    "pickle": lambda memory: pickle.loads(pickle.dumps(memory)),
+    "vars": _by_vars,
+    "reduce_ex": _by_reduce,
+    "getstate": _by_getstate,
+}
+
+
+class ReadsBy(MemoryAgent):
+    def __init__(self, how: Callable[[Any], Mapping[str, Any]]) -> None:
+        self.how = how
+
+    def start(self, ctx: AgentContext, event: Event) -> Outcome:
+        if event.type != "peek":
+            return super().start(ctx, event)
+        profile = self.how(ctx.memory).get("profile")
+        return Done(output=f"profile is {'gold' if profile == 'platinum' else profile}".encode())
+
+
 AGENT = MemoryAgent()
+READS_BY_DEEPCOPY = ReadsBy(_READERS["deepcopy"])
+READS_BY_COPY = ReadsBy(_READERS["copy"])
+READS_BY_PICKLE = ReadsBy(_READERS["pickle"])
+READS_BY_VARS = ReadsBy(_READERS["vars"])
+READS_BY_REDUCE_EX = ReadsBy(_READERS["reduce_ex"])
+READS_BY_GETSTATE = ReadsBy(_READERS["getstate"])
 DROPS_A_WRITE = DropsAWrite()
 ADDS_A_WRITE = AddsAWrite()
 CHANGES_A_WRITE = ChangesAWrite()
