@@ -196,7 +196,9 @@ def _main(args: list[str]) -> int:
         silence_stdout()
         return EXIT_USAGE
     except Exception as exc:  # a bug of ours: a short report, exit 2 (never 0, no traceback)
+        from beam_agents.cli.report_stream import restore_stderr
         from beam_agents.replay.refusal import InternalError
 
+        restore_stderr()  # agent code may have set sys.stderr to None
         sys.stderr.write(f"{PROG}: {escape(InternalError(exc).message)}\n")
         return EXIT_USAGE

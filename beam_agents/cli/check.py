@@ -18,6 +18,7 @@ from beam_agents.cli.parsing import (
 )
 from beam_agents.cli.process import cwd_importable
 from beam_agents.cli.progress import Progress
+from beam_agents.cli.replay import keep_report
 from beam_agents.replay.reporting.escape import escape
 from beam_agents.replay.result import EXIT_USAGE
 
@@ -119,6 +120,9 @@ def _run_check(ns: argparse.Namespace) -> int:
         if value is not None and ":" not in value:
             raise UsageError(f"{flag} {value!r} is not of the form module:ATTR", prog)
     cwd_importable()  # before the workers start: they inherit the import path
+    # And their standard output is /dev/null: what agent code prints in a worker never
+    # reaches this command's table or --json (cli.report_stream).
+    keep_report()
     # Each activation replays in a fresh worker process of its own, even with one job: its
     # verdict never depends on what else ran, agent code never runs in this process, and a
     # worker it ends, crashes or hangs is one row (docs/incidents.md).

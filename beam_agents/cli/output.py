@@ -10,28 +10,36 @@ from pathlib import Path
 from typing import TextIO
 
 from beam_agents.cli.parsing import PROG
+from beam_agents.cli.report_stream import report_stream, silence_report
 
 
 def silence_stdout() -> None:
-    """Point stdout at /dev/null so the interpreter's final flush does not fail again."""
+    """Point stdout at /dev/null so the interpreter's final flush does not fail again (the
+    report stream, once the console script keeps one, is dropped instead)."""
+    if silence_report():
+        return
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
 
 
 def print_out(text: str) -> None:
-    """Write ``text`` to standard output; a reader that went away (``| head``) is no error."""
+    """Write ``text`` to the report's standard output (``report_stream``); a reader that went
+    away (``| head``) is no error."""
     try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        out = report_stream()
+        out.write(text)
+        out.flush()
     except BrokenPipeError:
         silence_stdout()
 
 
 def write_out(write: Callable[[TextIO], None]) -> None:
-    """``write(sys.stdout)``, then flush; a reader that went away (``| head``) is no error."""
+    """``write(report_stream())``, then flush; a reader that went away (``| head``) is no
+    error."""
     try:
-        write(sys.stdout)
-        sys.stdout.flush()
+        out = report_stream()
+        write(out)
+        out.flush()
     except BrokenPipeError:
         silence_stdout()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import suppress
 
 from beam_agents.cli.parsing import PROG
 from beam_agents.replay.reporting.escape import escape
@@ -67,7 +68,11 @@ def finish(code: int) -> int:
     """
     if not PROCESS_LIFE["isolated"]:
         return code
+    from beam_agents.cli.report_stream import flush_report, restore_stderr
     from beam_agents.replay.isolation.guard import end_process
 
-    _report_late()
+    flush_report()
+    restore_stderr()
+    with suppress(Exception):  # standard error gone: the exit code is all that is left
+        _report_late()
     end_process(code)

@@ -25,6 +25,7 @@ from beam_agents.cli.parsing import (
     replay_options,
 )
 from beam_agents.cli.process import PROCESS_LIFE, cwd_importable, isolate
+from beam_agents.cli.report_stream import report_stream, restore_stderr
 from beam_agents.replay.options import ReplayOptions
 from beam_agents.replay.result import EXIT_USAGE, ReplayResult, Verdict
 
@@ -43,6 +44,7 @@ def run_replay(ns: argparse.Namespace) -> int:
     # (The reference run above is given the options as they were.)
     options = dataclasses.replace(options, process_ends=PROCESS_LIFE["isolate"])
     cwd_importable()
+    keep_report()
     start_last_resort(options.time_limit)
     isolate()
     from beam_agents.replay.engine import replay
@@ -143,12 +145,23 @@ def run_bundle(ns: argparse.Namespace) -> int:
     ran = run_reference(spec) if spec is not None else None  # first: before isolate()
     options = dataclasses.replace(options, process_ends=PROCESS_LIFE["isolate"])
     cwd_importable()
+    keep_report()
     start_last_resort(options.time_limit)
     isolate()
     from beam_agents.replay.engine import replay
 
     # replay() writes no bytecode
     return emit(with_reference(replay(options), ran), as_json=ns.json, ns=ns)
+
+
+def keep_report() -> None:
+    """As the console script, before any agent code runs: the report goes to a standard
+    output of its own, which agent code can neither write to nor replace; what agent code
+    prints goes to /dev/null (``cli.report_stream``)."""
+    if PROCESS_LIFE["isolate"]:
+        from beam_agents.cli.report_stream import keep_report_stream
+
+        keep_report_stream()
 
 
 def start_last_resort(time_limit: float | None, *, terminal: bool = False) -> None:
@@ -172,11 +185,13 @@ def emit(result: ReplayResult, *, as_json: bool, ns: argparse.Namespace | None =
         PROCESS_LIFE["redact"] = True  # and what is reported when the process ends
         result = redact(result)
     full_values = ns is not None and bool(getattr(ns, "full_values", False))
+    restore_stderr()  # agent code may have replaced sys.stderr (sys.stdout is not ours)
+    out = report_stream()
     try:
         if as_json:
             from beam_agents.replay.reporting.json_doc import write_json
 
-            write_json(result, sys.stdout)  # streamed: never the whole document in memory
+            write_json(result, out)  # streamed: never the whole document in memory
         if result.verdict is Verdict.USAGE_ERROR:
             from beam_agents.replay.reporting.text import render_error
 
@@ -184,8 +199,8 @@ def emit(result: ReplayResult, *, as_json: bool, ns: argparse.Namespace | None =
         elif not as_json:
             from beam_agents.replay.reporting.text import render_report
 
-            sys.stdout.write(render_report(result, full_values=full_values))
-        sys.stdout.flush()
+            out.write(render_report(result, full_values=full_values))
+        out.flush()
     except BrokenPipeError:
         # The reader went away (`| head`): the verdict stands, and is the exit code.
         silence_stdout()
@@ -208,8 +223,7 @@ def _report_not_written(result: ReplayResult, exc: OSError) -> int:
         f"{PROG}: error: the report could not be written to standard output: {cause}. "
         f"The re-run's verdict was {result.verdict.value} (exit {result.exit_code}), but a "
         "verdict without its report is not one this command delivers: exit 2. Check what "
-        "standard output goes to (a full disk, a closed descriptor); agent code that closes "
-        "standard output during the re-run (os.close(1)) does this too.\n"
+        "standard output goes to (a full disk, a closed descriptor).\n"
     )
     try:
         sys.stderr.write(message)
@@ -231,7 +245,8 @@ def usage_error_json(message: str) -> None:
         error=message,
     )
     try:
-        write_json(result, sys.stdout)
-        sys.stdout.flush()
+        out = report_stream()
+        write_json(result, out)
+        out.flush()
     except BrokenPipeError:
         silence_stdout()

@@ -31,6 +31,10 @@ operation before it happens:
   finalizer, a logging handler opening its file late), except where replay's own
   code writes what the operator asked for (``own_file_writes()``).
 
+While active it also refuses writing to, duplicating or replacing (``os.dup2`` onto) a
+descriptor given to ``protect_descriptor()``, the console script's report stream, and
+opening it as a file (``os.dup2``, ``os.dup``, ``os.write`` are wrapped to raise events).
+
 Each attempt is recorded with the ``ctx.call`` tool running at that moment
 (read from the ``ContextVar`` ``ctx.call`` sets, not from stack frames),
 because agent code may catch the error and carry on: a replay that tried any of
@@ -91,6 +95,7 @@ __all__ = [
     "late_attempts",
     "own_file_writes",
     "provider_network",
+    "protect_descriptor",
     "record_operations",
     "still_running",
     "template_fork",
@@ -232,6 +237,11 @@ _FILE_CHANGES = frozenset(
         "shutil.unpack_archive",
     }
 )
+# Operations on a descriptor the guard protects (``protect_descriptor``: the console
+# script's report stream), refused whoever makes them while the guard is active: with
+# them agent code replaced the report (``os.dup2`` of /dev/null onto it) or wrote a forged
+# one. ``os.dup2``, ``os.dup`` and ``os.write`` raise no audit event: wrapped to raise these.
+_DESCRIPTOR_EVENTS = frozenset({"os.dup2", "os.dup", "os.write", "os.writev", "fcntl.fcntl"})
 _HARMLESS_PATHS = frozenset({os.devnull})
 _SQLITE_IN_MEMORY = frozenset({":memory:"})
 
@@ -261,6 +271,7 @@ _WHAT = {
     "open": "file write ",
     "sqlite3.connect": "sqlite3 database ",
     "os._exit": "ending the process with ",
+    **dict.fromkeys(_DESCRIPTOR_EVENTS, ""),
     **{event: "file change " for event in _FILE_CHANGES},
 }
 
@@ -301,6 +312,8 @@ def _file_write(event: str, args: tuple[Any, ...]) -> str | None:
         return _sqlite_database(args)
     if event == "open":
         path, mode, flags = (*args, None, None, None)[:3]
+        if isinstance(path, int) and path in _GUARD.protected:
+            return _protected_name(path)  # opening the report's descriptor as a file
         if isinstance(path, int) or path is None:
             return None  # an already open descriptor
         writes = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
@@ -335,6 +348,9 @@ class _Guard:
         # The one process call a check template makes itself (``template_fork``): the
         # audit event allowed once, on the thread making it.
         self.sanctioned: tuple[str, int] | None = None
+        # Descriptors no code may write to, replace or duplicate while the guard is active
+        # (``protect_descriptor``).
+        self.protected: frozenset[int] = frozenset()
 
 
 _OWN_WRITES: ContextVar[bool] = ContextVar("beam_agents_replay_own_writes", default=False)
@@ -374,6 +390,11 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
         return  # a check template forking (or ending) one of its own workers
     if event in _BLOCKED and _PROVIDER_NETWORK.get():
         return  # the one network a fork may open: its provider's, named in the header
+    if event in _DESCRIPTOR_EVENTS:
+        touched = _touches_protected(event, args)
+        if touched is None:
+            return
+        _refuse(event, _protected_name(touched), collectors)
     describe = _BLOCKED.get(event) or _PROCESS.get(event)
     if event == "ctypes.dlopen" and args and args[0] is None:
         # ``import ctypes`` opens the process itself (``pythonapi``); resolving any symbol
@@ -395,6 +416,11 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
             address = describe(args)
         except (IndexError, TypeError, ValueError):
             address = "<unknown>"
+    _refuse(event, address, collectors)
+
+
+def _refuse(event: str, address: str, collectors: tuple[list[NetworkAttempt], ...]) -> NoReturn:
+    """Record the attempt at ``event`` on ``address`` and raise the refusal."""
     tool, index = _where()
     attempt = NetworkAttempt(event, address, tool, index)
     # Concurrent replays (two TUI workers) each see every attempt: both are then
@@ -409,13 +435,41 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
         # starting its workers after a Replayer call), which runs no agent code.
         why = (
             "a re-run abandoned at its time limit is still running in this process, and "
-            "replay's guard stays in force until it ends (docs/replay.md, \"Time limit\")"
+            'replay\'s guard stays in force until it ends (docs/replay.md, "Time limit")'
         )
     raise PermissionError(
         errno.EACCES,
         f"{_WHAT.get(event, '')}blocked: {why} ({event})",
         address,
     )
+
+
+def _touches_protected(event: str, args: tuple[Any, ...]) -> int | None:
+    """The protected descriptor a descriptor operation would write to, replace or copy."""
+    protected = _GUARD.protected
+    if not protected:
+        return None
+    if event == "os.dup2":  # (fd, fd2): replacing fd2, or copying fd
+        return next((fd for fd in args[:2] if fd in protected), None)
+    if event == "fcntl.fcntl" and args and args[0] in protected:
+        return int(args[0])  # F_DUPFD, F_SETFL...: nothing agent code needs of it
+    if event in ("os.dup", "os.write", "os.writev") and args and args[0] in protected:
+        return int(args[0])
+    return None
+
+
+def _protected_name(fd: int) -> str:
+    return f"the report's standard output (descriptor {fd})"
+
+
+def protect_descriptor(fd: int) -> None:
+    """From now on, while the guard is active, no code writes to ``fd``, replaces it
+    (``os.dup2`` onto it), duplicates it or opens it as a file; the caller writes it
+    through the file object it already holds (the console script's report stream:
+    ``beam_agents.cli.report_stream``)."""
+    _install()
+    with _GUARD.lock:
+        _GUARD.protected = _GUARD.protected | {fd}
 
 
 def is_refusal(exc: BaseException) -> bool:
@@ -488,10 +542,11 @@ def _audited_mkfifo(path: Any, mode: int = 0o666, *, dir_fd: int | None = None) 
     """``os.mkfifo`` with the audit event CPython does not raise for it: it made a FIFO
     in a re-run judged ``reproduced``."""
     sys.audit("os.mkfifo", path, mode, -1 if dir_fd is None else dir_fd)
+    assert _REAL_MKFIFO is not None  # installed only where it exists
     _REAL_MKFIFO(path, mode, dir_fd=dir_fd)
 
 
-_REAL_MKFIFO = getattr(os, "mkfifo", None)
+_REAL_MKFIFO: Callable[..., None] | None = getattr(os, "mkfifo", None)
 
 
 def _audited_mknod(
@@ -499,10 +554,11 @@ def _audited_mknod(
 ) -> None:
     """``os.mknod`` with the audit event CPython does not raise for it (it made a file)."""
     sys.audit("os.mknod", path, mode, -1 if dir_fd is None else dir_fd)
+    assert _REAL_MKNOD is not None  # installed only where it exists
     _REAL_MKNOD(path, mode, device, dir_fd=dir_fd)
 
 
-_REAL_MKNOD = getattr(os, "mknod", None)
+_REAL_MKNOD: Callable[..., None] | None = getattr(os, "mknod", None)
 
 
 def _audited_shm_open(path: str, flags: int, mode: int = 0o777) -> int:
@@ -525,12 +581,45 @@ def _shm_path(name: object) -> str:
 
 
 try:
-    import _posixshmem
+    import _posixshmem  # type: ignore[import-not-found]
 
     _REAL_SHM_OPEN: Callable[..., Any] = _posixshmem.shm_open
     _REAL_SHM_UNLINK: Callable[..., Any] = _posixshmem.shm_unlink
 except ImportError:  # not POSIX
-    _posixshmem = None  # type: ignore[assignment]
+    _posixshmem = None
+
+
+def _audited_dup2(fd: int, fd2: int, inheritable: bool = True) -> int:
+    """``os.dup2`` with an audit event (CPython raises none): ``os.dup2(devnull, 1)`` in a
+    tool silenced the report, and the command exited 0 with none."""
+    sys.audit("os.dup2", fd, fd2)
+    return int(_REAL_DUP2(fd, fd2, inheritable))
+
+
+def _audited_dup(fd: int) -> int:
+    """``os.dup`` with an audit event (a copy of the report's descriptor writes it too)."""
+    sys.audit("os.dup", fd)
+    return int(_REAL_DUP(fd))
+
+
+def _audited_write(fd: int, data: Any) -> int:
+    """``os.write`` with an audit event, raised only for a protected descriptor (hot path)."""
+    if fd in _GUARD.protected:
+        sys.audit("os.write", fd)
+    return int(_REAL_WRITE(fd, data))
+
+
+def _audited_writev(fd: int, buffers: Any) -> int:
+    """``os.writev`` with an audit event, raised only for a protected descriptor."""
+    if fd in _GUARD.protected:
+        sys.audit("os.writev", fd)
+    return int(_REAL_WRITEV(fd, buffers))
+
+
+_REAL_DUP2 = os.dup2
+_REAL_DUP = os.dup
+_REAL_WRITE = os.write
+_REAL_WRITEV: Callable[..., Any] = getattr(os, "writev", os.write)
 
 
 def _audited_call(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -565,18 +654,24 @@ def _audit_ctypes_calls() -> None:
     if getattr(real, "_beam_agents_audited", False):
         return
     _REAL_CFUNCPTR_CALL = real.__call__
-    audited = type(real)(
+    metaclass: Any = type(real)
+    audited = metaclass(
         "CFuncPtr",
         (real,),
-        {"_flags_": _ctypes.FUNCFLAG_CDECL, "__call__": _audited_call, "_beam_agents_audited": True},
+        {
+            "_flags_": _ctypes.FUNCFLAG_CDECL,
+            "__call__": _audited_call,
+            "_beam_agents_audited": True,
+        },
     )
-    pending = list(real.__subclasses__())
+    pending: list[Any] = list(real.__subclasses__())
     while pending:
         subclass = pending.pop()
         pending.extend(subclass.__subclasses__())
         with suppress(TypeError):  # a static type: none but ctypes's own base
             subclass.__call__ = _audited_call
-    _ctypes.CFuncPtr = audited
+    module: Any = _ctypes
+    module.CFuncPtr = audited
     imported = sys.modules.get("ctypes")
     if imported is not None:
         imported._CFuncPtr = audited  # type: ignore[attr-defined]
@@ -619,6 +714,14 @@ def _install() -> None:
             for module in (signal, sys.modules.get("_signal")):
                 if module is not None:
                     module.raise_signal = _audited_raise_signal  # type: ignore[attr-defined]
+            # Descriptor operations with no audit event (``protect_descriptor``).
+            for module in (os, sys.modules.get(os.name)):
+                if module is not None:
+                    module.dup2 = _audited_dup2  # type: ignore[attr-defined]
+                    module.dup = _audited_dup  # type: ignore[attr-defined]
+                    module.write = _audited_write  # type: ignore[attr-defined]
+                    if hasattr(module, "writev"):
+                        module.writev = _audited_writev
             # File-system changes with no audit event, under both their modules' names.
             for module in (os, sys.modules.get(os.name)):
                 if module is not None and _REAL_MKFIFO is not None:
@@ -799,7 +902,9 @@ def end_process(code: int) -> NoReturn:
     let it run ``atexit`` hooks) and could change the verdict's exit code.
     """
     for stream in (sys.stdout, sys.stderr):
-        with suppress(OSError, ValueError):
+        # Agent code may have replaced either (``sys.stdout = None``): a failed flush of
+        # what it left is no reason not to end with the verdict's code.
+        with suppress(Exception):
             stream.flush()
     _REAL_EXIT(code)
 

@@ -201,7 +201,8 @@ def arm(limit: float) -> Armed | None:
     if stacks:
         import faulthandler
 
-        faulthandler.dump_traceback_later(after)
+        # To descriptor 2 itself: agent code may have replaced sys.stderr (even with None).
+        faulthandler.dump_traceback_later(after, file=2)
     return Armed(page, slot, limit, stacks)
 
 

@@ -746,6 +746,8 @@ def _network_reason(attempt: NetworkAttempt, count: int, naming: Naming) -> str:
         and attempt.operation not in PROCESS_OPERATIONS
     ):
         what = f"write the file {attempt.address}"
+    elif attempt.operation in ("os.dup2", "os.dup", "os.write", "os.writev", "fcntl.fcntl"):
+        what = f"write to, replace or copy {attempt.address}"
     elif attempt.operation == "sqlite3.connect":
         what = f"open the sqlite3 database {attempt.address} (which creates and writes it)"
     elif attempt.operation in ("ctypes.call", "ctypes.call_function"):

@@ -97,18 +97,44 @@ def test_a_bundle_replay_that_never_ends_exits_3_at_the_time_limit(
 
 
 @pytest.mark.parametrize("as_json", [False, True])
+def test_agent_code_closing_descriptor_1_does_not_take_the_report_away(
+    incident: Incident, tmp_path: Path, as_json: bool
+) -> None:
+    """A tool closing standard output (os.close(1)) made the report unwritable (exit 2); the
+    report now goes to a descriptor of its own (cli.report_stream), so it arrives."""
+    path = _bundle(incident, tmp_path, "TOOLS_CLOSE_STDOUT", seq=1)
+    out = _run([str(path), "--import-recorded", *(["--json"] if as_json else [])], _env())
+    assert out.returncode == 0, (out.stdout, out.stderr)
+    if as_json:
+        assert json.loads(out.stdout)["verdict"] == "reproduced"
+    else:
+        assert out.stdout.splitlines()[4] == "reproduced", out.stdout
+    assert "Traceback" not in out.stderr, out.stderr
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("as_json", [False, True])
 def test_a_report_that_cannot_be_written_is_exit_2_naming_the_verdict_it_carried(
     incident: Incident, tmp_path: Path, as_json: bool
 ) -> None:
-    """A tool closing standard output made the report's write fail with "internal error ...
-    This is a bug" (exit 2 with a traceback's words); the verdict must not be claimed
-    without its report either."""
+    """Standard output on a full disk (/dev/full): the verdict must not be claimed without
+    its report, in one paragraph on standard error, no traceback."""
     path = _bundle(incident, tmp_path, "TOOLS_CLOSE_STDOUT", seq=1)
-    out = _run([str(path), "--import-recorded", *(["--json"] if as_json else [])], _env())
-    assert out.returncode == 2, (out.stdout, out.stderr)
+    with open("/dev/full", "w") as full:
+        out = subprocess.run(
+            [SCRIPT, str(path), "--import-recorded", *(["--json"] if as_json else [])],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            env=_env(),
+            cwd=HERE,
+        )
+    assert out.returncode == 2, out.stderr
     assert "internal error" not in out.stderr and "Traceback" not in out.stderr, out.stderr
-    assert "the report could not be written to standard output: Bad file descriptor (EBADF)" in (
-        out.stderr
+    assert (
+        "the report could not be written to standard output: No space left on device (ENOSPC)"
+        in (out.stderr)
     )
     assert "The re-run's verdict was reproduced (exit 0)" in out.stderr, out.stderr
     assert out.stderr.count("\n") == 1  # one paragraph
