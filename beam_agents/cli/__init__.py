@@ -12,7 +12,8 @@ The parser is ``build_parser()``: the default (replay) flags on the top-level pa
 one argparse subparser per command, each registered by one function in ``SUBCOMMANDS``.
 This package is the top layer: one module per command (``replay``, ``tui``, ``ls``,
 ``bundle``, ``check``, ``convert_bq``), their shared flags in ``parsing``, and
-``output``/``process`` helpers. It imports ``beam_agents.replay`` and, in ``tui`` only
+``output``/``process``/``report_stream`` helpers (the last keeps the report's standard
+output out of agent code's reach). It imports ``beam_agents.replay`` and, in ``tui`` only
 when that command runs, ``replay_tui``; neither imports it (tests/test_layers.py).
 
 Exit codes are the verdict's (0 reproduced or what-if, 1 diverged, 2 usage or

@@ -5,7 +5,8 @@ Modules, and what each gives the floors above:
     guard       the audit hook refusing network, processes, signals, native code and file
                 writes (block_network, NetworkAttempt, ExitRefused, NETWORK_OPERATIONS,
                 PROCESS_OPERATIONS; isolate_process, late_attempts, still_running,
-                own_file_writes, end_process for the console script and check's workers;
+                own_file_writes, end_process, protect_descriptor for the console script
+                and check's workers;
                 provider_network: a fork's --fork-provider, the one network it may open;
                 template_fork, template_kill for check's templates; record_operations,
                 Operation, OperationKind: the same hook reporting instead of refusing, for
