@@ -485,7 +485,7 @@ def _agent_history(repo: Path) -> list[str]:
 def _bisect(*args: str) -> subprocess.CompletedProcess[str]:
     cli = str(Path(sys.executable).parent / "beam-agents-replay")
     return subprocess.run(
-        [cli, "bisect", *args], cwd=ROOT, capture_output=True, text=True, timeout=600, check=False
+        [cli, "bisect", *args, "--import-recorded"], cwd=ROOT, capture_output=True, text=True, timeout=600, check=False
     )
 
 

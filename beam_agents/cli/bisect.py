@@ -1,12 +1,15 @@
 """``bisect``: the first revision of the agent's repository whose verdicts differ from the good one's.
 
-    beam-agents-replay bisect BUNDLE|DIR... --repo DIR --good REV --bad REV [--jobs N]
+    beam-agents-replay bisect BUNDLE|DIR... --repo DIR --good REV --bad REV
+        (--import-recorded | --agent module:ATTR --registry module:ATTR) [--jobs N]
 
 Every probe is exact and free (a verdict, not a judge): the bundles are replayed with
 ``check --json`` in a fresh process whose current directory is a temporary checkout
 of one revision (``git archive``: the repository itself, its work tree, index and
-worktree list, are never touched), so each bundle's recorded ``module:ATTR`` is
-imported from that revision. The probes run this package's replay engine; only the
+worktree list, are never touched), so the agent code (``--agent``/``--registry``, or with
+``--import-recorded`` each bundle's recorded ``module:ATTR``) is imported from that
+revision; without ``--import-recorded`` a bundle's recorded code is never imported (a
+data file does not choose code to run): bisect refuses before any probe, naming it. The probes run this package's replay engine; only the
 agent code changes. Binary search, as ``git bisect``, over the revisions on the
 ancestry path from ``--good`` to ``--bad``, for the first whose verdicts (per bundle
 and seq) differ from ``--good``'s. A revision whose probe gives a usage error where
@@ -61,6 +64,23 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
     parser.add_argument("--repo", metavar="DIR", required=True, help="the agent's git repository")
     parser.add_argument("--good", metavar="REV", required=True, help="a revision that behaves")
     parser.add_argument("--bad", metavar="REV", required=True, help="a revision that does not")
+    parser.add_argument(
+        "--agent",
+        metavar="module:ATTR",
+        help="probe this agent (imported from each revision's checkout), not each bundle's own",
+    )
+    parser.add_argument(
+        "--registry",
+        metavar="module:ATTR",
+        help="probe with these tools (from each revision's checkout), not each bundle's own",
+    )
+    parser.add_argument(
+        "--import-recorded",
+        action="store_true",
+        help="import (and so run), at each revision, the agent and registry each bundle "
+        "records, where --agent/--registry do not replace them; without it bisect refuses "
+        "before any probe, naming that code",
+    )
     parser.add_argument(
         "--jobs",
         metavar="N",
@@ -125,15 +145,49 @@ def _checkout(repo: str, commit: str, into: str) -> None:
         tar.extractall(into, filter="data")
 
 
+def _refuse_unconsented(bundles: list[str], ns: argparse.Namespace) -> None:
+    """Refuse, before any probe, to import code the bundles name without the operator's
+    consent: a data file does not choose code to run (docs/incidents.md), and bisect would
+    import it at every revision."""
+    if ns.import_recorded or (ns.agent is not None and ns.registry is not None):
+        return
+    from beam_agents.replay.incidents.bundle import recorded_code  # protobuf: off the CLI path
+
+    named: dict[str, list[str]] = {}
+    for path in bundles:
+        recorded = recorded_code(path)
+        if recorded is None:  # not a bundle: the probe's check gives it an error row
+            continue
+        for what, given, code in (("agent", ns.agent, recorded[0]), ("registry", ns.registry,
+                                                                        recorded[1])):
+            if given is None:
+                named.setdefault(f"{what} {code}", []).append(os.path.basename(path))
+    if not named:
+        return
+    code = "; ".join(f"{escape(k)} ({', '.join(escape(b) for b in v)})" for k, v in named.items())
+    raise UsageError(
+        "bisect would import, at each revision of --repo, the code the bundles name, which "
+        f"runs it: {code}; nothing a bundle names is imported without consent. Pass "
+        "--import-recorded to import that code, or --agent and --registry to name the code "
+        "to probe (each is imported from the revision's checkout)",
+        f"{PROG} bisect",
+    )
+
+
 def _probe(
-    repo: str, commit: str, bundles: list[str], jobs: int, time_limit: float | None
+    repo: str, commit: str, bundles: list[str], ns: argparse.Namespace
 ) -> Probe:
     with tempfile.TemporaryDirectory(prefix="beam-agents-bisect-") as checkout:
         _checkout(repo, commit, checkout)
-        # bisect exists to import the bundles' recorded code from each revision of the
-        # repository the operator names: running it is the consent --import-recorded asks for.
-        argv = [sys.executable, "-P", "-m", "beam_agents.cli", "check", "--import-recorded"]
-        argv += [*bundles, "--json"]
+        # The consent to import what the bundles name is the operator's (--import-recorded,
+        # checked before any probe by _refuse_unconsented), passed on to each probe's check.
+        argv = [sys.executable, "-P", "-m", "beam_agents.cli", "check", *bundles, "--json"]
+        for flag, value in (("--agent", ns.agent), ("--registry", ns.registry)):
+            if value is not None:
+                argv += [flag, value]
+        if ns.import_recorded:
+            argv.append("--import-recorded")
+        jobs, time_limit = ns.jobs, ns.time_limit
         argv += ["--jobs", str(jobs), "--time-limit", str(time_limit or 0)]
         done = subprocess.run(
             argv, cwd=checkout, stdin=subprocess.DEVNULL, capture_output=True, check=False
@@ -231,7 +285,11 @@ def _run_bisect(ns: argparse.Namespace) -> int:
     repo = os.path.abspath(ns.repo)
     if not os.path.isdir(repo):
         raise UsageError(f"--repo {ns.repo}: not a directory", prog)
+    for flag, value in (("--agent", ns.agent), ("--registry", ns.registry)):
+        if value is not None and ":" not in value:
+            raise UsageError(f"{flag} {value!r} is not of the form module:ATTR", prog)
     bundles = _bundles(ns.paths)
+    _refuse_unconsented(bundles, ns)
     inside = subprocess.run(
         ["git", "-C", repo, "rev-parse", "--is-inside-work-tree"], capture_output=True, check=False
     )
@@ -252,7 +310,7 @@ def _run_bisect(ns: argparse.Namespace) -> int:
     )
 
     def probe(commit: str) -> Probe:
-        return _probe(repo, commit, bundles, ns.jobs, ns.time_limit)
+        return _probe(repo, commit, bundles, ns)
 
     base = probe(good)
     why = _unusable(base, Probe(good, {}))

@@ -60,3 +60,44 @@ def test_with_consent_the_recorded_code_is_imported(bundle: Path) -> None:
 def test_code_the_operator_names_is_replayed_instead(bundle: Path) -> None:
     out = _run(str(bundle), "--agent", "replay_agents:AGENT", "--registry", "replay_agents:TOOLS")
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def _two_commits(repo: Path) -> None:
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+
+    repo.mkdir()
+    git("init", "-q")
+    for i in (1, 2):
+        (repo / "NOTES.txt").write_text(f"note {i}\n")
+        git("add", "-A")
+        git("-c", "user.name=dev", "-c", "user.email=dev@example.com", "commit", "-qm", f"n{i}")
+
+
+def test_bisect_refuses_before_any_probe_naming_what_it_would_import(
+    bundle: Path, tmp_path: Path
+) -> None:
+    repo = tmp_path / "repo"
+    _two_commits(repo)
+    out = _run("bisect", str(bundle), "--repo", str(repo), "--good", "HEAD~1", "--bad", "HEAD")
+    # main: probed --good with check --import-recorded, imported the bundle's agent
+    assert (out.returncode, out.stdout) == (2, ""), out.stdout + out.stderr
+    assert "agent hang_at_import:AGENT (hang.bundle)" in out.stderr
+    assert "registry replay_agents:TOOLS (hang.bundle)" in out.stderr
+    assert "--import-recorded" in out.stderr and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1  # one paragraph
+    helped = subprocess.run([SCRIPT, "bisect", "--help"], capture_output=True, text=True)
+    assert "--import-recorded" in helped.stdout and "--agent" in helped.stdout
+
+
+def test_bisect_with_consent_passes_it_to_each_probe(bundle: Path, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    _two_commits(repo)
+    out = _run(
+        "bisect", str(bundle), "--repo", str(repo), "--good", "HEAD~1", "--bad", "HEAD",
+        "--jobs", "1", "--import-recorded",
+    )  # fmt: skip
+    # The recorded agent was imported at --good (its import hangs: the time limit, exit 3
+    # in the probe's row): both probes agree, so no change in the range.
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "no change" in out.stdout
