@@ -187,7 +187,8 @@ def _main(args: list[str]) -> int:
         sys.stderr.write(
             f"{exc.prog}: error: {escape(str(exc))}. Run '{exc.prog} --help' for usage.\n"
         )
-        if "--json" in args and args[:1] != ["convert-bq"]:
+        # tui prints no JSON (and refuses --json): its usage error is the paragraph alone.
+        if "--json" in args and args[:1] not in (["convert-bq"], ["tui"]):
             usage_error_json(str(exc))
         return EXIT_USAGE
     except KeyboardInterrupt:

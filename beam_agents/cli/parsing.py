@@ -72,6 +72,15 @@ A FILE of - is read from standard input (for one flag at most).
 The report's fields and the --json schema: {doc_page("replay.md")}"""
 
 
+TUI_EXIT_CODES_HELP = EXIT_CODES_HELP.replace(
+    "\nA FILE of - is read from standard input (for one flag at most).",
+    "130  q (or ctrl+c) before the replay finished: no verdict\n\n"
+    "No FILE may be - (the TUI reads its keys from standard input).",
+)
+"""The replay's exit codes, and the TUI's own (docs/tui.md): 130 when quit before a verdict."""
+
+
+
 class ExitCodesFormatter(argparse.HelpFormatter):
     """Wraps the description as usual, keeps an ``exit codes:`` epilog's layout as written."""
 
@@ -214,6 +223,29 @@ def add_replay_flags(parser: Parser, *, headless: bool) -> None:
         add_value_flags(parser)
     else:
         add_export_dir_flag(parser)
+        add_report_only_flags(parser)
+
+
+def add_report_only_flags(parser: Parser) -> None:
+    """``--headless`` and ``--json`` on ``tui``: known (hidden), so that they are refused
+    naming what prints the report (``refuse_report_flags``), not "unrecognized"."""
+    for flag in ("--headless", "--json"):
+        parser.add_argument(
+            flag, dest=f"report_only_{flag[2:]}", action="store_true", help=argparse.SUPPRESS
+        )
+
+
+def refuse_report_flags(ns: argparse.Namespace, prog: str) -> None:
+    """Refuse ``tui --headless``/``--json``: they ask for the report, which tui never prints."""
+    given = [f for f in ("--headless", "--json") if getattr(ns, f"report_only_{f[2:]}", False)]
+    if given:
+        raise UsageError(
+            f"{' and '.join(given)} {'asks' if len(given) == 1 else 'ask'} for the headless "
+            "report, which tui does not print (it opens the incident view): run the same "
+            f"arguments without 'tui' ({PROG} --snapshot ... or {PROG} BUNDLE ...) for the "
+            "report, adding --json for one JSON document",
+            prog,
+        )
 
 
 def add_reference_flags(parser: Parser, *, bundle: bool = False) -> None:

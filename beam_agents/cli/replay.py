@@ -15,10 +15,12 @@ from beam_agents.cli.parsing import (
     EXIT_CODES_HELP,
     IMPORT_RECORDED_HELP,
     PROG,
+    TUI_EXIT_CODES_HELP,
     Parser,
     add_export_dir_flag,
     add_fork_flags,
     add_reference_flags,
+    add_report_only_flags,
     add_time_limit_flag,
     add_value_flags,
     fork_options,
@@ -71,7 +73,7 @@ def bundle_parser(prog: str, *, headless: bool) -> Parser:
             "Replay an activation of an incident bundle (beam-agents-replay bundle wrote it): "
             "its snapshot, traces, envelopes, agent and HITL policy come from the file."
         ),
-        epilog=EXIT_CODES_HELP,
+        epilog=EXIT_CODES_HELP if headless else TUI_EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,
     )
@@ -98,6 +100,7 @@ def bundle_parser(prog: str, *, headless: bool) -> Parser:
         add_value_flags(parser)
     else:
         add_export_dir_flag(parser)
+        add_report_only_flags(parser)
     return parser
 
 

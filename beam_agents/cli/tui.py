@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from beam_agents.cli.parsing import (
-    EXIT_CODES_HELP,
     PROG,
+    TUI_EXIT_CODES_HELP,
     Parser,
     UsageError,
     add_replay_flags,
+    refuse_report_flags,
     replay_options,
     replay_usage,
 )
@@ -39,7 +40,7 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
         help="open the replay of one activation in the terminal UI (the same flags, "
         "without --headless/--json)",
         description="Open the replay of one activation in the terminal UI.",
-        epilog=EXIT_CODES_HELP,
+        epilog=TUI_EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,
     )
@@ -50,6 +51,7 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
 def _run_tui(ns: argparse.Namespace) -> int:
     from beam_agents.cli.reference import reference_spec
 
+    refuse_report_flags(ns, f"{PROG} tui")
     options = replay_options(ns, f"{PROG} tui")
     reference = reference_spec(ns, options)
     return open_tui(options, export_dir=getattr(ns, "export_dir", None), reference=reference)
@@ -58,6 +60,7 @@ def _run_tui(ns: argparse.Namespace) -> int:
 def run_bundle_tui(ns: argparse.Namespace) -> int:
     from beam_agents.cli.reference import bundle_reference_spec
 
+    refuse_report_flags(ns, f"{PROG} tui")
     loaded = bundle_replay_options(ns)
     if isinstance(loaded, ReplayResult):
         return emit(loaded, as_json=False)

@@ -634,3 +634,26 @@ def test_a_snapshot_passed_as_traces_is_named_in_the_error(
     )
     code, out, err = run(["ls", "--traces", str(inputs.snapshot)], capsys)
     assert code == 2 and f"--traces: {inputs.snapshot}: " in err
+
+
+@pytest.mark.parametrize("flag", ["--json", "--headless"])
+def test_tui_refuses_the_reports_flags_in_one_paragraph_and_nothing_on_stdout(
+    flag: str, tmp_path: Path
+) -> None:
+    # main: "unrecognized arguments: --json", and a JSON error document on standard output.
+    bundle = tmp_path / "b.bundle"
+    bundle.write_bytes(b"not read: refused first")
+    for argv in (
+        ["tui", "--snapshot", "s", "--traces", "t", "--agent", "a:B", "--registry", "a:T", flag],
+        ["tui", str(bundle), flag],
+    ):
+        done = subprocess.run([SCRIPT, *argv], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        assert (done.returncode, done.stdout) == (2, ""), done.stdout
+        assert f"{flag} asks for the headless report, which tui does not print" in done.stderr
+        assert "without 'tui'" in done.stderr and done.stderr.count("\n") == 1
+
+
+def test_tui_help_lists_130_for_a_quit_before_the_verdict(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["tui", "--help"], capsys)
+    assert code == 0 and "130  q (or ctrl+c) before the replay finished: no verdict" in out  # main: none
+    assert "A FILE of - is read from standard input" not in out  # tui reads its keys there
