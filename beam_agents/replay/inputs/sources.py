@@ -97,10 +97,21 @@ def _too_large(what: Input, naming: Naming, name: str, cap: int) -> InputError:
     )
 
 
+def _stdin(what: Input, naming: Naming) -> str:
+    """How standard input is given for ``what``: ``-``, or as its naming spells a file when
+    that is not the bare path (``--set @-``: ``--set -`` is the value ``-`` itself)."""
+    return naming.given(what, "-") if what in naming.given_as else "-"
+
+
 def _takes(what: Input, naming: Naming) -> str:
     """What an input that names a file takes, for a file that cannot be read."""
     if what is Input.BUNDLE:
         return f"{naming.name(what)} takes a file path"
+    if what in naming.given_as:  # --set @FILE: the flag alone takes the value itself
+        return (
+            f"{naming.given(what, 'FILE')} takes a file path, or {_stdin(what, naming)} for "
+            "standard input"
+        )
     return f"{naming.name(what)} takes a file path, or - for standard input"
 
 
@@ -133,7 +144,11 @@ def open_regular(path: str, what: Input, naming: Naming) -> BinaryIO:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             kind = file_kind(st.st_mode)
-            stdin = "; a single input can come from standard input as -" if what is not Input.BUNDLE else ""
+            stdin = (
+                f"; a single input can come from standard input as {_stdin(what, naming)}"
+                if what is not Input.BUNDLE
+                else ""
+            )
             raise InputError(
                 f"{naming.given(what, path)} is {kind}, not a regular file",
                 f"{naming.name(what)} reads regular files only (save the data to a file first"
