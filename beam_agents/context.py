@@ -229,11 +229,13 @@ class AgentContext:
         }
         fork = self._fork
         if fork is not None and fork.answers_model_call(len(self._events)):
-            # Served like a cached response (never billed): the fork's answer.
+            # The fork's answer: neither a cache hit nor billed, and marked as the fork's own
+            # so that no report calls it a hit (nothing came from the cache).
             served = fork.response(request)
-            index = self.record(
-                TraceEvent.LLM_CALL, request.model, {**base, **_response_attrs(served, hit=True)}
-            )
+            attrs = {**base, **_response_attrs(served, hit=False)}
+            attrs[te.ATTR_BILLED] = False
+            attrs[te.ATTR_FORK_ANSWER] = True
+            index = self.record(TraceEvent.LLM_CALL, request.model, attrs)
             _telemetry.llm_call_details(index, request, served)
             if self._capture is not None:
                 self._capture.add(index, CaptureKind.REQUEST, _frozen_copy(request))
@@ -319,6 +321,7 @@ class AgentContext:
             fork = self._fork
             if fork is not None and fork.answers_tool_call(len(self._events)):
                 result = _frozen_json(fork.result)  # the fork's answer: the tool does not run
+                attrs[te.ATTR_FORK_ANSWER] = True
             else:
                 token = _running.TOOL.set(tool)  # replay's guard names the tool from this
                 try:
@@ -358,6 +361,7 @@ class AgentContext:
                 # The fork's answer, as a recorded result is handed over (canonical JSON).
                 data, is_bytes = canonical_json.dumps(fork.result), False
                 attrs[te.ATTR_RESULT_SHA256] = hashlib.sha256(data).hexdigest()
+                attrs[te.ATTR_FORK_ANSWER] = True
             elif self._serve_recorded:
                 found = self._tool_cache.lookup(
                     tool_cache_key(tool, args_sha256),

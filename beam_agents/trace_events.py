@@ -48,6 +48,10 @@ ATTR_TOOL_DIGEST_ONLY = "beam_agents.tool.digest_only"
 # ... and set (true) only when the recorded result is bytes, not a JSON value: result_sha256
 # hashes the same bytes either way, so this is what tells the two kinds apart in the trace.
 ATTR_TOOL_RESULT_IS_BYTES = "beam_agents.tool.result_is_bytes"
+# LLM_CALL or TOOL_CALL of a replay's fork only: set (true) on the one call answered with the
+# operator's value (--fork N --set VALUE), never by the cache, the provider or the tool.
+# The pipeline never writes it (it never forks).
+ATTR_FORK_ANSWER = "beam_agents.fork_answer"
 ATTR_ERROR_TYPE = "error.type"
 ATTR_INTENT_ID = "beam_agents.intent_id"
 ATTR_REQUIRES_APPROVAL = "beam_agents.requires_approval"

@@ -273,6 +273,7 @@ class LlmCall(_View):
         ("output_tokens", te.ATTR_USAGE_OUTPUT, int),
         ("stop_reason", te.ATTR_STOP_REASON, str),
         ("error_type", te.ATTR_ERROR_TYPE, str),
+        ("fork_answer", te.ATTR_FORK_ANSWER, bool),
     )
 
     cache_key: str | None = None
@@ -288,6 +289,8 @@ class LlmCall(_View):
     stop_reason: str | None = None
     error_type: str | None = None
     """Set when the provider raised (the call failed; nothing was cached)."""
+    fork_answer: bool | None = None
+    """True on a replay fork's forked call: answered with the operator's value (no cache hit)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,6 +306,7 @@ class ToolCall(_View):
         ("digest_only", te.ATTR_TOOL_DIGEST_ONLY, bool),
         ("result_is_bytes", te.ATTR_TOOL_RESULT_IS_BYTES, bool),
         ("error_type", te.ATTR_ERROR_TYPE, str),
+        ("fork_answer", te.ATTR_FORK_ANSWER, bool),
     )
 
     tool_name: str | None = None
@@ -312,6 +316,8 @@ class ToolCall(_View):
     digest_only: bool | None = None
     result_is_bytes: bool | None = None
     error_type: str | None = None
+    fork_answer: bool | None = None
+    """True on a replay fork's forked call: its result is the operator's (the tool did not run)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -668,6 +668,89 @@ def test_a_forks_continuation_ends_at_an_uncached_model_call_unless_a_fork_provi
     assert "changed: 'turn.000001'" in said and "root['refund_intent']" in said
 
 
+def test_a_forks_answer_is_marked_as_the_forks_never_as_a_cache_hit(
+    demo: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    from replay_tui.render.state import intent_columns
+    from replay_tui.render.step import StepIndex, step_lines
+    from replay_tui.render.timeline import build_row, render_heading, render_row
+
+    from beam_agents.cli.parsing import CLI_NAMING
+    from beam_agents.replay.engine import replay
+    from beam_agents.replay.options import ForkOptions, ReplayOptions
+
+    out, _ = demo
+    document = json.loads(_replay_refund_v1(out, "--json", "--fork", "1", "--set", "deny").stdout)
+    forked = document["events"][1]
+    mine = forked["replayed"]["attributes"]
+    # main: cache_hit true, billed false ("served like a cached response"): nothing was.
+    assert mine["beam_agents.fork_answer"]["value"] is True
+    assert (mine["beam_agents.cache_hit"]["value"], mine["beam_agents.billed"]["value"]) == (
+        False,
+        False,
+    )
+    traced = forked["traced"]["attributes"]  # production's call, as traced
+    assert "beam_agents.fork_answer" not in traced
+    assert (traced["beam_agents.cache_hit"]["value"], traced["beam_agents.billed"]["value"]) == (
+        False,
+        True,
+    )
+    plain = json.loads(_replay_refund_v1(out, "--json").stdout)  # no fork: no such attribute
+    assert not any("beam_agents.fork_answer" in e["replayed"]["attributes"] for e in plain["events"])
+    headless = _replay_refund_v1(out, "--fork", "1", "--set", "deny").stdout
+    assert "  events: 9 traced, 3 forked, 8 differ" in headless.splitlines()  # main: "replayed"
+
+    # The TUI's timeline row, heading, step pane and ledger say the same (a real fork result).
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))  # examples.support_desk, as the CLI imports it
+    result = replay(
+        ReplayOptions(
+            snapshot=out / "snapshots" / f"{b'customer-bob'.hex()}-3-incident-refund-bob.pb",
+            traces=(out / "traces",),
+            event=out / "events" / "msg-bob-1.pb",
+            agent="examples.support_desk.agent:AGENT",
+            registry="examples.support_desk.tools:TOOLS",
+            seq=1,
+            fork=ForkOptions(at=1, value=b"deny"),
+            naming=CLI_NAMING,
+        )
+    )
+    row = render_row(build_row(result.events[1]), 160).plain
+    replayed_side = row.split("│", 1)[1]
+    assert " fork " in replayed_side and " hit " not in replayed_side  # main: "hit"
+    assert " live $ " in row.split("│", 1)[0]  # the traced side as traced
+    assert "forked" in render_heading(160, forked=True).plain
+    step = "\n".join(t.plain for t in step_lines(StepIndex(result.events).picture(1), 120, forked=True))
+    assert "forked" in step.splitlines()[1] and "forked 1" in step  # main: "1 call hit 1 miss 0"
+    assert "hit 0 miss 0" in step
+    assert "forked staged" in intent_columns(forked=True)
+
+
+def test_a_forks_counts_and_ledger_say_what_it_did_and_what_it_did_not_reach(
+    demo: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    from examples.support_desk.stream import BOB_REFUND_INTENT
+
+    out, _ = demo
+    ended = _replay_refund_v1(out, "--fork", "1", "--set", _TRIAGE_OTHER)
+    assert "  fork ended at event 3, short of the activation's end" in ended.stdout
+    refund = _ledger(ended.stdout)[BOB_REFUND_INTENT]
+    # main: "forked no ... <- differs" for an intent the fork never got the chance to stage.
+    assert "staged: traced yes / forked not reached" in refund
+    assert "released: traced no / forked not reached" in refund
+    assert "forked no " not in ended.stdout and not refund.endswith("<- differs")
+
+    ran = _replay_refund_v1(out, "--fork", "1", "--set", _TRIAGE_OTHER, *_SCRIPTED_MODEL)
+    # main: "provider calls: 0" above "(1 call(s))" of the fork provider.
+    assert "  provider calls: 1 (1 answered by the fork provider)" in ran.stdout.splitlines()
+    assert "staged: traced yes / forked no" in _ledger(ran.stdout)[BOB_REFUND_INTENT]  # ran to end
+    document = json.loads(
+        _replay_refund_v1(out, "--json", "--fork", "1", "--set", _TRIAGE_OTHER, *_SCRIPTED_MODEL)
+        .stdout
+    )
+    assert document["provider_calls"] == document["fork"]["provider_calls"] == 1
+
+
 def test_a_fork_at_a_tool_call_hands_the_agent_the_given_result(
     demo: tuple[Path, subprocess.CompletedProcess[str]],
 ) -> None:
@@ -700,6 +783,9 @@ def test_a_fork_at_a_tool_call_hands_the_agent_the_given_result(
         (("--set", "x"), "--set belongs to a fork: give --fork N"),
         (("--fork", "1", "--set", "@/dev/zero"), "--set @/dev/zero is a device, not a regular"),
         (("--fork", "1", "--set", "@"), "--set @ names no file"),
+        (("--fork", "1", "--set", "@/no/such/answer.txt"),
+         "--set @FILE takes a file path, or --set @- for standard input"),  # main: "or -"
+        (("--fork", "1", "--set", "@/dev/zero"), "from standard input as --set @-"),
         (("--fork", "1", "--set", "x", "--reference", "examples.support_desk.agent:AGENT"),
          "--fork and --reference do not go together"),
         (("--fork", "1", "--set", "x", "--fork-provider", "examples.support_desk.tools:TOOLS"),

@@ -755,7 +755,10 @@ def assemble(
             served_tool_events=served_tool_events,
             visible_through_seq=plan.seq,
         ),
-        provider_calls=replayed.provider_calls,
+        # A fork's count is every call the re-run made to a provider, its --fork-provider's
+        # included (fork.provider_calls says how many were those): "provider calls: 0" above
+        # "the others answered by ... (1 call(s))" read as a contradiction.
+        provider_calls=replayed.provider_calls + (fork.provider_calls if fork is not None else 0),
         network_attempts=tuple(a.describe() for a in attempts),
         redacted_network_attempts=tuple(a.redacted().describe() for a in attempts),
         redacted_reason=judgement.redacted_reason,

@@ -510,7 +510,18 @@ INTENT_COLUMNS = (
 )
 
 
-def _agree(traced: bool, replayed: bool) -> tuple[Text, Text]:
+def intent_columns(*, forked: bool = False) -> tuple[str, ...]:
+    """The ledger's column headings; a fork's right side is ``forked``, not ``replayed``."""
+    if not forked:
+        return INTENT_COLUMNS
+    return tuple(c.replace("replayed", "forked") for c in INTENT_COLUMNS)
+
+
+def _agree(traced: bool, replayed: bool, unreached: bool = False) -> tuple[Text, Text]:
+    if unreached and not replayed:  # the fork ended first: not judged, never "no"
+        return Text("yes" if traced else "no", style="bold" if traced else "dim"), Text(
+            "not reached", style="dim italic"
+        )
     style = "" if traced == replayed else "bold red"
     return (
         Text("yes" if traced else "no", style=style or ("bold" if traced else "dim")),
@@ -518,16 +529,20 @@ def _agree(traced: bool, replayed: bool) -> tuple[Text, Text]:
     )
 
 
-def intent_rows(intents: tuple[IntentRow, ...]) -> list[tuple[Text, ...]]:
-    """One ledger row per intent; cells where trace and re-run disagree are red."""
+def intent_rows(
+    intents: tuple[IntentRow, ...], *, unreached: bool = False
+) -> list[tuple[Text, ...]]:
+    """One ledger row per intent; cells where trace and re-run disagree are red
+    (``unreached``: a fork that ended short, whose "no" is "not reached")."""
     rows: list[tuple[Text, ...]] = []
     for row in intents:
-        staged = _agree(row.traced_staged, row.replayed_staged)
-        released = _agree(row.traced_released, row.replayed_released)
-        mismatch = (row.traced_staged, row.traced_released) != (
-            row.replayed_staged,
-            row.replayed_released,
+        staged = _agree(row.traced_staged, row.replayed_staged, unreached)
+        released = _agree(row.traced_released, row.replayed_released, unreached)
+        pairs = (
+            (row.traced_staged, row.replayed_staged),
+            (row.traced_released, row.replayed_released),
         )
+        mismatch = any(t != r for t, r in pairs if r or not unreached)
         rows.append(
             (
                 Text("≠", style="bold red") if mismatch else Text(""),

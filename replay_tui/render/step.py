@@ -36,6 +36,8 @@ class ModelCall:
     hit: bool | None
     billed: bool | None
     error: str = ""
+    forked: bool = False
+    """A fork's forked call: answered with the operator's value (neither hit nor miss)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +80,8 @@ class _Side:
     hits_before: list[int] = field(default_factory=lambda: [0])
     """``hits_before[k]``: cache hits among the first k model calls."""
     misses_before: list[int] = field(default_factory=lambda: [0])
+    forked_before: list[int] = field(default_factory=lambda: [0])
+    """``forked_before[k]``: a fork's forked calls (the operator's value) among the first k."""
     billed_before: list[int] = field(default_factory=lambda: [0])
     tools: list[ToolCallRecord] = field(default_factory=list)
     tools_pos: list[int] = field(default_factory=list)
@@ -94,6 +98,7 @@ class _Side:
         view = tv.decode(event)
         if isinstance(view, tv.LlmCall):
             hit, billed = view.cache_hit, view.billed
+            forked = view.fork_answer is True
             self.llm.append(
                 ModelCall(
                     position,
@@ -102,11 +107,13 @@ class _Side:
                     hit,
                     billed,
                     view.error_type or "",
+                    forked,
                 )
             )
             self.llm_pos.append(position)
-            self.hits_before.append(self.hits_before[-1] + (hit is True))
-            self.misses_before.append(self.misses_before[-1] + (hit is False))
+            self.hits_before.append(self.hits_before[-1] + (hit is True and not forked))
+            self.misses_before.append(self.misses_before[-1] + (hit is False and not forked))
+            self.forked_before.append(self.forked_before[-1] + forked)
             self.billed_before.append(self.billed_before[-1] + (billed is True))
         elif isinstance(view, tv.ToolCall):
             self.tools.append(ToolCallRecord(position, event.name, view.error_type or ""))
@@ -143,6 +150,8 @@ class SidePicture:
     hits: int
     misses: int
     billed: int
+    forked: int
+    """Calls answered with a fork's value (neither a hit nor a miss)."""
     recent_calls: tuple[ModelCall, ...]
     tool_calls: int
     recent_tools: tuple[ToolCallRecord, ...]
@@ -181,6 +190,7 @@ def _side_picture(side: _Side, position: int, present: bool, recent: int) -> Sid
         hits=side.hits_before[n_llm],
         misses=side.misses_before[n_llm],
         billed=side.billed_before[n_llm],
+        forked=side.forked_before[n_llm],
         recent_calls=tuple(side.llm[max(0, n_llm - recent) : n_llm]),
         tool_calls=n_tools,
         recent_tools=tuple(side.tools[max(0, n_tools - recent) : n_tools]),
@@ -270,6 +280,8 @@ def _calls_text(side: SidePicture, *, traced: bool = False) -> Text:
         text.append(f" live {side.misses}")
     else:
         text.append(f" miss {side.misses}", style="bold yellow" if side.misses else "")
+    if side.forked:
+        text.append(f" forked {side.forked}", style="bold magenta")
     text.append(f" ${side.billed}", style="yellow" if side.billed else "")
     for call in side.recent_calls:
         text.append(f"\n#{call.position} ", style="dim")
@@ -277,6 +289,8 @@ def _calls_text(side: SidePicture, *, traced: bool = False) -> Text:
         missed = "live" if traced else "MISS"
         cache = "hit" if call.hit is True else missed if call.hit is False else "?"
         style = "green" if call.hit else "" if cache == "live" else "bold yellow"
+        if call.forked:  # the fork's value: nothing came from the cache or the provider
+            cache, style = "forked", "bold magenta"
         text.append(f" {cache}", style=style)
         if call.billed:
             text.append(" $", style="yellow")
@@ -347,8 +361,9 @@ KEY_CHARS = 12
 LABEL_WIDTH = 8
 
 
-def step_lines(picture: StepPicture, width: int) -> list[Text]:
-    """The step pane in ``width`` cells: the activation after row ``picture.position``."""
+def step_lines(picture: StepPicture, width: int, *, forked: bool = False) -> list[Text]:
+    """The step pane in ``width`` cells: the activation after row ``picture.position``
+    (``forked``: the right side is a fork's counterfactual)."""
     title = Text("after event ", style="bold")
     title.append(f"{picture.position}", style="bold underline")
     title.append(f" of {picture.total}", style="bold")
@@ -357,7 +372,8 @@ def step_lines(picture: StepPicture, width: int) -> list[Text]:
     widths = (LABEL_WIDTH, side_w, side_w)
     lines = wrap(title, width)
     lines += columns(
-        [Text(""), Text("traced", style="bold"), Text("replayed", style="bold")], widths
+        [Text(""), Text("traced", style="bold"), Text("forked" if forked else "replayed", style="bold")],
+        widths,
     )
     sides = (picture.traced, picture.replayed)
     absent = Text("(no events)", style="dim")

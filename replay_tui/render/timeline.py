@@ -148,6 +148,8 @@ def side_cells(event: TraceEvent) -> SideCells:
     elif isinstance(view, tv.LlmCall):
         hit = view.cache_hit
         cache = "hit" if hit is True else "MISS" if hit is False else ""
+        if view.fork_answer is True:  # the fork's value, not the cache's: never "hit"
+            cache = "fork"
         billed = "$" if view.billed is True else ""
         key = view.cache_key or ""
         extra = f"k={key[:KEY_PREFIX_CHARS]}" if key else ""
@@ -164,6 +166,8 @@ def side_cells(event: TraceEvent) -> SideCells:
             if view.digest_only is True:
                 extra = f"{extra} digest-only"
             shown |= {tv.ToolCall.path(f) for f in ("recorded", "digest_only")}
+        if view.fork_answer is True:  # the fork's value: the tool did not run, nor was served
+            cache = "fork"
     elif isinstance(view, tv.IntentStaged | tv.IntentReleased):
         extra = view.intent_id or ""
         if isinstance(view, tv.IntentStaged) and view.requires_approval is True:
@@ -422,7 +426,9 @@ def _render_side(
     text.append(" ")
     text.append(clip(cells.name, name_w - 1).ljust(name_w - 1), style=name_style)
     cache_style = (
-        "green"
+        "bold magenta"
+        if cells.cache == "fork"
+        else "green"
         if cells.cache == "hit"
         else "cyan"
         if cells.cache == "rec"
@@ -473,8 +479,9 @@ def render_row(row: TimelineRow, width: int, *, idx_width: int = 3) -> Text:
     return text
 
 
-def render_heading(width: int, *, idx_width: int = 3) -> Text:
-    """The column heading above the rows, aligned with :func:`render_row`."""
+def render_heading(width: int, *, idx_width: int = 3, forked: bool = False) -> Text:
+    """The column heading above the rows, aligned with :func:`render_row` (``forked``: the
+    right side is a fork's counterfactual, not a replay)."""
     side_w = _side_widths(width, idx_width)
     text = Text(no_wrap=True, overflow="crop", style="bold")
     text.append(" " * MARK_WIDTH)
@@ -482,7 +489,7 @@ def render_heading(width: int, *, idx_width: int = 3) -> Text:
     text.append(" ")
     text.append(clip("traced", side_w).ljust(side_w))
     text.append(SEPARATOR, style="dim")
-    text.append(clip("replayed", side_w).ljust(side_w))
+    text.append(clip("forked" if forked else "replayed", side_w).ljust(side_w))
     text.truncate(width, pad=True)
     return text
 
@@ -504,7 +511,9 @@ def event_search_text(event: TraceEvent) -> str:
             parts.append(str(value.int_value))
     if kind == TraceEvent.LLM_CALL:
         call = tv.LlmCall.of(event)
-        if call.cache_hit is not None:
+        if call.fork_answer:
+            parts.append("fork")
+        elif call.cache_hit is not None:
             parts.append("hit" if call.cache_hit else "miss")
         if call.billed:
             parts.append("billed")

@@ -11,7 +11,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
 from beam_agents.replay.result import ReplayResult
-from replay_tui.render.state import INTENT_COLUMNS, intent_rows
+from replay_tui.render.state import intent_columns, intent_rows
 from replay_tui.widgets.footer import KeysFooter
 from replay_tui.widgets.header import VerdictBanner
 from replay_tui.widgets.keyed import KeyedDataTable
@@ -35,13 +35,16 @@ class IntentsScreen(Screen[None]):
         staged = sum(1 for i in intents if i.replayed_staged)
         released = sum(1 for i in intents if i.replayed_released)
         summary = Text(f"{len(intents)} intents", style="bold")
-        summary.append(f"  ·  re-run staged {staged}, released {released}", style="dim")
+        who = "fork" if self.result.fork is not None else "re-run"
+        summary.append(f"  ·  {who} staged {staged}, released {released}", style="dim")
         yield Static(summary, id="intents-summary")
         yield KeyedDataTable(id="intents-table", cursor_type="row", zebra_stripes=True)
         yield KeysFooter()
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
-        table.add_columns(*INTENT_COLUMNS)
-        table.add_rows(intent_rows(self.result.intents))
+        table.add_columns(*intent_columns(forked=self.result.fork is not None))
+        fork = self.result.fork
+        unreached = fork is not None and fork.ended_at is not None
+        table.add_rows(intent_rows(self.result.intents, unreached=unreached))
         table.focus()

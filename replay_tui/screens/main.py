@@ -83,7 +83,7 @@ class MainScreen(Screen[None]):
         yield ReplayHeaderPanel(self.result, id="header")
         yield VerdictBanner(self.result, id="verdict")
         with Vertical(id="body"):
-            timeline = Timeline(self.model, id="timeline")
+            timeline = Timeline(self.model, id="timeline", forked=self.result.fork is not None)
             timeline.border_title = f"timeline · {_events(len(self.model))}"
             yield timeline
             with Horizontal(id="panes"):

@@ -20,6 +20,7 @@ class StepPane(LinesPane):
     def __init__(self, result: ReplayResult, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.index = StepIndex(result.events)
+        self.forked = result.fork is not None
         self.position: int | None = None
         self.border_title = "step"
 
@@ -39,7 +40,7 @@ class StepPane(LinesPane):
         self._extend_in_background(position)
 
     def _show_picture(self, picture: StepPicture) -> None:
-        self.set_content(lambda width: step_lines(picture, width))
+        self.set_content(lambda width: step_lines(picture, width, forked=self.forked))
 
     @work(thread=True, exclusive=True, group="step-index")
     def _extend_in_background(self, position: int) -> None:

@@ -64,10 +64,17 @@ class Timeline(ScrollView, can_focus=True):
     """
 
     def __init__(
-        self, model: TimelineRows, *, id: str | None = None, classes: str | None = None
+        self,
+        model: TimelineRows,
+        *,
+        id: str | None = None,
+        classes: str | None = None,
+        forked: bool = False,
     ) -> None:
         super().__init__(id=id, classes=classes)
         self.model = model
+        self.forked = forked
+        """The right side is a fork's counterfactual: its heading says ``forked``."""
         self._positions: Sequence[int] = range(len(model))
         """Row positions shown, in order: all of them, or those the filter kept."""
         self._cursor = 0
@@ -221,7 +228,7 @@ class Timeline(ScrollView, can_focus=True):
         width = self.scrollable_content_region.width
         base = self.rich_style
         if y == 0:
-            text = render_heading(width, idx_width=self._idx_width)
+            text = render_heading(width, idx_width=self._idx_width, forked=self.forked)
             text.stylize_before(self.get_component_rich_style("timeline--heading"))
             return text_strip(text, self.app.console, width)
         index = int(self.scroll_offset.y) + y - 1

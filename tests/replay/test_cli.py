@@ -657,3 +657,25 @@ def test_tui_help_lists_130_for_a_quit_before_the_verdict(capsys: pytest.Capture
     code, out, _ = run(["tui", "--help"], capsys)
     assert code == 0 and "130  q (or ctrl+c) before the replay finished: no verdict" in out  # main: none
     assert "A FILE of - is read from standard input" not in out  # tui reads its keys there
+
+
+def test_the_build_line_says_same_build_and_what_it_covers_or_that_none_was_recorded(
+    inputs: Inputs, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from beam_agents._protos import StateSnapshot
+
+    # main: no line at all in both cases, so "no skew" and "nothing recorded" read alike.
+    code, out, _ = run(inputs.flags(), capsys)
+    assert code == 0, out
+    [line] = [x for x in out.splitlines() if x.startswith("  build")]
+    assert line.startswith("  build: the same as the snapshot's, replay_agents:")
+    assert line.endswith(
+        "(code is the sha256 of the agent class's module file only, not of the modules it imports)"
+    )
+    snapshot = StateSnapshot.FromString(inputs.snapshot.read_bytes())
+    snapshot.ClearField("agent_build")  # as written before builds were recorded
+    inputs.snapshot.write_bytes(snapshot.SerializeToString())
+    code, out, _ = run(inputs.flags(), capsys)
+    assert code == 0, out
+    [line] = [x for x in out.splitlines() if x.startswith("  build")]
+    assert line.startswith("  build: the snapshot records none (written before builds were recorded)")

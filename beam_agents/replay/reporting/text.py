@@ -106,26 +106,27 @@ def _yes(flag: bool) -> str:
     return "yes" if flag else "no"
 
 
-def _intent_line(row: IntentRow, side: str = "replayed") -> str:
+def _intent_line(row: IntentRow, side: str = "replayed", *, unreached: bool = False) -> str:
+    """One intent of the ledger; ``unreached``: the re-run (a fork's continuation) ended
+    short of the activation's end, so what it did not do is "not reached", never "no"."""
     extra = []
     if row.requires_approval:
         extra.append("approval required")
     if row.expires_at_ms is not None:
         extra.append(f"expires_at_ms={row.expires_at_ms}")
-    mark = (
-        ""
-        if (row.traced_staged, row.traced_released)
-        == (
-            row.replayed_staged,
-            row.replayed_released,
-        )
-        else "  <- differs"
-    )
+    pairs = ((row.traced_staged, row.replayed_staged), (row.traced_released, row.replayed_released))
+    # A side not reached is not judged: only what the re-run did (a yes) can differ there.
+    differs = any(t != r for t, r in pairs if r or not unreached)
+    mark = "  <- differs" if differs else ""
+
+    def theirs(flag: bool) -> str:
+        return "not reached" if unreached and not flag else _yes(flag)
+
     tail = f"  ({', '.join(extra)})" if extra else ""
     return (
         f"    {escape(row.intent_id)}  {escape(row.tool)}  "
-        f"staged: traced {_yes(row.traced_staged)} / {side} {_yes(row.replayed_staged)}  "
-        f"released: traced {_yes(row.traced_released)} / {side} {_yes(row.replayed_released)}"
+        f"staged: traced {_yes(row.traced_staged)} / {side} {theirs(row.replayed_staged)}  "
+        f"released: traced {_yes(row.traced_released)} / {side} {theirs(row.replayed_released)}"
         f"{tail}{mark}"
     )
 
@@ -201,14 +202,36 @@ def both_sides_text(traced: Value, replayed: Value, *, width: int | None = VALUE
     )
 
 
+BUILD_COVERS = "code is the sha256 of the agent class's module file only, not of the modules it imports"
+"""What the build identity covers (agent_build.py), said on the report's build line itself:
+a change in a helper module shows only through ``Agent.build_version``."""
+
+
 def build_skew_line(h: ReplayHeader) -> str:
     """The report's ``build skew:`` line: the snapshot's build is not the given agent's."""
     wrote = describe_build(h.snapshot_build) if h.snapshot_build is not None else "?"
     given = describe_build(h.agent_build) if h.agent_build is not None else "?"
     return (
         f"  build skew: the snapshot was written by {escape(wrote)}; the agent "
-        f"given is {escape(given)} (differs: {', '.join(h.build_skew)})"
+        f"given is {escape(given)} (differs: {', '.join(h.build_skew)}; {BUILD_COVERS})"
     )
+
+
+def build_line(h: ReplayHeader) -> str | None:
+    """The report's build line: the skew, the same build (and what "same" covers), or that
+    the snapshot records none (nothing to compare with, which is not "no skew"); None when
+    no agent was imported (a refusal before it)."""
+    if h.build_skew:
+        return build_skew_line(h)
+    if h.agent_build is None:
+        return None
+    given = escape(describe_build(h.agent_build))
+    if h.snapshot_build is None:
+        return (
+            f"  build: the snapshot records none (written before builds were recorded), so "
+            f"there is nothing to compare the agent given, {given}, with"
+        )
+    return f"  build: the same as the snapshot's, {given} ({BUILD_COVERS})"
 
 
 def reference_line(reference: ReferenceRun) -> str:
@@ -433,6 +456,12 @@ def _served_tool_lines(result: ReplayResult, *, width: int | None = VALUE_WIDTH)
 def _provider_calls_note(result: ReplayResult) -> str:
     """On a divergence, what a provider call means: each one is a miss, so the re-run
     stopped there too (``provider calls: 1`` beside ``diverged`` read as a live call)."""
+    fork = result.fork
+    if fork is not None and fork.provider_calls:
+        refused = result.provider_calls - fork.provider_calls
+        return f" ({fork.provider_calls} answered by the fork provider" + (
+            f", {refused} refused)" if refused else ")"
+        )
     if result.verdict is not Verdict.DIVERGED or not result.provider_calls:
         return ""
     where = (
@@ -594,7 +623,7 @@ def render_report(result: ReplayResult, *, full_values: bool = False) -> str:
         )
     if result.memory_writes is not None:
         lines.append(f"  memory writes: {memory_writes_line(result, result.memory_writes)}")
-    if h.build_skew:
+    if h.build_skew:  # up here, beside the verdict: a divergence source of its own
         lines.append(build_skew_line(h))
     if result.reference is not None:
         lines.append(reference_line(result.reference))
@@ -670,6 +699,9 @@ def render_report(result: ReplayResult, *, full_values: bool = False) -> str:
         )
         if h.snapshot_waiting:
             lines.append(f"  waiting at export: {escape(h.snapshot_waiting)}")
+    build = None if h.build_skew else build_line(h)  # no skew: said among the inputs
+    if build is not None:
+        lines.append(build)
     if result.events:
         traced, replayed, differing = pair_counts(result.events)
         if result.events_reached_only:
@@ -678,11 +710,15 @@ def render_report(result: ReplayResult, *, full_values: bool = False) -> str:
                 f"{differing} differ"
             )
         else:
-            lines.append(f"  events: {traced} traced, {replayed} replayed, {differing} differ")
+            done = "replayed" if result.fork is None else "forked"
+            lines.append(f"  events: {traced} traced, {replayed} {done}, {differing} differ")
     if result.intents:
         side = "replayed" if result.fork is None else "forked"
         lines.append("  intents:" if result.fork is None else "  intents (the ledger, traced | forked):")
-        lines.extend(_intent_line(row, side) for row in result.intents)
+        # A fork that ended short (its "fork ended at event N" line): what it did not do
+        # by then is not reached, not "no".
+        unreached = result.fork is not None and result.fork.ended_at is not None
+        lines.extend(_intent_line(row, side, unreached=unreached) for row in result.intents)
     return escape_lines(lines)
 
 
