@@ -671,13 +671,12 @@ def test_a_forks_continuation_ends_at_an_uncached_model_call_unless_a_fork_provi
 def test_a_forks_answer_is_marked_as_the_forks_never_as_a_cache_hit(
     demo: tuple[Path, subprocess.CompletedProcess[str]],
 ) -> None:
-    from replay_tui.render.state import intent_columns
-    from replay_tui.render.step import StepIndex, step_lines
-    from replay_tui.render.timeline import build_row, render_heading, render_row
-
     from beam_agents.cli.parsing import CLI_NAMING
     from beam_agents.replay.engine import replay
     from beam_agents.replay.options import ForkOptions, ReplayOptions
+    from replay_tui.render.state import intent_columns
+    from replay_tui.render.step import StepIndex, step_lines
+    from replay_tui.render.timeline import build_row, render_heading, render_row
 
     out, _ = demo
     document = json.loads(_replay_refund_v1(out, "--json", "--fork", "1", "--set", "deny").stdout)
