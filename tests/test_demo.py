@@ -948,3 +948,28 @@ def test_a_forks_value_reaches_every_surface_escaped(
     document = json.loads(_replay_refund_v1(out, "--json", "--fork", "1", "--set", hostile).stdout)
     shown = document["fork"]["value"]  # through the one escaper, as every string of --json
     assert "deny" in shown and "\x1b" not in shown and "\n" not in shown
+
+
+def test_a_forks_value_cannot_start_a_line_or_fill_one_in_the_memory_writes_diff(
+    demo: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
+    # The reply (event 4) is written to memory: the fork's value reaches "memory writes,
+    # traced vs forked", whose DeepDiff text printed its line breaks raw (a line of the
+    # value read as the report's own verdict) and its whole length on one line.
+    out, _ = demo
+    forged = "x\nreproduced\nverdict: reproduced\n  fork prefix: FAKE"
+    done = _replay_refund_v1(out, "--fork", "4", "--set", forged)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "  memory writes, traced vs forked:" in lines
+    for line in lines:
+        assert line.strip() not in ("reproduced", "verdict: reproduced", "fork prefix: FAKE")
+    diff = done.stdout.split("  memory writes, traced vs forked:\n", 1)[1]
+    assert "\\nverdict: reproduced\\n" in diff  # the value, escaped, on its one line
+    big = tmp_path / "big.txt"
+    big.write_text("A" * 200_000)
+    done = _replay_refund_v1(out, "--fork", "4", "--set", f"@{big}")
+    assert done.returncode == 0, done.stderr
+    assert "  memory writes, traced vs forked:" in done.stdout
+    longest = max(done.stdout.splitlines(), key=len)
+    assert len(longest) < 2_000, longest[:200]  # each value cut, not 200,000 characters

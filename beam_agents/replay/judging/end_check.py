@@ -11,6 +11,7 @@ from beam_agents.capture import ValueCapture
 from beam_agents.memory_writes import MemoryProvenance, MemoryWrites
 from beam_agents.replay.judging.memory_reads import resolved, unseen_reads
 from beam_agents.replay.judging.state_view import blob_digest, end_digests
+from beam_agents.replay.reporting.escape import escape
 from beam_agents.replay.result import (
     BlobDigest,
     FieldDiff,
@@ -44,19 +45,54 @@ def memory_digest(memory: Any) -> str:
 
 
 def memory_diff_lines(before: Any, after: Any) -> list[str]:
-    """The structured difference ``before`` → ``after`` (root is the memory object)."""
+    """The structured difference ``before`` → ``after`` (root is the memory object): one
+    line per change. A line break inside a value stays inside its line (the renderers
+    escape it), never a line of its own: ``.pretty().splitlines()`` let a value's newline
+    start a line that reads as the report's (``verdict: reproduced``)."""
     if before == after:
         return ["(no key differs)"]
     try:
         from deepdiff import DeepDiff
+        from deepdiff.serialization import pretty_print_diff
     except ImportError:  # a stripped install: name the top-level keys that differ
         keys = sorted(
             set(before) ^ set(after)
             | {k for k in set(before) & set(after) if before[k] != after[k]}
         )
         return [f"key {k!r} differs" for k in keys]
-    pretty: str = DeepDiff(before, after, verbose_level=2).pretty()
-    return pretty.splitlines()
+    tree = DeepDiff(before, after, verbose_level=2).tree
+    # DeepDiff.pretty() is these, in this order, joined by line feeds; each value is cut
+    # (a 16 MiB value made a 16 MiB line) and each line escaped (a value's line feed
+    # stays ``\n``: a line of it can never read as the report's own).
+    return [
+        escape(str(pretty_print_diff(_CutValues(item))))
+        for kind in sorted(tree.keys())
+        for item in tree[kind]
+    ]
+
+
+def _cut(value: Any) -> Any:
+    """``value`` as DeepDiff's text shows it, cut to ``_OUTPUT_WIDTH`` characters."""
+    text = str(value)
+    if len(text) <= _OUTPUT_WIDTH:
+        return value
+    cut = text[:_OUTPUT_WIDTH] + "…"
+    if isinstance(value, str):
+        return cut
+    # Keeps the type's name, which a type change's line names.
+    return type(type(value).__name__, (), {"__str__": lambda _self: cut})()
+
+
+class _CutValues:
+    """A DeepDiff report item whose two values are cut (``pretty_print_diff`` reads these)."""
+
+    def __init__(self, item: Any) -> None:
+        self._item = item
+        self.t1, self.t2 = _cut(item.t1), _cut(item.t2)
+        self.verbose_level, self.report_type = item.verbose_level, item.report_type
+
+    def path(self, **kwargs: Any) -> Any:
+        return self._item.path(**kwargs)
 
 
 def end_divergence_detail(
@@ -169,7 +205,9 @@ def write_differences(
         if wrote is True:
             production = f"set it to {_value_text(before[key])}" if key in before else "deleted it"
             if not in_rerun:
-                lines.append(f"dropped: {key!r}: production {production}; the re-run did not write it")
+                lines.append(
+                    f"dropped: {key!r}: production {production}; the re-run did not write it"
+                )
                 named.append(f"dropped {key!r}")
             elif (key in before) != (key in replayed.set):
                 lines.append(f"changed: {key!r}: production {production}; the re-run {rerun}")
