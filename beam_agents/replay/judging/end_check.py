@@ -65,7 +65,7 @@ def memory_diff_lines(before: Any, after: Any) -> list[str]:
     # (a 16 MiB value made a 16 MiB line) and each line escaped (a value's line feed
     # stays ``\n``: a line of it can never read as the report's own).
     return [
-        escape(str(pretty_print_diff(_CutValues(item))))
+        escape(str(pretty_print_diff(_CutValues(item))))  # type: ignore[no-untyped-call]
         for kind in sorted(tree.keys())
         for item in tree[kind]
     ]
