@@ -52,6 +52,7 @@ from beam_agents.blobs import (
     unwrap_blob,
     unwrap_in_place,
 )
+from beam_agents.cache_memo import CacheMemo
 from beam_agents.errors import BlobTooNewError, CorruptBlobError
 from beam_agents.llm_cache import ReplayCache
 from beam_agents.memory_writes import MemoryProvenance
@@ -99,8 +100,11 @@ class StateCells:
     """The ``tool_cache`` blob; empty when the key has recorded no tool result."""
 
 
-def load_key_state(cells: StateCells) -> KeyState:
+def load_key_state(cells: StateCells, memo: CacheMemo | None = None) -> KeyState:
     """The in-memory state of a key's cells: every blob version-checked and migrated in memory.
+
+    ``memo``: the two cache cells come through it (``beam_agents.cache_memo``): bytes it
+    remembers are not parsed again, and load to the same cache.
 
     Raises:
         CorruptBlobError: A cell does not hold what it claims to.
@@ -108,11 +112,18 @@ def load_key_state(cells: StateCells) -> KeyState:
         MigrationGapError: A cell has no migration path to the current version.
     """
     memory, provenance, memory_steps = load_memory_cell(cells.memory)
-    cache, cache_steps = load_llm_cache(cells.llm_cache)
+    # In this order (the first unreadable cell is the one an error names), memo or not.
+    if memo is None:
+        cache, cache_steps = load_llm_cache(cells.llm_cache)
+    else:
+        cache, cache_steps = memo.load("llm_cache", cells.llm_cache, load_llm_cache)
     continuation, continuation_steps = load_continuation(cells.continuation)
     pending, pending_steps = load_pending(cells.pending)
     history, history_steps = load_resume_history(cells.resume_history)
-    tools, tool_steps = load_tool_cache(cells.tool_cache)
+    if memo is None:
+        tools, tool_steps = load_tool_cache(cells.tool_cache)
+    else:
+        tools, tool_steps = memo.load("tool_cache", cells.tool_cache, load_tool_cache)
     return KeyState(
         memory=memory,
         memory_provenance=provenance,

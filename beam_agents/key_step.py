@@ -86,6 +86,7 @@ from beam_agents.activation import (
 )
 from beam_agents.agent import Agent, Timeout
 from beam_agents.blobs import dump_hold, load_hold
+from beam_agents.cache_memo import CacheMemo
 from beam_agents.dead_letter import (
     ACTIVATION_FAILED,
     INBOX_OVERFLOW,
@@ -451,7 +452,7 @@ class KeyStep:
     activation's trigger (``AgentConfig.retry``).
     """
 
-    __slots__ = ("_activate", "_agent_build", "_inbox_limit", "_retry")
+    __slots__ = ("_activate", "_agent_build", "_inbox_limit", "_memo", "_retry")
 
     def __init__(
         self,
@@ -466,6 +467,11 @@ class KeyStep:
         self._retry = retry
         self._agent_build = agent_build
         """The agent build stamped on each exported snapshot (``beam_agents.agent_build``)."""
+        self._memo = CacheMemo()
+        """The cache cells this step loaded or committed, by their bytes (``cache_memo``):
+        the next load of the same bytes parses nothing. Keyed by bytes read from the store
+        on every input, never by the key, so a rolled-back store (a retried bundle) loads
+        what it holds."""
 
     def handle(
         self,
@@ -515,7 +521,7 @@ class KeyStep:
                     ),
                 )
             )
-        run = _read(store, timer_at_from_state=True)
+        run = _read(store, self._memo, timer_at_from_state=True, held=held)
         if isinstance(run, StateError):
             return _refused(STATE_UNREADABLE, str(run), key, raw, envelope.envelope_id)
         if run.hold is not None and trigger_name(envelope) is not Trigger.NONE:
@@ -536,7 +542,7 @@ class KeyStep:
 
     def deadline(self, key: bytes, fired_ms: int, store: KeyStore) -> StepResult:
         """Handle the HITL timer of ``key`` firing at ``fired_ms``."""
-        run = _read(store, timer_at_from_state=False)
+        run = _read(store, self._memo, timer_at_from_state=False)
         if isinstance(run, StateError):
             return _refused(STATE_UNREADABLE, f"HITL timer at {fired_ms}: {run}", key, b"")
         cont = run.state.continuation
@@ -568,7 +574,7 @@ class KeyStep:
         its clock. Once it commits or is given up, the envelopes that waited behind it
         run (and a HITL deadline that passed meanwhile, in its place among them).
         """
-        run = _read(store, timer_at_from_state=True)
+        run = _read(store, self._memo, timer_at_from_state=True)
         if isinstance(run, StateError):
             return _unreadable_hold(
                 key,
@@ -616,7 +622,7 @@ class KeyStep:
         and a HITL deadline that passed meanwhile in its place among them. A result for
         another SEQ than the held one, or with no activation held, is stale.
         """
-        run = _read(store, timer_at_from_state=True)
+        run = _read(store, self._memo, timer_at_from_state=True)
         if isinstance(run, StateError):
             return _unreadable_hold(
                 key,
@@ -671,7 +677,7 @@ class KeyStep:
         hold = load_hold(raw_hold)[0]
         if hold is None or not hold.HasField("in_flight"):
             return None
-        state = load_key_state(store.read_cells())
+        state = load_key_state(store.read_cells(), self._memo)
         trigger, _ = _held_trigger(hold, state, hold.in_flight.now_ms)
         return InFlightRun(
             seq=hold.in_flight.seq,
@@ -744,6 +750,10 @@ class KeyStep:
             return
         run.cells = result.cells
         run.state = result.state
+        # The commit's cache cells were dumped from its state's caches (run_activation):
+        # those bytes load to these caches, so the key's next load need not parse them.
+        self._memo.remember("llm_cache", result.cells.llm_cache, result.state.cache)
+        self._memo.remember("tool_cache", result.cells.tool_cache, result.state.tool_cache)
         run.timer_target = result.timer_deadline_ms
         for payload in result.outputs:
             out.append((_OUTPUTS, (key, payload)))
@@ -948,7 +958,7 @@ class KeyStep:
                 )
             )
             return False
-        run.state = load_key_state(run.cells)
+        run.state = load_key_state(run.cells, self._memo)
         decision = classify_trigger(run.state, envelope)
         if decision.action is TriggerAction.REJECT:
             code = NO_BODY if trigger_name(envelope) is Trigger.NONE else REJECTED_TRIGGER
@@ -1014,7 +1024,7 @@ class KeyStep:
         """One envelope that waited in the inbox, handled now as it would have been then."""
         # As a separate element would: from the committed bytes, exactly what replay
         # loads from a snapshot taken between the two.
-        run.state = load_key_state(run.cells)
+        run.state = load_key_state(run.cells, self._memo)
         decision = classify_trigger(run.state, envelope)
         if decision.kind is None:
             # A result or approval the state now refuses (its intent resolved meanwhile).
@@ -1036,7 +1046,7 @@ class KeyStep:
         cont = run.state.continuation
         if cont is None or cont.deadline_ms != fired_ms:
             return  # the suspension ended (or was replaced) meanwhile: stale, as a timer would be
-        run.state = load_key_state(run.cells)
+        run.state = load_key_state(run.cells, self._memo)
         trigger = hitl_timeout(cont, fired_ms)
         decision = classify_trigger(run.state, trigger)
         if decision.action is TriggerAction.RESUME:
@@ -1135,11 +1145,14 @@ def _message(error: BaseException, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _read(store: KeyStore, *, timer_at_from_state: bool) -> _KeyRun | StateError:
+def _read(
+    store: KeyStore, memo: CacheMemo, *, timer_at_from_state: bool, held: bytes | None = None
+) -> _KeyRun | StateError:
+    """The key's run as its cells hold it (``held``: the ``hold`` cell, if read already)."""
     cells = store.read_cells()
-    stored_hold = store.read_hold()
+    stored_hold = store.read_hold() if held is None else held
     try:
-        state = load_key_state(cells)
+        state = load_key_state(cells, memo)
         hold = load_hold(stored_hold)[0] if stored_hold else None
     except StateError as exc:
         return exc
