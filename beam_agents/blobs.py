@@ -79,14 +79,21 @@ def encode_blob(kind: str, body: bytes) -> bytes:
     Returns:
         Deterministic bytes: the same body always gives the same blob.
     """
-    head = VersionedBlob(kind=kind, schema_version=_current_version(kind))
+    head = _HEADS.get(kind)
+    if head is None:
+        head = _HEADS[kind] = VersionedBlob(
+            kind=kind, schema_version=_current_version(kind)
+        ).SerializeToString(deterministic=True)
     if not body:
-        return head.SerializeToString(deterministic=True)
+        return head
     # Field 3 (body) comes last in deterministic order, so these are the bytes of the
     # whole message, without copying a large body into a message and out again.
-    return b"".join(
-        (head.SerializeToString(deterministic=True), _BODY_TAG, varint(len(body)), body)
-    )
+    return b"".join((head, _BODY_TAG, varint(len(body)), body))
+
+
+_HEADS: dict[str, bytes] = {}
+"""Each kind's ``VersionedBlob(kind, current schema_version)`` bytes, serialized once (the
+same bytes every time: a commit wraps each of its blobs)."""
 
 
 _BODY_TAG = bytes([(3 << 3) | 2])  # VersionedBlob.body: field 3, length-delimited

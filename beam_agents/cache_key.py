@@ -142,6 +142,40 @@ def request_digests(request: LlmRequest, *, provider: str) -> RequestDigests:
     )
 
 
+_KEYED_MEMO_LIMIT = 512
+"""How many requests ``keyed_request_digests`` remembers (it forgets them all past this)."""
+_KEYED_MEMO_MAX_BYTES = 16 << 10
+"""Requests larger than this (serialized) are digested every time, not remembered: the
+memo holds each remembered request's bytes, and a large request's hashing is most of
+its digesting anyway."""
+_KEYED_MEMO: dict[tuple[str, bytes], tuple[RequestDigests, str]] = {}
+
+
+def keyed_request_digests(request: LlmRequest, *, provider: str) -> tuple[RequestDigests, str]:
+    """``request_digests`` of ``request`` and its cache key, remembered by the request's bytes.
+
+    An agent asks the same request again and again (a fixed system prompt and question,
+    each key's first turn): digesting it is one serialization and a few hashes per
+    component. Here the whole request is serialized once (deterministic) and its digests
+    are looked up under those bytes and the provider's name. That is exact: each
+    component digest hashes the deterministic serialization of a part of the request,
+    and equal deterministic bytes are an equal request, so equal bytes give equal
+    digests. The memo is process-wide, bounded and never stale (it maps bytes to what
+    they determine, nothing of any key's state).
+    """
+    data = request.SerializeToString(deterministic=True)
+    memo_key = (provider, data)
+    found = _KEYED_MEMO.get(memo_key)
+    if found is None:
+        digests = request_digests(request, provider=provider)
+        found = (digests, digests.cache_key())
+        if len(data) <= _KEYED_MEMO_MAX_BYTES:
+            if len(_KEYED_MEMO) >= _KEYED_MEMO_LIMIT:
+                _KEYED_MEMO.clear()
+            _KEYED_MEMO[memo_key] = found
+    return found
+
+
 def request_fingerprint(request: LlmRequest, *, provider: str) -> RequestFingerprint:
     """One short digest per component of ``request`` as sent to ``provider``.
 

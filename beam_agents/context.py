@@ -19,7 +19,7 @@ from beam_agents import _running, canonical_json
 from beam_agents import telemetry as _telemetry
 from beam_agents import trace_events as te
 from beam_agents._protos import LlmRequest, LlmResponse, RequestFingerprint, ToolIntent, TraceEvent
-from beam_agents.cache_key import request_digests
+from beam_agents.cache_key import keyed_request_digests
 from beam_agents.capture import CaptureKind, ValueCapture
 from beam_agents.errors import (
     AgentCodeError,
@@ -217,8 +217,7 @@ class AgentContext:
         _telemetry.span_opens()
         provider_name = self._provider.name
         # The fingerprint message is built only where it is kept (an insert, a failure).
-        digests = request_digests(request, provider=provider_name)
-        key = digests.cache_key()
+        digests, key = keyed_request_digests(request, provider=provider_name)
         ordinal = self._call_ordinal
         self._call_ordinal += 1
         base: dict[str, te.AttrValue] = {

@@ -62,6 +62,8 @@ class MemoryWrites:
 
     def digest(self) -> str:
         """sha256 hex of ``body()``: what ``beam_agents.memory_writes_sha256`` holds."""
+        if not self.set and not self.deleted:
+            return _EMPTY_DIGEST  # most activations write nothing: the same bytes each time
         return hashlib.sha256(self.body()).hexdigest()
 
     def keys(self) -> frozenset[str]:
@@ -70,6 +72,10 @@ class MemoryWrites:
 
     def __bool__(self) -> bool:
         return bool(self.set) or bool(self.deleted)
+
+
+_EMPTY_DIGEST = hashlib.sha256(MemoryWrites().body()).hexdigest()
+"""The digest of the empty write set (``{"deleted": [], "set": {}}``), computed once."""
 
 
 def _json_differs(before: Any, after: Any) -> bool:
@@ -105,6 +111,8 @@ def memory_writes(
         exposed: Agent code was handed the whole underlying dict (``to_dict()``), so any
             key can have changed: every key is compared.
     """
+    if not assigned and not read and not exposed:
+        return MemoryWrites()  # agent code touched no key (most activations)
     touched = set(assigned)
     candidates = set(before) | set(after) if exposed else set(read)
     for key in candidates - touched:

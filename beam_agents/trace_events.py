@@ -124,7 +124,9 @@ def sha256_hex(data: bytes) -> str:
 
 def outputs_digest_text(outputs: tuple[bytes, ...] | list[bytes]) -> str:
     """The ``beam_agents.outputs.sha256`` value of ``outputs``: each sha256 hex, comma-joined."""
-    return ",".join(hashlib.sha256(out).hexdigest() for out in outputs)
+    if len(outputs) == 1:  # most activations: no generator, no join
+        return hashlib.sha256(outputs[0]).hexdigest()
+    return ",".join([hashlib.sha256(out).hexdigest() for out in outputs])
 
 
 def _value_field_of_subclass(name: str, value: object) -> str:
