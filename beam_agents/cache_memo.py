@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from beam_agents.blobs import LARGE_CELL_BYTES
 from beam_agents.entry_cache import EntryCache
@@ -48,7 +48,7 @@ DEFAULT_BUDGET_BYTES = 32 << 20
 """How many bytes of cells a memo remembers by default (32 MiB; about 80,000 one-entry
 replay caches)."""
 
-CacheT = TypeVar("CacheT", bound=EntryCache)  # type: ignore[type-arg]
+CacheT = TypeVar("CacheT", bound=EntryCache[Any])
 
 
 class CacheMemo:
@@ -58,7 +58,7 @@ class CacheMemo:
 
     def __init__(self, budget_bytes: int = DEFAULT_BUDGET_BYTES) -> None:
         self._budget = budget_bytes
-        self._by_cell: OrderedDict[tuple[str, bytes], EntryCache] = OrderedDict()  # type: ignore[type-arg]
+        self._by_cell: OrderedDict[tuple[str, bytes], EntryCache[Any]] = OrderedDict()
         self._held = 0
 
     def load(
@@ -77,7 +77,7 @@ class CacheMemo:
             self._keep(kind, raw, cache.copy())
         return cache, steps
 
-    def remember(self, kind: str, raw: bytes, cache: EntryCache) -> None:  # type: ignore[type-arg]
+    def remember(self, kind: str, raw: bytes, cache: EntryCache[Any]) -> None:
         """Note that ``raw`` is ``cache`` dumped (a commit's cell and the cache it holds).
 
         The caller guarantees that ``raw`` was serialized from ``cache``'s body and that
@@ -87,7 +87,7 @@ class CacheMemo:
         if raw and len(raw) < LARGE_CELL_BYTES:
             self._keep(kind, raw, cache.copy())
 
-    def _keep(self, kind: str, raw: bytes, cache: EntryCache) -> None:  # type: ignore[type-arg]
+    def _keep(self, kind: str, raw: bytes, cache: EntryCache[Any]) -> None:
         key = (kind, raw)
         if key in self._by_cell:
             self._by_cell.move_to_end(key)

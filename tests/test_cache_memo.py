@@ -54,7 +54,7 @@ def step(memo: CacheMemo | None = None) -> KeyStep:
         inbox_limit=8,
     )
     if memo is not None:
-        built._memo = memo  # noqa: SLF001 (the test swaps the step's memo)
+        built._memo = memo
     return built
 
 
@@ -81,7 +81,7 @@ def test_a_history_through_the_memo_emits_and_commits_what_parsing_every_cell_do
             parsing.envelope(b"k", envelope(seq), right)
         )
         assert (left.seq, left.cells) == (right.seq, right.cells)
-    assert len(remembering._memo) > 0 and len(parsing._memo) == 0  # noqa: SLF001
+    assert len(remembering._memo) > 0 and len(parsing._memo) == 0
     assert left.cells.tool_cache and left.cells.llm_cache
 
 
