@@ -724,11 +724,15 @@ class _CellStore:
         self._seq.write(seq)
 
     def read_cells(self) -> StateCells:
+        # Spelled out (in _BLOB_CELLS order): a dict built per element to splat cost more.
+        memory, llm_cache, continuation, pending, resume_history, tool_cache = self._blobs
         return StateCells(
-            **{
-                name: cell.read() or b""
-                for name, cell in zip(_BLOB_CELLS, self._blobs, strict=True)
-            }
+            memory=memory.read() or b"",
+            llm_cache=llm_cache.read() or b"",
+            continuation=continuation.read() or b"",
+            pending=pending.read() or b"",
+            resume_history=resume_history.read() or b"",
+            tool_cache=tool_cache.read() or b"",
         )
 
     def write_changed(self, before: StateCells, after: StateCells) -> None:
