@@ -425,7 +425,7 @@ def test_the_header_names_build_skew_between_the_snapshot_and_the_given_agent(
     skewed = _replay_refund_v2(out)
     line = next(x for x in skewed.stdout.splitlines() if x.startswith("  build skew: "))
     assert "written by examples.support_desk.agent:SupportAgent code sha256=" in line
-    assert "given is examples.support_desk.agent_v2:" in line and "(differs: class, code)" in line
+    assert "given is examples.support_desk.agent_v2:" in line and "(differs: class, code;" in line
     header = json.loads(_replay_refund_v2(out, "--json").stdout)["header"]
     assert header["build_skew"] == ["class", "code"]
     assert header["snapshot_agent_build"].startswith("examples.support_desk.agent:SupportAgent")
